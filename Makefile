@@ -1,0 +1,54 @@
+# Two entry points: `make run` (install + serve on embedded defaults) and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PORT ?= 8000
+HOST ?= 127.0.0.1
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint format install migrate superuser fake-claude clean
+
+$(STAMP): pyproject.toml
+	@py=$$(scripts/find-python) || exit 1; \
+	if [ ! -x $(BIN)/python ]; then echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; fi
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: install
+	$(BIN)/python manage.py migrate --noinput
+
+run: migrate
+	@echo ""
+	@echo "Deep Think on http://$(HOST):$(PORT)/"
+	@echo "  Create a login with:  $(BIN)/python manage.py createsuperuser"
+	@echo "  Model provider: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL for a local server,"
+	@echo "  e.g. 'make fake-claude' in another terminal and ANTHROPIC_BASE_URL=http://127.0.0.1:8765)."
+	@echo ""
+	DEBUG=$${DEBUG:-1} $(BIN)/daphne -b $(HOST) -p $(PORT) config.asgi:application
+
+# An offline stand-in for the Claude API (the same fake the tests use).
+fake-claude: install
+	$(BIN)/python -m tests.fakes.anthropic_server --port $${FAKE_PORT:-8765} --delay $${FAKE_DELAY:-0.5}
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# Embedded defaults first (SQLite + in-memory layer), then the tests that need real
+# PostgreSQL/Redis when DATABASE_URL / REDIS_URL are set (they skip, with a reason, otherwise).
+test: install lint
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest
+	@if [ -n "$${DATABASE_URL:-}$${REDIS_URL:-}" ]; then \
+	  echo "== again on DATABASE_URL=$${DATABASE_URL:-<unset>} REDIS_URL=$${REDIS_URL:-<unset>}"; \
+	  $(BIN)/pytest -m services; \
+	fi
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,216 @@
+"""Deep Think settings: one module, driven by environment variables.
+
+With no environment at all the app runs on embedded defaults: SQLite, the in-memory
+channel layer and an in-process thinking worker. DATABASE_URL switches to PostgreSQL,
+REDIS_URL to channels-redis (then `manage.py runworker thinking` processes run sessions).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false, yes/no), not {raw!r}")
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {raw!r}")
+    return value
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {raw!r}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", True)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+    SECRET_KEY = "django-insecure-local-development-key-only-used-while-DEBUG-is-on"  # noqa: S105
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",  # first, so runserver is the ASGI one
+    "thinking",  # before channels: our runworker adds the session supervisor
+    "research",
+    "channels",
+    "django_htmx",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database: SQLite file under the project unless DATABASE_URL is given.
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+else:
+    SQLITE_PATH = Path(env_str("SQLITE_PATH") or BASE_DIR / "db" / "deepthink.sqlite3")
+    SQLITE_PATH.parent.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": SQLITE_PATH,
+            "OPTIONS": {
+                # The web process and the worker write the same file: WAL lets readers
+                # proceed during a write, IMMEDIATE makes writers queue instead of failing.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+            },
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Channel layer: in-memory (one process) unless REDIS_URL is given.
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNELS_PREFIX", "deepthink")},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+# Serve straight from the source folders while developing; collectstatic in production.
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "thinking": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+        "django.channels": {"handlers": ["console"], "level": "WARNING"},
+    },
+}
+
+# --- Deep Think ---------------------------------------------------------------------------
+
+# The model provider. The SDK's own environment variables are honoured: ANTHROPIC_API_KEY,
+# and ANTHROPIC_BASE_URL for a local Anthropic-compatible server (Ollama, vLLM, LiteLLM, ...).
+ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
+ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL")
+DEEPTHINK_MODEL = env_str("DEEPTHINK_MODEL", "claude-opus-5-5")
+DEEPTHINK_MAX_TOKENS = env_int("DEEPTHINK_MAX_TOKENS", 4096, minimum=256)
+# Retries of errors that arrive inside a stream (the SDK retries only before the body starts).
+DEEPTHINK_STREAM_RETRIES = env_int("DEEPTHINK_STREAM_RETRIES", 3, minimum=0)
+DEEPTHINK_RETRY_BASE_SECONDS = env_float("DEEPTHINK_RETRY_BASE_SECONDS", 1.0, minimum=0)
+
+# The loop: a question batch every N thoughts; syntheses every interval of active time.
+DEEPTHINK_QUESTIONS_EVERY = env_int("DEEPTHINK_QUESTIONS_EVERY", 5, minimum=1)
+DEEPTHINK_MAX_MINUTES = env_float("DEEPTHINK_MAX_MINUTES", 600.0, minimum=0.05)
+DEEPTHINK_MAX_QUESTION_CHARS = env_int("DEEPTHINK_MAX_QUESTION_CHARS", 4000, minimum=100)
+
+# Workers. On embedded defaults the web process runs the worker itself.
+DEEPTHINK_INPROCESS_WORKER = env_bool("DEEPTHINK_INPROCESS_WORKER", not REDIS_URL)
+DEEPTHINK_WORKER_CAPACITY = env_int("DEEPTHINK_WORKER_CAPACITY", 8, minimum=1)
+DEEPTHINK_LEASE_SECONDS = env_float("DEEPTHINK_LEASE_SECONDS", 30.0, minimum=1.0)
+DEEPTHINK_HEARTBEAT_SECONDS = env_float("DEEPTHINK_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
+DEEPTHINK_SWEEP_SECONDS = env_float("DEEPTHINK_SWEEP_SECONDS", 10.0, minimum=0.1)
+if DEEPTHINK_HEARTBEAT_SECONDS >= DEEPTHINK_LEASE_SECONDS:
+    raise ImproperlyConfigured(
+        "DEEPTHINK_HEARTBEAT_SECONDS must be shorter than DEEPTHINK_LEASE_SECONDS, "
+        "or live sessions would look abandoned."
+    )

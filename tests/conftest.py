@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.fakes.anthropic_server import FakeAnthropic
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(settings: Any) -> None:
+    # Never reach a real provider by accident; tests opt in to the fake server.
+    settings.ANTHROPIC_API_KEY = ""
+    settings.ANTHROPIC_BASE_URL = ""
+    settings.DEEPTHINK_RETRY_BASE_SECONDS = 0.01
+    settings.DEEPTHINK_INPROCESS_WORKER = False
+    # A fresh channel layer per test (the in-memory one is bound to an event loop).
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer"},
+    }
+
+
+@pytest.fixture
+def fake_claude(settings: Any) -> Iterator[FakeAnthropic]:
+    """A local Anthropic Messages API; the real SDK is pointed at it."""
+    server = FakeAnthropic().start()
+    settings.ANTHROPIC_BASE_URL = server.base_url
+    settings.ANTHROPIC_API_KEY = "test-key"
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def alice(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user("alice", password="alice-pass-123")
+
+
+@pytest.fixture
+def bob(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user("bob", password="bob-pass-123")
+
+
+@pytest.fixture
+def make_session(alice: Any) -> Callable[..., Any]:
+    from thinking.models import ThinkingSession
+
+    def make(**fields: Any) -> ThinkingSession:
+        fields.setdefault("owner", alice)
+        fields.setdefault("question", "What is consciousness?")
+        fields.setdefault("budget_seconds", 60.0)
+        fields.setdefault("synthesis_interval_seconds", 15.0)
+        fields.setdefault("model_id", "claude-test")
+        return ThinkingSession.objects.create(**fields)
+
+    return make
+
+
+def services_available() -> tuple[bool, str]:
+    missing = [name for name in ("DATABASE_URL", "REDIS_URL") if not os.environ.get(name)]
+    if missing:
+        return False, f"needs {' and '.join(missing)} (PostgreSQL/Redis); .ci/run sets them"
+    return True, ""

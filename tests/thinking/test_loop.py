@@ -1,0 +1,202 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.fakes.anthropic_server import HttpError, Reply, StreamError
+from thinking import loop
+from thinking.events import SessionEvent
+from thinking.llm import LLM
+from thinking.models import CompletionReason, Status, SubQuestion, ThinkingSession
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WORKER = "worker-test"
+
+
+async def claim(session: ThinkingSession) -> None:
+    from asgiref.sync import sync_to_async
+
+    assert await sync_to_async(ThinkingSession.claim)(
+        session.pk, worker_id=WORKER, lease_seconds=30
+    )
+
+
+async def run(session: ThinkingSession, events: list[SessionEvent] | None = None) -> str | None:
+    await claim(session)
+    llm = LLM.from_settings()
+    sink = events if events is not None else []
+
+    async def publish(event: SessionEvent) -> None:
+        sink.append(event)
+
+    try:
+        return await loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
+    finally:
+        await llm.close()
+
+
+async def test_a_session_thinks_asks_synthesises_and_answers(fake_claude: Any, make_session: Any):
+    fake_claude.delay = 0.02
+    session = await make_session_async(make_session, budget_seconds=1.5, interval=0.4)
+    events: list[SessionEvent] = []
+
+    status = await run(session, events)
+
+    await session.arefresh_from_db()
+    assert status == Status.COMPLETED
+    assert session.completion_reason == CompletionReason.BUDGET
+    thoughts = [t async for t in session.thoughts.order_by("sequence")]
+    assert len(thoughts) >= 6
+    assert [t.sequence for t in thoughts] == list(range(len(thoughts)))
+    assert {t.type for t in thoughts} <= {"exploration", "critique", "connection", "insight"}
+    assert await session.sub_questions.acount() >= 2
+    syntheses = [s async for s in session.syntheses.order_by("sequence")]
+    assert len(syntheses) >= 2 and syntheses[-1].is_final
+    assert not any(s.is_final for s in syntheses[:-1])
+    assert session.final_answer == syntheses[-1].text and session.final_answer
+    assert session.final_confidence == pytest.approx(0.78)
+    assert session.confidence_evolution == [s.confidence for s in syntheses]
+    assert session.input_tokens > 0 and session.output_tokens > 0
+    assert session.active_seconds >= 1.5
+    assert session.worker_id == "" and session.running_since is None
+    assert events[-1].finished
+
+
+async def make_session_async(factory: Any, *, budget_seconds: float, interval: float) -> Any:
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(factory)(
+        budget_seconds=budget_seconds, synthesis_interval_seconds=interval
+    )
+
+
+async def test_explored_sub_question_becomes_focus_and_gets_an_insight(
+    fake_claude: Any, make_session: Any
+):
+    session = await make_session_async(make_session, budget_seconds=0.6, interval=60)
+    high = await SubQuestion.objects.acreate(session=session, text="Is it layered?", priority=9)
+    await SubQuestion.objects.acreate(session=session, text="Minor point?", priority=2)
+
+    await run(session)
+
+    await high.arefresh_from_db()
+    assert high.explored and high.answer
+    first_prompt = fake_claude.requests[0]["body"]["messages"][0]["content"]
+    assert "Current focus: Is it layered?" in first_prompt
+    assert await session.thoughts.filter(sub_question=high).aexists()
+
+
+async def test_duplicate_sub_questions_are_not_added_again(fake_claude: Any, make_session: Any):
+    session = await make_session_async(make_session, budget_seconds=0.3, interval=60)
+    await SubQuestion.objects.acreate(session=session, text="Can it exist alone?", priority=5)
+    thoughts = "THOUGHT: a\nTYPE: insight\nCONFIDENCE: 0.7\n---\n" * 5
+    questions = (
+        "QUESTION: can it EXIST alone\nPRIORITY: 8\nWHY: dup of existing\n---\n"
+        "QUESTION: What is consciousness\nPRIORITY: 8\nWHY: the original question\n---\n"
+        "QUESTION: Where does it come from?\nPRIORITY: 7\nWHY: new\n---\n"
+        "QUESTION: where does it come from\nPRIORITY: 3\nWHY: dup within the batch"
+    )
+    fake_claude.enqueue(Reply(text=thoughts), Reply(text=questions))
+    fake_claude.responder = lambda body: Reply(text="THOUGHT: more\nTYPE: insight")
+
+    await run(session)
+
+    texts = [q async for q in session.sub_questions.values_list("text", flat=True)]
+    assert sorted(texts) == ["Can it exist alone?", "Where does it come from?"]
+
+
+async def test_malformed_replies_degrade_instead_of_crashing(fake_claude: Any, make_session: Any):
+    session = await make_session_async(make_session, budget_seconds=0.2, interval=60)
+    fake_claude.enqueue(
+        Reply(text="I refuse to use your format, but here is an idea about minds."),
+        Reply(text="THOUGHT: \nTYPE: ???\nCONFIDENCE: banana\n---\nTHOUGHT: ok\nCONFIDENCE: 7"),
+    )
+    fake_claude.responder = lambda body: Reply(text="")  # then nothing at all
+
+    status = await run(session)
+
+    assert status == Status.COMPLETED
+    thoughts = [t async for t in session.thoughts.order_by("sequence")]
+    assert thoughts[0].text.startswith("I refuse") and thoughts[0].type == "exploration"
+    assert thoughts[0].confidence == 0.5
+    assert thoughts[1].text == "ok" and thoughts[1].confidence == 0.7
+    await session.arefresh_from_db()
+    assert session.final_confidence == 0.5  # an empty final reply still completes
+
+
+async def test_a_dead_provider_fails_the_session_and_keeps_what_was_stored(
+    fake_claude: Any, make_session: Any
+):
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+    fake_claude.enqueue(Reply(text="THOUGHT: first\nTYPE: insight\nCONFIDENCE: 0.9"))
+    fake_claude.responder = lambda body: HttpError(status=401, type="authentication_error")
+
+    status = await run(session)
+
+    await session.arefresh_from_db()
+    assert status == Status.FAILED
+    assert session.completion_reason == CompletionReason.ERROR
+    assert "refused the API key" in session.error_message
+    assert [t async for t in session.thoughts.values_list("text", flat=True)] == ["first"]
+    assert session.worker_id == ""
+
+
+async def test_an_error_inside_a_stream_is_retried(fake_claude: Any, make_session: Any):
+    session = await make_session_async(make_session, budget_seconds=0.2, interval=60)
+    fake_claude.enqueue(StreamError(), StreamError(type="api_error"))
+
+    status = await run(session)
+
+    assert status == Status.COMPLETED
+    assert await session.thoughts.aexists()
+
+
+async def test_pause_at_a_step_boundary_keeps_time_and_releases_the_lease(
+    fake_claude: Any, make_session: Any
+):
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+
+    def pause_after_first_step(body: dict) -> Reply:
+        ThinkingSession.objects.filter(pk=session.pk).update(status=Status.PAUSED)
+        return Reply(text="THOUGHT: paused soon\nTYPE: insight\nCONFIDENCE: 0.6")
+
+    fake_claude.responder = pause_after_first_step
+    status = await run(session)
+
+    await session.arefresh_from_db()
+    assert status == Status.PAUSED
+    assert await session.thoughts.acount() == 1  # the step in flight was kept
+    assert session.worker_id == "" and session.running_since is None
+    assert 0 < session.active_seconds < 30
+
+
+async def test_cancel_during_a_step_discards_it(fake_claude: Any, make_session: Any):
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+
+    def cancel_now(body: dict) -> Reply:
+        ThinkingSession.objects.filter(pk=session.pk).update(status=Status.CANCELLED)
+        return Reply(text="THOUGHT: too late\nTYPE: insight\nCONFIDENCE: 0.6")
+
+    fake_claude.responder = cancel_now
+    status = await run(session)
+
+    assert status == Status.CANCELLED
+    assert not await session.thoughts.aexists()
+
+
+async def test_a_worker_that_lost_its_lease_writes_nothing(fake_claude: Any, make_session: Any):
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+
+    def taken_over(body: dict) -> Reply:
+        ThinkingSession.objects.filter(pk=session.pk).update(worker_id="someone-else")
+        return Reply(text="THOUGHT: mine\nTYPE: insight\nCONFIDENCE: 0.6")
+
+    fake_claude.responder = taken_over
+    status = await run(session)
+
+    assert status is None
+    assert not await session.thoughts.aexists()
+    await session.arefresh_from_db()
+    assert session.status == Status.THINKING and session.worker_id == "someone-else"

@@ -1,0 +1,147 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from .models import SubQuestion, Synthesis, ThinkingSession, Thought
+
+
+class ThoughtInline(admin.TabularInline):
+    model = Thought
+    extra = 0
+    fields = ("sequence", "type", "confidence", "text", "sub_question", "time_offset_seconds")
+    readonly_fields = ("time_offset_seconds",)
+    raw_id_fields = ("sub_question",)
+    show_change_link = True
+
+
+class SubQuestionInline(admin.TabularInline):
+    model = SubQuestion
+    fk_name = "session"
+    extra = 0
+    fields = ("priority", "text", "why", "explored", "explored_at", "answer", "parent")
+    readonly_fields = ("explored_at",)
+    raw_id_fields = ("parent",)
+
+
+class SynthesisInline(admin.StackedInline):
+    model = Synthesis
+    extra = 0
+    fields = (
+        ("sequence", "is_final", "confidence", "time_offset_seconds"),
+        "text",
+        "key_insights",
+        "remaining_questions",
+    )
+    readonly_fields = ("time_offset_seconds",)
+
+
+@admin.register(ThinkingSession)
+class ThinkingSessionAdmin(admin.ModelAdmin):
+    list_display = (
+        "question_short",
+        "owner",
+        "status",
+        "completion_reason",
+        "progress",
+        "final_confidence",
+        "created_at",
+    )
+    list_filter = ("status", "completion_reason", "owner", "model_id")
+    search_fields = ("question", "final_answer")
+    date_hierarchy = "created_at"
+    raw_id_fields = ("owner",)
+    inlines = (SynthesisInline, SubQuestionInline, ThoughtInline)
+    readonly_fields = (
+        "id",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "active_seconds",
+        "running_since",
+        "cycles",
+        "thoughts_at_last_questions",
+        "next_synthesis_at",
+        "revision",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "worker_id",
+        "heartbeat_at",
+        "confidence_evolution",
+    )
+    fieldsets = (
+        (None, {"fields": ("id", "owner", "question", "model_id", "status", "completion_reason")}),
+        ("Budget", {"fields": ("budget_seconds", "synthesis_interval_seconds")}),
+        ("Answer", {"fields": ("final_answer", "final_confidence", "confidence_evolution")}),
+        ("Error", {"fields": ("error_message",), "classes": ("collapse",)}),
+        (
+            "Timing",
+            {
+                "fields": (
+                    "created_at",
+                    "started_at",
+                    "finished_at",
+                    "active_seconds",
+                    "running_since",
+                )
+            },
+        ),
+        (
+            "Loop checkpoint",
+            {
+                "fields": (
+                    "cycles",
+                    "thoughts_at_last_questions",
+                    "next_synthesis_at",
+                    "focus",
+                    "revision",
+                ),
+                "classes": ("collapse",),
+            },
+        ),
+        (
+            "Usage",
+            {
+                "fields": (
+                    "input_tokens",
+                    "output_tokens",
+                    "cache_read_tokens",
+                    "cache_write_tokens",
+                )
+            },
+        ),
+        ("Worker lease", {"fields": ("worker_id", "heartbeat_at"), "classes": ("collapse",)}),
+    )
+
+    @admin.display(description="Question", ordering="question")
+    def question_short(self, obj: ThinkingSession) -> str:
+        return obj.question[:90]
+
+    @admin.display(description="Progress")
+    def progress(self, obj: ThinkingSession) -> str:
+        return f"{obj.progress_percent():.0f}%"
+
+
+@admin.register(Thought)
+class ThoughtAdmin(admin.ModelAdmin):
+    list_display = ("session", "sequence", "type", "confidence")
+    list_filter = ("type",)
+    search_fields = ("text",)
+    raw_id_fields = ("session", "sub_question")
+
+
+@admin.register(SubQuestion)
+class SubQuestionAdmin(admin.ModelAdmin):
+    list_display = ("text", "session", "priority", "explored")
+    list_filter = ("explored",)
+    search_fields = ("text",)
+    raw_id_fields = ("session", "parent")
+
+
+@admin.register(Synthesis)
+class SynthesisAdmin(admin.ModelAdmin):
+    list_display = ("session", "sequence", "is_final", "confidence")
+    list_filter = ("is_final",)
+    search_fields = ("text",)
+    raw_id_fields = ("session",)

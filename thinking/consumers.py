@@ -1,0 +1,81 @@
+"""WebSocket consumer for a session page: access check, catch-up, then live updates."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from .access import find_session_for
+from .broadcast import group_name, render_snapshot
+from .models import ThinkingSession
+
+logger = logging.getLogger(__name__)
+
+CLOSE_NOT_FOUND = 4404
+
+
+class SessionConsumer(AsyncWebsocketConsumer):
+    """One per open session page. Clients only listen; anything they send is ignored."""
+
+    group: str | None = None
+    last_thought = -1
+    last_synthesis = -1
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        session_id = self.scope["url_route"]["kwargs"]["session_id"]
+        session = await database_sync_to_async(find_session_for)(user, session_id)
+        if session is None:
+            # Refuse before joining any group: the handshake fails, nothing is revealed.
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.group = group_name(session.pk)
+        # Join first, then read: an update committed in between arrives as a live message
+        # and is dropped below by sequence, so nothing is missed and nothing doubles.
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        await self._catch_up(session, self._client_revision())
+
+    def _client_revision(self) -> int | None:
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        try:
+            return int(query.get("rev", [""])[0])
+        except ValueError:
+            return None
+
+    async def _catch_up(self, session: ThinkingSession, client_revision: int | None) -> None:
+        html, last_thought, last_synthesis = await database_sync_to_async(render_snapshot)(
+            session.pk
+        )
+        self.last_thought, self.last_synthesis = last_thought, last_synthesis
+        current = await database_sync_to_async(
+            lambda: ThinkingSession.objects.values_list("revision", flat=True).get(pk=session.pk)
+        )()
+        if client_revision != current:
+            await self.send(text_data=html)
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        return None
+
+    async def session_update(self, message: dict[str, Any]) -> None:
+        html = []
+        for part in message["parts"]:
+            if part["kind"] == "thought":
+                if part["seq"] <= self.last_thought:
+                    continue
+                self.last_thought = part["seq"]
+            elif part["kind"] == "synthesis":
+                if part["seq"] <= self.last_synthesis:
+                    continue
+                self.last_synthesis = part["seq"]
+            html.append(part["html"])
+        if html:
+            await self.send(text_data="".join(html))

@@ -1,0 +1,237 @@
+"""Claude access: the only module that imports `anthropic`.
+
+One call shape: `await llm.stream(messages, system=..., on_text=...) -> Reply`. Calls always
+stream (long replies would time out otherwise). The SDK retries errors that happen before a
+stream starts; an `error` event inside a stream surfaces as an APIStatusError with status 200,
+which the SDK never retries, so that retry lives here. Errors that survive become LLMError
+with a sentence a person can act on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+TextCallback = Callable[[str], Awaitable[None]]
+
+# Error types that are worth trying again when they arrive mid-stream.
+RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+
+NOT_CONFIGURED = (
+    "No model provider is configured. Set ANTHROPIC_API_KEY, or ANTHROPIC_BASE_URL for a "
+    "local Anthropic-compatible server, and restart."
+)
+
+
+class LLMError(Exception):
+    """A model call that failed for good; `str(error)` is fit to show a person."""
+
+    def __init__(self, message: str, *, kind: str = "error", retryable: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retryable = retryable
+
+
+class LLMNotConfigured(LLMError):
+    def __init__(self) -> None:
+        super().__init__(NOT_CONFIGURED, kind="not_configured")
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+@dataclass
+class Reply:
+    text: str
+    # The assistant content exactly as streamed (thinking, text, tool_use blocks in order),
+    # for passing back unmodified inside a tool loop. Server-side only.
+    content: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str | None = None
+    model: str = ""
+
+
+def is_configured() -> bool:
+    return bool(settings.ANTHROPIC_API_KEY or settings.ANTHROPIC_BASE_URL)
+
+
+def describe_error(error: Exception) -> LLMError:
+    """Turn an SDK exception into words a person can act on."""
+    if isinstance(error, LLMError):
+        return error
+    if isinstance(error, anthropic.AuthenticationError):
+        return LLMError(
+            "The model provider refused the API key (check ANTHROPIC_API_KEY).", kind="auth"
+        )
+    if isinstance(error, anthropic.PermissionDeniedError):
+        return LLMError("The API key may not use this model.", kind="permission")
+    if isinstance(error, anthropic.NotFoundError):
+        return LLMError(
+            f"The model provider does not know the model {settings.DEEPTHINK_MODEL!r} "
+            "(check DEEPTHINK_MODEL).",
+            kind="not_found",
+        )
+    if isinstance(error, anthropic.RateLimitError):
+        return LLMError(
+            "The model provider is rate limiting us; try again shortly.",
+            kind="rate_limited",
+            retryable=True,
+        )
+    if isinstance(error, anthropic.APIStatusError):
+        error_type = getattr(error, "type", None) or ""
+        if error_type == "overloaded_error" or error.status_code == 529:
+            return LLMError("The model provider is overloaded.", kind="overloaded", retryable=True)
+        if error_type == "rate_limit_error":
+            return LLMError(
+                "The model provider is rate limiting us.", kind="rate_limited", retryable=True
+            )
+        if error.status_code == 400 or error_type == "invalid_request_error":
+            detail = getattr(error, "api_message", None) or "invalid request"
+            return LLMError(
+                f"The model provider rejected the request: {detail}", kind="bad_request"
+            )
+        if error.status_code >= 500 or error_type in RETRYABLE_STREAM_ERRORS:
+            return LLMError(
+                "The model provider had an internal error.", kind="server", retryable=True
+            )
+        return LLMError(
+            f"The model provider answered with an error (HTTP {error.status_code}).", kind="other"
+        )
+    if isinstance(error, anthropic.APITimeoutError):
+        return LLMError("The model provider timed out.", kind="timeout", retryable=True)
+    if isinstance(error, anthropic.APIConnectionError):
+        return LLMError(
+            "Could not reach the model provider (network or ANTHROPIC_BASE_URL).",
+            kind="connection",
+            retryable=True,
+        )
+    if isinstance(error, TypeError) and "authentication" in str(error).lower():
+        return LLMNotConfigured()
+    logger.exception("Unexpected error from the model client", exc_info=error)
+    return LLMError("The model call failed unexpectedly.", kind="unexpected")
+
+
+class LLM:
+    """A streaming client for one model. Create one per event loop and close it."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        max_tokens: int,
+        api_key: str = "",
+        base_url: str = "",
+        stream_retries: int = 3,
+        retry_base_seconds: float = 1.0,
+    ) -> None:
+        if not (api_key or base_url):
+            raise LLMNotConfigured()
+        self.model = model
+        self.max_tokens = max_tokens
+        self.stream_retries = stream_retries
+        self.retry_base_seconds = retry_base_seconds
+        self._client = anthropic.AsyncAnthropic(
+            # Local servers (Ollama, vLLM) need no key, but the SDK insists on one.
+            api_key=api_key or "no-key-needed",
+            base_url=base_url or None,
+        )
+
+    @classmethod
+    def from_settings(cls) -> LLM:
+        return cls(
+            model=settings.DEEPTHINK_MODEL,
+            max_tokens=settings.DEEPTHINK_MAX_TOKENS,
+            api_key=settings.ANTHROPIC_API_KEY,
+            base_url=settings.ANTHROPIC_BASE_URL,
+            stream_retries=settings.DEEPTHINK_STREAM_RETRIES,
+            retry_base_seconds=settings.DEEPTHINK_RETRY_BASE_SECONDS,
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        system: str,
+        max_tokens: int | None = None,
+        on_text: TextCallback | None = None,
+    ) -> Reply:
+        """Stream one assistant message. Retries errors that arrive mid-stream with backoff;
+        raises LLMError when the call fails for good."""
+        attempt = 0
+        while True:
+            try:
+                return await self._stream_once(
+                    messages, system=system, max_tokens=max_tokens, on_text=on_text
+                )
+            except anthropic.APIStatusError as error:
+                mid_stream = error.status_code == 200
+                error_type = getattr(error, "type", None) or ""
+                retryable = mid_stream and error_type in RETRYABLE_STREAM_ERRORS
+                if retryable and attempt < self.stream_retries:
+                    delay = self.retry_base_seconds * (2**attempt)
+                    attempt += 1
+                    logger.warning("Stream error %s; retry %d in %.1fs", error_type, attempt, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                raise describe_error(error) from error
+            except anthropic.AnthropicError as error:
+                raise describe_error(error) from error
+            except TypeError as error:
+                # The SDK raises TypeError when it cannot resolve any credentials.
+                raise describe_error(error) from error
+
+    async def _stream_once(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        system: str,
+        max_tokens: int | None,
+        on_text: TextCallback | None,
+    ) -> Reply:
+        async with self._client.messages.stream(
+            model=self.model,
+            max_tokens=max_tokens or self.max_tokens,
+            system=system,
+            messages=messages,  # type: ignore[arg-type]
+        ) as stream:
+            async for event in stream:
+                if event.type == "text" and on_text is not None:
+                    await on_text(event.text)
+            final = await stream.get_final_message()
+        usage = final.usage
+        return Reply(
+            text="".join(block.text for block in final.content if block.type == "text"),
+            content=[block.model_dump(mode="json") for block in final.content],
+            usage=Usage(
+                input_tokens=usage.input_tokens or 0,
+                output_tokens=usage.output_tokens or 0,
+                cache_read_tokens=usage.cache_read_input_tokens or 0,
+                cache_write_tokens=usage.cache_creation_input_tokens or 0,
+            ),
+            stop_reason=final.stop_reason,
+            model=final.model,
+        )

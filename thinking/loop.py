@@ -1,0 +1,486 @@
+"""The deliberation loop of the extended-thinking seed, as small testable steps.
+
+    focus -> thoughts -> [questions every N thoughts] -> [synthesis every interval] -> ...
+    until the time budget is used -> final synthesis
+
+Each step calls the model outside any transaction, then stores its rows together with the
+loop's checkpoint (counters, schedule, active time, usage) in one transaction, and only then
+publishes. A step is stored only while this worker still holds the session's lease, so a
+session taken over by another worker is never written twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from . import parsing, prompts
+from .events import Publish, SessionEvent
+from .llm import LLM, LLMError, Reply
+from .models import (
+    CompletionReason,
+    Status,
+    SubQuestion,
+    Synthesis,
+    ThinkingSession,
+    Thought,
+)
+
+logger = logging.getLogger(__name__)
+
+RECENT_THOUGHTS = 8
+SYNTHESIS_THOUGHTS = 20
+MAX_ANSWER_CHARS = 500
+
+
+class LeaseLost(Exception):
+    """Another worker took the session over; this one must stop without writing."""
+
+
+class Stopped(Exception):
+    """The session was cancelled while a step was in flight."""
+
+
+class Meter:
+    """Active time from a monotonic clock, handed out in laps as steps are stored."""
+
+    def __init__(self) -> None:
+        self._mark = time.monotonic()
+
+    def lap(self) -> float:
+        now = time.monotonic()
+        elapsed, self._mark = now - self._mark, now
+        return elapsed
+
+
+@dataclass(frozen=True)
+class Focus:
+    text: str
+    sub_question_id: int | None = None
+
+
+# --- storing ---------------------------------------------------------------------------
+
+
+def _locked(session_id: uuid.UUID, worker_id: str) -> ThinkingSession:
+    session = ThinkingSession.objects.select_for_update().get(pk=session_id)
+    if session.worker_id != worker_id:
+        raise LeaseLost(session_id)
+    return session
+
+
+def _checkpoint(session: ThinkingSession, *, meter: Meter, reply: Reply | None) -> dict:
+    """The fields every stored step updates alongside its rows."""
+    now = timezone.now()
+    changes: dict = {
+        "active_seconds": F("active_seconds") + meter.lap(),
+        "running_since": now,
+        "heartbeat_at": now,
+        "revision": F("revision") + 1,
+    }
+    if reply is not None:
+        changes.update(
+            input_tokens=F("input_tokens") + reply.usage.input_tokens,
+            output_tokens=F("output_tokens") + reply.usage.output_tokens,
+            cache_read_tokens=F("cache_read_tokens") + reply.usage.cache_read_tokens,
+            cache_write_tokens=F("cache_write_tokens") + reply.usage.cache_write_tokens,
+        )
+    return changes
+
+
+def _save(session: ThinkingSession, changes: dict) -> ThinkingSession:
+    ThinkingSession.objects.filter(pk=session.pk).update(**changes)
+    session.refresh_from_db()
+    return session
+
+
+@database_sync_to_async
+def begin(session_id: uuid.UUID, *, worker_id: str) -> ThinkingSession | None:
+    """Move a claimed session to `thinking` and start its clock. None if it is not runnable."""
+    with transaction.atomic():
+        session = _locked(session_id, worker_id)
+        if session.status not in (Status.CREATED, Status.THINKING):
+            return None
+        now = timezone.now()
+        changes: dict = {
+            "status": Status.THINKING,
+            "running_since": now,
+            "revision": F("revision") + 1,
+        }
+        if session.started_at is None:
+            changes["started_at"] = now
+        if session.next_synthesis_at <= 0:
+            changes["next_synthesis_at"] = session.synthesis_interval_seconds
+        return _save(session, changes)
+
+
+@database_sync_to_async
+def current_status(session_id: uuid.UUID, *, worker_id: str) -> str:
+    status, owner = ThinkingSession.objects.filter(pk=session_id).values_list(
+        "status", "worker_id"
+    )[0]
+    if owner != worker_id:
+        raise LeaseLost(session_id)
+    return status
+
+
+@database_sync_to_async
+def stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> ThinkingSession:
+    """Pause or cancel seen at a step boundary: keep the time spent, stop the clock."""
+    with transaction.atomic():
+        session = _locked(session_id, worker_id)
+        changes = _checkpoint(session, meter=meter, reply=None)
+        changes.update(running_since=None, worker_id="", heartbeat_at=None)
+        return _save(session, changes)
+
+
+@database_sync_to_async
+def fail(
+    session_id: uuid.UUID, *, worker_id: str, meter: Meter, message: str
+) -> ThinkingSession | None:
+    """Record the error in words and keep everything already stored."""
+    with transaction.atomic():
+        try:
+            session = _locked(session_id, worker_id)
+        except LeaseLost:
+            return None
+        if session.is_finished:
+            return session
+        changes = _checkpoint(session, meter=meter, reply=None)
+        changes.update(
+            status=Status.FAILED,
+            completion_reason=CompletionReason.ERROR,
+            error_message=message[:2000],
+            finished_at=timezone.now(),
+            running_since=None,
+            worker_id="",
+            heartbeat_at=None,
+        )
+        return _save(session, changes)
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+def _recent(session: ThinkingSession, count: int) -> list[prompts.ThoughtLine]:
+    rows = list(session.thoughts.order_by("-sequence")[:count])
+    return [prompts.ThoughtLine(t.type, t.text, t.confidence) for t in reversed(rows)]
+
+
+def _explored(session: ThinkingSession) -> list[tuple[str, str]]:
+    return [(q.text, q.answer) for q in session.sub_questions.filter(explored=True).order_by("id")]
+
+
+def _latest_synthesis_text(session: ThinkingSession) -> str:
+    latest = session.syntheses.order_by("-sequence").first()
+    return latest.text if latest else ""
+
+
+@database_sync_to_async
+def select_focus(*, session: ThinkingSession) -> Focus:
+    """The highest-priority unexplored sub-question, else the original question."""
+    candidate = (
+        session.sub_questions.filter(explored=False).order_by("-priority", "created_at").first()
+    )
+    if candidate is None:
+        return Focus(text=session.question)
+    return Focus(text=candidate.text, sub_question_id=candidate.pk)
+
+
+# --- steps -----------------------------------------------------------------------------
+
+
+async def generate_thoughts(
+    *,
+    session: ThinkingSession,
+    focus: Focus,
+    llm: LLM,
+    meter: Meter,
+    worker_id: str,
+) -> tuple[ThinkingSession, SessionEvent]:
+    context = await database_sync_to_async(
+        lambda: (_recent(session, RECENT_THOUGHTS), _latest_synthesis_text(session))
+    )()
+    prompt = prompts.thoughts_prompt(
+        question=session.question, focus=focus.text, recent=context[0], understanding=context[1]
+    )
+    reply = await llm.stream([{"role": "user", "content": prompt}], system=prompts.SYSTEM)
+    parsed = parsing.parse_thoughts(reply.text)
+    return await _store_thoughts(session, focus, parsed, reply, meter, worker_id)
+
+
+@database_sync_to_async
+def _store_thoughts(
+    session: ThinkingSession,
+    focus: Focus,
+    parsed: list[parsing.ParsedThought],
+    reply: Reply,
+    meter: Meter,
+    worker_id: str,
+) -> tuple[ThinkingSession, SessionEvent]:
+    with transaction.atomic():
+        session = _locked(session.pk, worker_id)
+        if session.status == Status.CANCELLED:
+            raise Stopped(session.pk)
+        changes = _checkpoint(session, meter=meter, reply=reply)
+        offset = session.active_seconds
+        start = session.next_thought_sequence()
+        rows = Thought.objects.bulk_create(
+            Thought(
+                session=session,
+                sequence=start + index,
+                text=thought.text,
+                type=thought.type,
+                confidence=thought.confidence,
+                time_offset_seconds=round(offset, 2),
+                sub_question_id=focus.sub_question_id,
+            )
+            for index, thought in enumerate(parsed)
+        )
+        questions_changed = False
+        if focus.sub_question_id is not None:
+            best = max(parsed, key=lambda t: t.confidence, default=None)
+            SubQuestion.objects.filter(pk=focus.sub_question_id).update(
+                explored=True,
+                explored_at=timezone.now(),
+                answer=best.text[:MAX_ANSWER_CHARS] if best else "",
+            )
+            questions_changed = True
+        changes.update(cycles=F("cycles") + 1, focus=focus.text)
+        session = _save(session, changes)
+    event = SessionEvent(
+        session.pk, thoughts=tuple(r.sequence for r in rows), questions=questions_changed
+    )
+    return session, event
+
+
+def questions_due(session: ThinkingSession, thought_count: int) -> bool:
+    return thought_count - session.thoughts_at_last_questions >= settings.DEEPTHINK_QUESTIONS_EVERY
+
+
+async def generate_questions(
+    *,
+    session: ThinkingSession,
+    focus: Focus,
+    llm: LLM,
+    meter: Meter,
+    worker_id: str,
+) -> tuple[ThinkingSession, SessionEvent]:
+    recent, existing = await database_sync_to_async(
+        lambda: (
+            _recent(session, RECENT_THOUGHTS),
+            list(session.sub_questions.values_list("text", flat=True)),
+        )
+    )()
+    prompt = prompts.questions_prompt(question=session.question, recent=recent, existing=existing)
+    reply = await llm.stream([{"role": "user", "content": prompt}], system=prompts.SYSTEM)
+    parsed = parsing.parse_questions(reply.text)
+    return await _store_questions(session, focus, parsed, reply, meter, worker_id)
+
+
+@database_sync_to_async
+def _store_questions(
+    session: ThinkingSession,
+    focus: Focus,
+    parsed: list[parsing.ParsedQuestion],
+    reply: Reply,
+    meter: Meter,
+    worker_id: str,
+) -> tuple[ThinkingSession, SessionEvent]:
+    with transaction.atomic():
+        session = _locked(session.pk, worker_id)
+        if session.status == Status.CANCELLED:
+            raise Stopped(session.pk)
+        seen = {parsing.question_key(session.question)}
+        seen.update(
+            parsing.question_key(text)
+            for text in session.sub_questions.values_list("text", flat=True)
+        )
+        new = []
+        for question in parsed:
+            key = parsing.question_key(question.text)
+            if not key or key in seen:
+                continue
+            seen.add(key)
+            new.append(
+                SubQuestion(
+                    session=session,
+                    text=question.text,
+                    priority=question.priority,
+                    why=question.why,
+                    parent_id=focus.sub_question_id,
+                )
+            )
+        SubQuestion.objects.bulk_create(new)
+        changes = _checkpoint(session, meter=meter, reply=reply)
+        changes["thoughts_at_last_questions"] = session.thoughts.count()
+        session = _save(session, changes)
+    return session, SessionEvent(session.pk, questions=bool(new))
+
+
+def synthesis_due(session: ThinkingSession) -> bool:
+    return session.active_seconds >= session.next_synthesis_at and not session.budget_exhausted
+
+
+async def synthesise(
+    *,
+    session: ThinkingSession,
+    llm: LLM,
+    meter: Meter,
+    worker_id: str,
+    final: bool = False,
+    reason: str = CompletionReason.BUDGET,
+) -> tuple[ThinkingSession, SessionEvent]:
+    """A periodic synthesis, or with `final=True` the final answer that completes the session."""
+
+    def gather() -> tuple[list, list, str, list[str]]:
+        return (
+            _recent(session, SYNTHESIS_THOUGHTS),
+            _explored(session),
+            _latest_synthesis_text(session),
+            list(session.syntheses.order_by("sequence").values_list("text", flat=True)),
+        )
+
+    recent, explored, previous, all_syntheses = await database_sync_to_async(gather)()
+    if final:
+        prompt = prompts.final_prompt(
+            question=session.question, recent=recent, explored=explored, syntheses=all_syntheses
+        )
+    else:
+        prompt = prompts.synthesis_prompt(
+            question=session.question, recent=recent, explored=explored, previous=previous
+        )
+    reply = await llm.stream([{"role": "user", "content": prompt}], system=prompts.SYSTEM)
+    parsed = parsing.parse_synthesis(reply.text)
+    return await _store_synthesis(session, parsed, reply, meter, worker_id, final, reason)
+
+
+@database_sync_to_async
+def _store_synthesis(
+    session: ThinkingSession,
+    parsed: parsing.ParsedSynthesis,
+    reply: Reply,
+    meter: Meter,
+    worker_id: str,
+    final: bool,
+    reason: str,
+) -> tuple[ThinkingSession, SessionEvent]:
+    with transaction.atomic():
+        session = _locked(session.pk, worker_id)
+        if session.status == Status.CANCELLED:
+            raise Stopped(session.pk)
+        changes = _checkpoint(session, meter=meter, reply=reply)
+        synthesis = Synthesis.objects.create(
+            session=session,
+            sequence=session.next_synthesis_sequence(),
+            text=parsed.text,
+            key_insights=parsed.key_insights,
+            confidence=parsed.confidence,
+            remaining_questions=parsed.remaining_questions,
+            time_offset_seconds=round(session.active_seconds, 2),
+            is_final=final,
+        )
+        changes["confidence_evolution"] = [*session.confidence_evolution, parsed.confidence]
+        if final:
+            changes.update(
+                status=Status.COMPLETED,
+                completion_reason=reason,
+                final_answer=parsed.text,
+                final_confidence=parsed.confidence,
+                finished_at=timezone.now(),
+                running_since=None,
+                worker_id="",
+                heartbeat_at=None,
+            )
+        else:
+            changes["next_synthesis_at"] = (
+                session.active_seconds + session.synthesis_interval_seconds
+            )
+        session = _save(session, changes)
+    return session, SessionEvent(session.pk, synthesis=synthesis.sequence, finished=final)
+
+
+# --- the loop --------------------------------------------------------------------------
+
+
+async def _publish(publish: Publish, event: SessionEvent) -> None:
+    # A lost live update is recovered from the database on reconnect; it must never
+    # stop the thinking.
+    try:
+        await publish(event)
+    except Exception:
+        logger.exception("Could not publish an update for session %s", event.session_id)
+
+
+async def run_session(
+    session_id: uuid.UUID, *, llm: LLM, publish: Publish, worker_id: str
+) -> str | None:
+    """Run a claimed session until it completes, pauses, is cancelled or fails.
+
+    Returns the status it stopped in, or None if it was not runnable or the lease was lost.
+    Everything stored before an error stays stored.
+    """
+    meter = Meter()
+    session = await begin(session_id, worker_id=worker_id)
+    if session is None:
+        return None
+    await _publish(publish, SessionEvent(session.pk))
+    try:
+        while True:
+            status = await current_status(session.pk, worker_id=worker_id)
+            if status in (Status.PAUSED, Status.CANCELLED):
+                session = await stop_running(session.pk, worker_id=worker_id, meter=meter)
+                await _publish(publish, SessionEvent(session.pk, finished=session.is_finished))
+                return session.status
+            if session.budget_exhausted:
+                break
+            focus = await select_focus(session=session)
+            session, event = await generate_thoughts(
+                session=session, focus=focus, llm=llm, meter=meter, worker_id=worker_id
+            )
+            await _publish(publish, event)
+            thought_count = await database_sync_to_async(session.thoughts.count)()
+            if questions_due(session, thought_count):
+                session, event = await generate_questions(
+                    session=session, focus=focus, llm=llm, meter=meter, worker_id=worker_id
+                )
+                await _publish(publish, event)
+            if synthesis_due(session):
+                session, event = await synthesise(
+                    session=session, llm=llm, meter=meter, worker_id=worker_id
+                )
+                await _publish(publish, event)
+        session, event = await synthesise(
+            session=session, llm=llm, meter=meter, worker_id=worker_id, final=True
+        )
+        await _publish(publish, event)
+        return session.status
+    except LeaseLost:
+        logger.warning("Session %s was taken over by another worker; stopping", session_id)
+        return None
+    except Stopped:
+        session = await stop_running(session_id, worker_id=worker_id, meter=meter)
+        await _publish(publish, SessionEvent(session.pk, finished=True))
+        return session.status
+    except LLMError as error:
+        failed = await fail(session_id, worker_id=worker_id, meter=meter, message=str(error))
+    except Exception:
+        logger.exception("Session %s failed", session_id)
+        failed = await fail(
+            session_id,
+            worker_id=worker_id,
+            meter=meter,
+            message="Deep Think hit an internal error; the details are in the server log.",
+        )
+    if failed is None:
+        return None
+    await _publish(publish, SessionEvent(failed.pk, finished=True))
+    return failed.status

@@ -1,0 +1,126 @@
+"""`python manage.py think "QUESTION" --minutes M`: a session in this process, live in the
+terminal, then the final answer (or with --json, one JSON document)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from thinking import broadcast, llm
+from thinking.events import SessionEvent
+from thinking.export import session_document
+from thinking.forms import StartSessionForm
+from thinking.models import Status, ThinkingSession
+from thinking.worker import Supervisor, new_worker_id
+
+
+class TerminalPrinter:
+    """Prints what each stored step added, as it is published."""
+
+    def __init__(self, write: Any, style: Any) -> None:
+        self.write = write
+        self.style = style
+
+    def show(self, event: SessionEvent) -> None:
+        session = ThinkingSession.objects.get(pk=event.session_id)
+        for t in session.thoughts.filter(sequence__in=event.thoughts):
+            self.write(f"  [{t.type:<11} {t.confidence:4.2f}] {t.text}")
+        if event.questions:
+            latest = session.sub_questions.filter(explored=False).order_by("-created_at")[:3]
+            for q in latest:
+                self.write(self.style.MIGRATE_LABEL(f"  ? [{q.priority}] {q.text}"))
+        if event.synthesis is not None:
+            s = session.syntheses.get(sequence=event.synthesis)
+            label = "Final answer" if s.is_final else f"Synthesis {s.sequence + 1}"
+            self.write(self.style.SUCCESS(f"\n== {label} (confidence {s.confidence:.2f})"))
+            self.write(s.text + "\n")
+        if not event.thoughts and event.synthesis is None and not event.questions:
+            progress = f"{session.elapsed_seconds():.0f}s of {session.budget_seconds:.0f}s"
+            self.write(self.style.HTTP_INFO(f"-- {session.get_status_display()} ({progress})"))
+
+
+class Command(BaseCommand):
+    help = "Think about a question for a while, in this process, and print the answer."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("question")
+        parser.add_argument("--minutes", type=float, default=1.0, help="Thinking budget.")
+        parser.add_argument(
+            "--synthesis-minutes", type=float, default=None, help="Synthesis interval."
+        )
+        parser.add_argument("--owner", help="Username of the owner (default: first superuser).")
+        parser.add_argument("--json", action="store_true", help="Print one JSON document.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not llm.is_configured():
+            raise CommandError(llm.NOT_CONFIGURED)
+        form = StartSessionForm(
+            data={
+                "question": options["question"],
+                "minutes": options["minutes"],
+                "synthesis_minutes": options["synthesis_minutes"] or "",
+            }
+        )
+        if not form.is_valid():
+            problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+            raise CommandError(problems)
+        owner = self._owner(options["owner"])
+        with transaction.atomic():
+            session = form.create_session(owner=owner)
+        quiet = options["json"]
+        if not quiet:
+            self.stdout.write(self.style.MIGRATE_HEADING(f"Thinking about: {session.question}"))
+            self.stdout.write(f"Session {session.pk} · budget {options['minutes']:g} min\n")
+        printer = TerminalPrinter(self.stdout.write, self.style)
+        asyncio.run(self._run(session, printer, quiet))
+        session.refresh_from_db()
+        if quiet:
+            self.stdout.write(json.dumps(session_document(session), indent=2))
+        elif session.status == Status.COMPLETED:
+            self.stdout.write(self.style.SUCCESS("\nDone."))
+        if session.status == Status.FAILED:
+            # The JSON (or the printed steps) keep everything stored; the exit code says it failed.
+            if not quiet:
+                self.stderr.write(self.style.ERROR(session.error_message))
+            sys.exit(1)
+
+    def _owner(self, username: str | None) -> Any:
+        User = get_user_model()
+        if username:
+            try:
+                return User.objects.get(username=username)
+            except User.DoesNotExist:
+                raise CommandError(f"No user named {username!r}.") from None
+        owner = User.objects.filter(is_superuser=True).order_by("pk").first()
+        if owner is None:
+            owner = User.objects.create_superuser("deepthink", email="", password=None)
+            self.stderr.write("Created superuser 'deepthink' (no password) to own CLI sessions.")
+        return owner
+
+    async def _run(self, session: ThinkingSession, printer: TerminalPrinter, quiet: bool) -> None:
+        show = sync_to_async(printer.show)
+
+        async def publish(event: SessionEvent) -> None:
+            if not quiet:
+                await show(event)
+            if settings.REDIS_URL:  # browsers watching through other processes
+                await broadcast.publish(event)
+
+        supervisor = Supervisor(
+            worker_id=new_worker_id("cli"), capacity=1, publish=publish, sweeping=False
+        )
+        if not await supervisor.start(session.pk):
+            raise CommandError("Another worker claimed the session first.")
+        heartbeat = asyncio.create_task(supervisor.run_forever())
+        try:
+            await supervisor.wait_idle()
+        finally:
+            heartbeat.cancel()

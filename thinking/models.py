@@ -1,0 +1,313 @@
+"""Sessions, thoughts, sub-questions and syntheses: the database is the truth.
+
+State changes are model methods that guard the current state. Time spent thinking is
+accumulated by the worker per stored step (`active_seconds`), so pauses, restarts and dead
+workers never count; `running_since` lets a page show the clock ticking in between.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Max, Q
+from django.urls import reverse
+from django.utils import timezone
+
+
+class Status(models.TextChoices):
+    CREATED = "created", "Created"
+    THINKING = "thinking", "Thinking"
+    PAUSED = "paused", "Paused"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class CompletionReason(models.TextChoices):
+    BUDGET = "budget", "Time budget used"
+    STOP_SIGNAL = "stop_signal", "Model signalled it was done"
+    TOKEN_CEILING = "token_ceiling", "Token ceiling reached"
+    CANCELLED = "cancelled", "Cancelled"
+    ERROR = "error", "Error"
+
+
+FINISHED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+
+
+class IllegalTransition(Exception):
+    """A state change that the session's current status does not allow."""
+
+    def __init__(self, session: ThinkingSession, action: str) -> None:
+        self.status = session.status
+        self.action = action
+        super().__init__(
+            f"Cannot {action} a session that is {session.get_status_display().lower()}."
+        )
+
+
+class SessionQuerySet(models.QuerySet["ThinkingSession"]):
+    def visible_to(self, user: object) -> SessionQuerySet:
+        """Sessions this user may see. Teams (#6) widen this; every lookup goes through it."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(owner=user)
+
+    def runnable(self) -> SessionQuerySet:
+        return self.filter(status__in=[Status.CREATED, Status.THINKING])
+
+    def unclaimed_or_stale(self, *, now: datetime, lease_seconds: float) -> SessionQuerySet:
+        stale = now - timedelta(seconds=lease_seconds)
+        return self.runnable().filter(Q(worker_id="") | Q(heartbeat_at__lt=stale))
+
+
+class ThinkingSession(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="thinking_sessions"
+    )
+    question = models.TextField()
+    budget_seconds = models.FloatField(help_text="Thinking time budget, in seconds of active time.")
+    synthesis_interval_seconds = models.FloatField(
+        help_text="A periodic synthesis after each interval of active thinking."
+    )
+    model_id = models.CharField(max_length=100)
+
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.CREATED, db_index=True
+    )
+    completion_reason = models.CharField(
+        max_length=16, choices=CompletionReason.choices, blank=True
+    )
+    error_message = models.TextField(blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Committed active thinking time, and when the uncommitted running stretch began.
+    active_seconds = models.FloatField(default=0.0)
+    running_since = models.DateTimeField(null=True, blank=True)
+
+    # Checkpoint of the loop, committed with every step.
+    cycles = models.PositiveIntegerField(default=0)
+    thoughts_at_last_questions = models.PositiveIntegerField(default=0)
+    next_synthesis_at = models.FloatField(default=0.0)
+    focus = models.TextField(blank=True, help_text="What the loop is thinking about now.")
+    # Bumped on every stored change, so a reconnecting page knows whether it missed anything.
+    revision = models.PositiveIntegerField(default=0)
+
+    confidence_evolution = models.JSONField(default=list, blank=True)
+    final_answer = models.TextField(blank=True)
+    final_confidence = models.FloatField(null=True, blank=True)
+
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_tokens = models.PositiveBigIntegerField(default=0)
+
+    # Lease: which worker runs the session, and when it last said so.
+    worker_id = models.CharField(max_length=100, blank=True, db_index=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.question[:80]
+
+    def get_absolute_url(self) -> str:
+        return reverse("session-detail", args=[self.pk])
+
+    # --- reading ---------------------------------------------------------------------
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in (Status.CREATED, Status.THINKING)
+
+    def elapsed_seconds(self, now: datetime | None = None) -> float:
+        """Active thinking time, including the stretch running since the last stored step."""
+        elapsed = self.active_seconds
+        if self.status == Status.THINKING and self.running_since is not None:
+            now = now or timezone.now()
+            elapsed += max(0.0, (now - self.running_since).total_seconds())
+        return min(elapsed, self.budget_seconds) if not self.is_finished else elapsed
+
+    def remaining_seconds(self, now: datetime | None = None) -> float:
+        if self.is_finished:
+            return 0.0
+        return max(0.0, self.budget_seconds - self.elapsed_seconds(now))
+
+    def progress_percent(self, now: datetime | None = None) -> float:
+        if self.status == Status.COMPLETED:
+            return 100.0
+        if self.budget_seconds <= 0:
+            return 0.0
+        return min(100.0, 100.0 * self.elapsed_seconds(now) / self.budget_seconds)
+
+    @property
+    def budget_exhausted(self) -> bool:
+        return self.active_seconds >= self.budget_seconds
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+    # --- state changes requested by people (views, CLI, admin) ------------------------
+    # Each is one conditional UPDATE, so a worker changing the status at the same moment
+    # cannot be overwritten: whoever moves first wins and the other sees the new state.
+
+    def _transition(self, action: str, allowed: tuple[str, ...], **changes: object) -> None:
+        changes.setdefault("revision", F("revision") + 1)
+        updated = type(self).objects.filter(pk=self.pk, status__in=allowed).update(**changes)
+        self.refresh_from_db()
+        if not updated:
+            raise IllegalTransition(self, action)
+
+    def pause(self) -> None:
+        self._transition("pause", (Status.THINKING,), status=Status.PAUSED)
+
+    def resume(self) -> None:
+        # The worker that paused released its lease; a fresh claim picks the session up.
+        self._transition("resume", (Status.PAUSED,), status=Status.THINKING)
+
+    def cancel(self) -> None:
+        self._transition(
+            "cancel",
+            (Status.CREATED, Status.THINKING, Status.PAUSED),
+            status=Status.CANCELLED,
+            completion_reason=CompletionReason.CANCELLED,
+            finished_at=timezone.now(),
+            running_since=None,
+        )
+
+    # --- state changes made by the worker ------------------------------------------
+
+    @classmethod
+    def claim(cls, pk: uuid.UUID | str, *, worker_id: str, lease_seconds: float) -> bool:
+        """Take the lease on a runnable session that no live worker holds. Atomic."""
+        now = timezone.now()
+        updated = (
+            cls.objects.filter(pk=pk)
+            .unclaimed_or_stale(now=now, lease_seconds=lease_seconds)
+            .update(worker_id=worker_id, heartbeat_at=now)
+        )
+        return bool(updated)
+
+    @classmethod
+    def renew(cls, pks: list[uuid.UUID], *, worker_id: str) -> int:
+        return cls.objects.filter(pk__in=pks, worker_id=worker_id).update(
+            heartbeat_at=timezone.now()
+        )
+
+    def release(self, *, worker_id: str) -> None:
+        type(self).objects.filter(pk=self.pk, worker_id=worker_id).update(
+            worker_id="", heartbeat_at=None
+        )
+
+    def next_thought_sequence(self) -> int:
+        top = self.thoughts.aggregate(top=Max("sequence"))["top"]
+        return 0 if top is None else top + 1
+
+    def next_synthesis_sequence(self) -> int:
+        top = self.syntheses.aggregate(top=Max("sequence"))["top"]
+        return 0 if top is None else top + 1
+
+
+class ThoughtType(models.TextChoices):
+    EXPLORATION = "exploration", "Exploration"
+    CRITIQUE = "critique", "Critique"
+    CONNECTION = "connection", "Connection"
+    INSIGHT = "insight", "Insight"
+
+
+class ThoughtQuerySet(models.QuerySet["Thought"]):
+    def for_session(self, session: ThinkingSession) -> ThoughtQuerySet:
+        return self.filter(session=session)
+
+    def after(self, sequence: int) -> ThoughtQuerySet:
+        return self.filter(sequence__gt=sequence)
+
+
+class Thought(models.Model):
+    session = models.ForeignKey(ThinkingSession, on_delete=models.CASCADE, related_name="thoughts")
+    sequence = models.PositiveIntegerField()
+    text = models.TextField()
+    type = models.CharField(max_length=16, choices=ThoughtType.choices)
+    confidence = models.FloatField()
+    time_offset_seconds = models.FloatField(help_text="Active thinking time when it was stored.")
+    sub_question = models.ForeignKey(
+        "SubQuestion", null=True, blank=True, on_delete=models.SET_NULL, related_name="thoughts"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ThoughtQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["session", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "sequence"], name="thought_seq_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.sequence} {self.type}: {self.text[:60]}"
+
+
+class SubQuestion(models.Model):
+    session = models.ForeignKey(
+        ThinkingSession, on_delete=models.CASCADE, related_name="sub_questions"
+    )
+    text = models.TextField()
+    priority = models.PositiveSmallIntegerField()
+    why = models.TextField(blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    explored = models.BooleanField(default=False)
+    explored_at = models.DateTimeField(null=True, blank=True)
+    answer = models.TextField(blank=True, help_text="A short insight once explored.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["explored", "-priority", "created_at", "id"]
+        indexes = [models.Index(fields=["session", "explored", "-priority"])]
+
+    def __str__(self) -> str:
+        return f"[{self.priority}] {self.text[:70]}"
+
+
+class Synthesis(models.Model):
+    session = models.ForeignKey(ThinkingSession, on_delete=models.CASCADE, related_name="syntheses")
+    sequence = models.PositiveIntegerField()
+    text = models.TextField()
+    key_insights = models.JSONField(default=list, blank=True)
+    confidence = models.FloatField()
+    remaining_questions = models.JSONField(default=list, blank=True)
+    time_offset_seconds = models.FloatField()
+    is_final = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "sequence"]
+        verbose_name_plural = "syntheses"
+        constraints = [
+            models.UniqueConstraint(fields=["session", "sequence"], name="synthesis_seq_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{'Final' if self.is_final else 'Synthesis'} #{self.sequence} ({self.confidence:.2f})"
+        )

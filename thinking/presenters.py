@@ -1,0 +1,50 @@
+"""Template context for the session page. The page view and the live broadcaster both use
+it, so a reload shows exactly what the stream showed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .models import ThinkingSession
+
+CHART_WIDTH = 320
+CHART_HEIGHT = 90
+CHART_PAD = 6
+
+
+def confidence_points(values: list[float]) -> list[dict[str, float]]:
+    """Chart coordinates for a confidence evolution (0 at the bottom, 1 at the top)."""
+    if not values:
+        return []
+    inner_w = CHART_WIDTH - 2 * CHART_PAD
+    inner_h = CHART_HEIGHT - 2 * CHART_PAD
+    step = inner_w / (len(values) - 1) if len(values) > 1 else 0
+    points = []
+    for index, value in enumerate(values):
+        value = min(1.0, max(0.0, float(value)))
+        x = CHART_PAD + (index * step if len(values) > 1 else inner_w / 2)
+        y = CHART_PAD + (1 - value) * inner_h
+        points.append({"x": round(x, 1), "y": round(y, 1), "value": value, "n": index + 1})
+    return points
+
+
+def chart_context(session: ThinkingSession) -> dict[str, Any]:
+    points = confidence_points(session.confidence_evolution)
+    return {
+        "chart_points": points,
+        "chart_polyline": " ".join(f"{p['x']},{p['y']}" for p in points),
+        "chart_width": CHART_WIDTH,
+        "chart_height": CHART_HEIGHT,
+        "chart_mid_y": CHART_PAD + (CHART_HEIGHT - 2 * CHART_PAD) / 2,
+    }
+
+
+def session_context(session: ThinkingSession) -> dict[str, Any]:
+    """Everything the session page's partials need."""
+    return {
+        "session": session,
+        "thoughts": list(session.thoughts.select_related("sub_question")),
+        "sub_questions": list(session.sub_questions.all()),
+        "syntheses": list(session.syntheses.all()),
+        **chart_context(session),
+    }

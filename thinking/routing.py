@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from .consumers import SessionConsumer
+from .worker import CHANNEL, ThinkingWorkerConsumer
+
+websocket_urlpatterns = [
+    path("ws/sessions/<uuid:session_id>/", SessionConsumer.as_asgi(), name="ws-session"),
+]
+
+worker_channels = {CHANNEL: ThinkingWorkerConsumer.as_asgi()}

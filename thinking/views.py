@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from . import llm
+from .access import get_session_for
+from .broadcast import publish_sync
+from .events import SessionEvent
+from .forms import StartSessionForm
+from .models import IllegalTransition, Status, ThinkingSession
+from .presenters import session_context
+from .worker import request_start
+
+
+def _start_page(request: HttpRequest, form: StartSessionForm, status: int = 200) -> HttpResponse:
+    recent = ThinkingSession.objects.visible_to(request.user)[:8]
+    context = {"form": form, "recent": recent, "provider_ready": llm.is_configured()}
+    return render(request, "thinking/home.html", context, status=status)
+
+
+@login_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    return _start_page(request, StartSessionForm())
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def session_create(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        return redirect("home")
+    form = StartSessionForm(request.POST)
+    if not llm.is_configured():
+        form.add_error(None, llm.NOT_CONFIGURED)
+    if not form.is_valid():
+        return _start_page(request, form, status=422)
+    with transaction.atomic():
+        session = form.create_session(owner=request.user)
+        transaction.on_commit(lambda: request_start(session.pk))
+    if request.htmx:
+        return HttpResponseClientRedirect(session.get_absolute_url())
+    return redirect(session)
+
+
+@login_required
+@require_GET
+def session_list(request: HttpRequest) -> HttpResponse:
+    sessions = ThinkingSession.objects.visible_to(request.user)
+    status = request.GET.get("status", "")
+    if status in Status.values:
+        sessions = sessions.filter(status=status)
+    page = Paginator(sessions, 25).get_page(request.GET.get("page"))
+    context = {"page": page, "status": status, "statuses": Status.choices}
+    template = "thinking/_session_rows.html" if request.htmx else "thinking/session_list.html"
+    return render(request, template, context)
+
+
+@login_required
+@require_GET
+def session_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    session = get_session_for(request.user, pk)
+    context = session_context(session)
+    if request.htmx:
+        return render(request, "thinking/_header.html", context)
+    return render(request, "thinking/session_detail.html", context)
+
+
+def _change_state(
+    request: HttpRequest, pk: uuid.UUID, change: Callable[[ThinkingSession], None], done: str
+) -> HttpResponse:
+    session = get_session_for(request.user, pk)
+    try:
+        change(session)
+    except IllegalTransition as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, done)
+        publish_sync(SessionEvent(session.pk, finished=session.is_finished))
+    if request.htmx:
+        return render(request, "thinking/_header.html", {"session": session})
+    return redirect(session)
+
+
+@login_required
+@require_POST
+def session_pause(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    return _change_state(request, pk, ThinkingSession.pause, "Paused.")
+
+
+@login_required
+@require_POST
+def session_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    def resume(session: ThinkingSession) -> None:
+        session.resume()
+        transaction.on_commit(lambda: request_start(session.pk))
+
+    return _change_state(request, pk, resume, "Resumed.")
+
+
+@login_required
+@require_POST
+def session_cancel(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    return _change_state(request, pk, ThinkingSession.cancel, "Cancelled.")

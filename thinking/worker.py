@@ -1,0 +1,224 @@
+"""Running sessions in the background, on the `thinking` worker channel.
+
+A start message is only a doorbell (channel layers deliver at most once): the database row
+is the truth. A worker claims a session with a lease before running it, renews the lease
+while it runs, and sweeps for sessions whose doorbell was lost or whose worker died.
+Each session runs as its own asyncio task, so the consumer's handler returns at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from channels.consumer import AsyncConsumer
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.worker import Worker
+from django.conf import settings
+from django.utils import timezone
+
+from . import broadcast, loop
+from .events import Publish, SessionEvent
+from .llm import LLM, LLMError
+from .models import ThinkingSession
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "thinking"
+
+
+def new_worker_id(prefix: str = "worker") -> str:
+    return f"{prefix}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Supervisor:
+    """Claims, runs and keeps alive the sessions of one worker process."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: str | None = None,
+        capacity: int | None = None,
+        llm_factory: Callable[[], LLM] = LLM.from_settings,
+        publish: Publish = broadcast.publish,
+        sweeping: bool = True,
+    ) -> None:
+        self.worker_id = worker_id or new_worker_id()
+        self.capacity = capacity or settings.DEEPTHINK_WORKER_CAPACITY
+        self.llm_factory = llm_factory
+        self.publish = publish
+        self.sweeping = sweeping
+        self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
+        self._background: asyncio.Task[Any] | None = None
+
+    @property
+    def has_room(self) -> bool:
+        return len(self.running) < self.capacity
+
+    async def start(self, session_id: uuid.UUID) -> bool:
+        """Claim and run a session. False if it is running elsewhere, not runnable, or this
+        worker is full (then the sweeper of some worker picks it up later)."""
+        if session_id in self.running or not self.has_room:
+            return False
+        claimed = await database_sync_to_async(ThinkingSession.claim)(
+            session_id, worker_id=self.worker_id, lease_seconds=settings.DEEPTHINK_LEASE_SECONDS
+        )
+        if not claimed:
+            return False
+        task = asyncio.create_task(self._run(session_id), name=f"session-{session_id}")
+        self.running[session_id] = task
+        return True
+
+    async def _run(self, session_id: uuid.UUID) -> str | None:
+        try:
+            try:
+                llm = self.llm_factory()
+            except LLMError as error:
+                failed = await loop.fail(
+                    session_id, worker_id=self.worker_id, meter=loop.Meter(), message=str(error)
+                )
+                if failed is not None:
+                    await self.publish(SessionEvent(session_id, finished=True))
+                return None
+            try:
+                return await loop.run_session(
+                    session_id, llm=llm, publish=self.publish, worker_id=self.worker_id
+                )
+            finally:
+                await llm.close()
+        except Exception:
+            logger.exception("Session %s crashed its task", session_id)
+            return None
+        finally:
+            self.running.pop(session_id, None)
+
+    async def heartbeat(self) -> int:
+        if not self.running:
+            return 0
+        return await database_sync_to_async(ThinkingSession.renew)(
+            list(self.running), worker_id=self.worker_id
+        )
+
+    async def sweep(self) -> int:
+        """Start sessions nobody runs: a lost start message, a dead worker, a resume."""
+        room = self.capacity - len(self.running)
+        if room <= 0:
+            return 0
+
+        def candidates() -> list[uuid.UUID]:
+            rows = ThinkingSession.objects.unclaimed_or_stale(
+                now=timezone.now(), lease_seconds=settings.DEEPTHINK_LEASE_SECONDS
+            ).order_by("created_at")
+            return list(rows.values_list("pk", flat=True)[:room])
+
+        started = 0
+        for session_id in await database_sync_to_async(candidates)():
+            if await self.start(session_id):
+                started += 1
+        return started
+
+    async def run_forever(self) -> None:
+        """Heartbeats and sweeps, until cancelled."""
+        beat = settings.DEEPTHINK_HEARTBEAT_SECONDS
+        sweep_every = settings.DEEPTHINK_SWEEP_SECONDS
+        since_sweep = sweep_every  # sweep at once on start-up: resume what a restart left
+        while True:
+            try:
+                await self.heartbeat()
+                if self.sweeping and since_sweep >= sweep_every:
+                    await self.sweep()
+                    since_sweep = 0.0
+            except Exception:
+                logger.exception("Worker %s: heartbeat or sweep failed", self.worker_id)
+            tick = min(beat, sweep_every)
+            await asyncio.sleep(tick)
+            since_sweep += tick
+
+    def ensure_background(self) -> None:
+        if self._background is None or self._background.done():
+            self._background = asyncio.create_task(self.run_forever(), name="thinking-supervisor")
+
+    async def wait_idle(self) -> None:
+        """Wait until every running session's task has finished (tests, the CLI)."""
+        while self.running:
+            await asyncio.gather(*list(self.running.values()), return_exceptions=True)
+
+
+_supervisors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Supervisor] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def get_supervisor() -> Supervisor:
+    """The supervisor of this process's running event loop."""
+    running = asyncio.get_running_loop()
+    supervisor = _supervisors.get(running)
+    if supervisor is None:
+        supervisor = _supervisors[running] = Supervisor()
+    return supervisor
+
+
+class ThinkingWorkerConsumer(AsyncConsumer):
+    """Handles `session.start` doorbells on the `thinking` channel."""
+
+    async def session_start(self, message: dict[str, Any]) -> None:
+        try:
+            session_id = uuid.UUID(str(message.get("id")))
+        except ValueError:
+            logger.warning("Ignoring a start message with a bad id: %r", message.get("id"))
+            return
+        supervisor = get_supervisor()
+        supervisor.ensure_background()
+        await supervisor.start(session_id)
+
+
+class ThinkingWorker(Worker):
+    """`runworker thinking`: the channel listener plus this process's supervisor."""
+
+    async def handle(self) -> None:
+        get_supervisor().ensure_background()
+        await super().handle()
+
+
+def request_start(session_id: uuid.UUID) -> None:
+    """Ring the doorbell for a session (call after its row is committed). If the message is
+    lost, a sweeper finds the session anyway."""
+    from asgiref.sync import async_to_sync
+
+    try:
+        async_to_sync(get_channel_layer().send)(
+            CHANNEL, {"type": "session.start", "id": str(session_id)}
+        )
+    except Exception:
+        logger.warning("Could not send the start message for %s; the sweeper will", session_id)
+
+
+def with_inprocess_worker(application: Any) -> Any:
+    """Wrap the ASGI app so that, on embedded defaults, the first connection also starts
+    this process's thinking worker (daphne has no lifespan events to hook)."""
+    started: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+    tasks: set[asyncio.Task[Any]] = set()  # held so the worker task is not garbage collected
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        if settings.DEEPTHINK_INPROCESS_WORKER and scope["type"] in ("http", "websocket"):
+            running = asyncio.get_running_loop()
+            if running not in started:
+                started.add(running)
+                worker = ThinkingWorker(
+                    application=application,
+                    channels=[CHANNEL],
+                    channel_layer=get_channel_layer(),
+                )
+                task = asyncio.create_task(worker.arun(), name="thinking-worker")
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        return await application(scope, receive, send)
+
+    return app

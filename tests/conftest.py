@@ -62,3 +62,21 @@ def services_available() -> tuple[bool, str]:
     if missing:
         return False, f"needs {' and '.join(missing)} (PostgreSQL/Redis); .ci/run sets them"
     return True, ""
+
+
+@pytest.fixture
+async def background_tasks() -> Any:
+    """Stops the tasks a test left running (in-process worker, supervisor) and closes the
+    database connections they used, so test databases can be dropped afterwards."""
+    import asyncio
+
+    from channels.db import database_sync_to_async
+    from django.db import connections
+
+    yield
+    current = asyncio.current_task()
+    leftovers = [task for task in asyncio.all_tasks() if task is not current]
+    for task in leftovers:
+        task.cancel()
+    await asyncio.gather(*leftovers, return_exceptions=True)
+    await database_sync_to_async(connections.close_all)()

@@ -7,6 +7,13 @@ from typing import Any
 
 from .models import ThinkingSession
 
+# WebSocket routes are not in Django's URLconf; routing.py builds its pattern from this.
+WS_SESSIONS = "ws/sessions/"
+
+
+def session_ws_path(session_id: object) -> str:
+    return f"/{WS_SESSIONS}{session_id}/"
+
 CHART_WIDTH = 320
 CHART_HEIGHT = 90
 CHART_PAD = 6
@@ -43,6 +50,7 @@ def session_context(session: ThinkingSession) -> dict[str, Any]:
     """Everything the session page's partials need."""
     return {
         "session": session,
+        "ws_path": session_ws_path(session.pk),
         "thoughts": list(session.thoughts.select_related("sub_question")),
         "sub_questions": list(session.sub_questions.all()),
         "syntheses": list(session.syntheses.all()),

@@ -405,13 +405,19 @@ class _Occurrence:
 
 
 def _scan_level(
-    doc: _Doc, lo: int, hi: int, region_end: int, by_name: dict[str, TagSpec]
+    doc: _Doc,
+    lo: int,
+    hi: int,
+    region_end: int,
+    by_name: dict[str, TagSpec],
+    primary: set[str],
 ) -> dict[str, list[_Occurrence]]:
     """Occurrences of the sibling tags in ``by_name`` within tokens [lo, hi).
 
     Tokens of other names are skipped, so tags wrapped in unknown markup are still found. A
     closed element's contents are jumped over (they belong to the next level); an unclosed
-    one runs to the next sibling's opening tag or the end of the region.
+    one runs to the next opening tag of a ``primary`` sibling (of any sibling, for a
+    non-primary "stray" tag) or to the end of the region.
     """
     found: dict[str, list[_Occurrence]] = {}
     kinds, names, starts, ends, match = doc.kinds, doc.names, doc.starts, doc.ends, doc.match
@@ -421,6 +427,7 @@ def _scan_level(
             i += 1
             continue
         name = names[i]
+        stops = primary if name in primary else by_name
         if kinds[i] == _SELF:
             occ = _Occurrence(i, i + 1, i + 1, ends[i], ends[i], starts[i], ends[i], True)
             nxt = i + 1
@@ -430,7 +437,7 @@ def _scan_level(
             nxt = m + 1
         else:
             k = i + 1
-            while k < hi and not (kinds[k] != _CLOSE and names[k] in by_name):
+            while k < hi and not (kinds[k] != _CLOSE and names[k] in stops):
                 k += 1
             stop = starts[k] if k < hi else region_end
             occ = _Occurrence(i, i + 1, k, ends[i], stop, starts[i], stop, False)
@@ -449,11 +456,15 @@ def _extract_level(
     depth: int,
     prefix: str,
     errors: list[str],
+    strays: Sequence[TagSpec] = (),
 ) -> tuple[dict[str, Node | list[Node]], list[tuple[int, int]]]:
     by_name: dict[str, TagSpec] = {}
     for spec in specs:
         by_name.setdefault(spec.tag.lower(), spec)  # duplicate siblings: first spec wins
-    found = _scan_level(doc, lo, hi, region_end, by_name)
+    primary = set(by_name)
+    for spec in strays:
+        by_name.setdefault(spec.tag.lower(), spec)
+    found = _scan_level(doc, lo, hi, region_end, by_name, primary)
     nodes: dict[str, Node | list[Node]] = {}
     holes: list[tuple[int, int]] = []
     for name, spec in by_name.items():
@@ -532,8 +543,14 @@ def extract(text: str, specs: Sequence[TagSpec]) -> Extraction:
     Never raises for a ``str``: problems (missing required tags, empty content, validator
     failures, unknown or unsupported types, conversion failures, truncation) are listed in
     ``errors``. Input beyond `MAX_INPUT_CHARS` is cut off; nesting beyond `MAX_DEPTH` is not
-    followed. Tags match case-insensitively and may carry any other attributes.
+    followed. Tags match case-insensitively and may carry any other attributes. A repeated
+    tag gives a list if its spec is ``multiple``; otherwise the first closed occurrence wins
+    (the first occurrence if none is closed).
     """
+    return _extract(text, specs)
+
+
+def _extract(text: str, specs: Sequence[TagSpec], strays: Sequence[TagSpec] = ()) -> Extraction:
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
     result = Extraction()
@@ -543,7 +560,7 @@ def extract(text: str, specs: Sequence[TagSpec]) -> Extraction:
         result.errors.append(f"input truncated to {MAX_INPUT_CHARS} characters")
     doc = _Doc(text)
     result.nodes, _ = _extract_level(
-        doc, 0, len(doc.kinds), doc.end, tuple(specs), 1, "", result.errors
+        doc, 0, len(doc.kinds), doc.end, tuple(specs), 1, "", result.errors, strays
     )
     return result
 
@@ -670,7 +687,9 @@ ENHANCED_SPEC: tuple[TagSpec, ...] = (
 )
 
 # Looked for at the top level too, outside the mode's elements, because models drop the
-# wrapper (`<response>` without `<interactive>`, `<analysis>` without `<think>`).
+# wrapper (`<response>` without `<interactive>`, `<analysis>` without `<think>`). They do not
+# cut an unclosed mode element short: inside an unclosed `<interactive>` a `<response>` is
+# its child, not a stray.
 _STRAYS: dict[str, tuple[TagSpec, ...]] = {
     "standard": (TagSpec("response"), _STOP_SIGNAL),
     "enhanced": (*(TagSpec(name) for name in _THINK_PARTS), TagSpec("response"), _STOP_SIGNAL),
@@ -743,7 +762,7 @@ def parse_structured(
     specs = mode_spec(mode, custom)
     top = {spec.tag.lower() for spec in specs}
     strays = tuple(s for s in _STRAYS[mode] if s.tag not in top)
-    extraction = extract(text, (*specs, *strays))
+    extraction = _extract(text, specs, strays)
     nodes = extraction.nodes
     reply = StructuredReply(mode=mode, errors=extraction.errors, found=bool(nodes))
 
@@ -814,18 +833,18 @@ _PLACEHOLDERS = {
 _TYPE_PLACEHOLDERS = {"string": "…", "boolean": "false", "number": "0", "json": "{}"}
 
 
-def _skeleton(specs: Sequence[TagSpec], indent: str, lines: list[str], described: bool) -> None:
+def _skeleton(specs: Sequence[TagSpec], lines: list[str], described: bool) -> None:
     for spec in specs:
         kind = spec.default_type
         attr = "" if kind == "string" else f' type="{kind}"'
         if spec.children:
-            lines.append(f"{indent}<{spec.tag}{attr}>")
-            _skeleton(spec.children, indent, lines, described)
-            lines.append(f"{indent}</{spec.tag}>")
+            lines.append(f"<{spec.tag}{attr}>")
+            _skeleton(spec.children, lines, described)
+            lines.append(f"</{spec.tag}>")
         else:
             filler = _PLACEHOLDERS.get(spec.tag) if described else None
             filler = filler or _TYPE_PLACEHOLDERS[kind]
-            lines.append(f"{indent}<{spec.tag}{attr}>{filler}</{spec.tag}>")
+            lines.append(f"<{spec.tag}{attr}>{filler}</{spec.tag}>")
 
 
 def render_format_instructions(
@@ -837,7 +856,7 @@ def render_format_instructions(
     """
     specs = mode_spec(mode, custom)
     lines = ["Format your whole reply with these XML tags, in this order:", ""]
-    _skeleton(specs, "", lines, described=mode != "custom")
+    _skeleton(specs, lines, described=mode != "custom")
     lines.append("")
     optional: list[str] = []
     repeatable: list[str] = []

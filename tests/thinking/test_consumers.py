@@ -1,0 +1,213 @@
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import AsyncClient
+from django.urls import reverse
+
+from config.asgi import application
+from tests.conftest import services_available
+from thinking.events import SessionEvent
+from thinking.models import Status, ThinkingSession, Thought
+from thinking.presenters import session_ws_path
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def login(user: Any) -> str:
+    client = AsyncClient()
+    await client.aforce_login(user)
+    return client.cookies["sessionid"].value
+
+
+def communicator(session_id: Any, cookie: str | None, *, rev: Any = None, origin: str = "") -> Any:
+    path = session_ws_path(session_id) + (f"?rev={rev}" if rev is not None else "")
+    headers = [(b"origin", (origin or "http://testserver").encode())]
+    if cookie:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def add_thought(session: ThinkingSession, sequence: int, text: str) -> None:
+    await Thought.objects.acreate(
+        session=session,
+        sequence=sequence,
+        text=text,
+        type="insight",
+        confidence=0.7,
+        time_offset_seconds=1,
+    )
+    await ThinkingSession.objects.filter(pk=session.pk).aupdate(revision=sequence + 1)
+
+
+async def test_anonymous_is_refused(make_session: Any):
+    session = await sync_to_async(make_session)()
+    connected, _ = await communicator(session.pk, None).connect()
+    assert not connected
+
+
+async def test_another_user_is_refused(make_session: Any, bob: Any):
+    session = await sync_to_async(make_session)()
+    connected, _ = await communicator(session.pk, await login(bob)).connect()
+    assert not connected
+
+
+async def test_an_unknown_session_is_refused(alice: Any):
+    connected, _ = await communicator("7d3f0b0e-0000-4000-8000-000000000000", await login(alice)).connect()
+    assert not connected
+
+
+async def test_a_foreign_origin_is_refused(make_session: Any, alice: Any):
+    session = await sync_to_async(make_session)()
+    comm = communicator(session.pk, await login(alice), origin="http://evil.example")
+    connected, _ = await comm.connect()
+    assert not connected
+
+
+async def test_an_up_to_date_page_gets_no_catch_up(make_session: Any, alice: Any):
+    session = await sync_to_async(make_session)(revision=3)
+    comm = communicator(session.pk, await login(alice), rev=3)
+    connected, _ = await comm.connect()
+    assert connected
+    assert await comm.receive_nothing(timeout=0.2)
+    await comm.disconnect()
+
+
+async def test_a_page_that_missed_updates_gets_them_once(make_session: Any, alice: Any):
+    from thinking.broadcast import publish
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    await add_thought(session, 0, "seen by the page")
+    await add_thought(session, 1, "missed while away")
+    comm = communicator(session.pk, await login(alice), rev=1)
+    assert (await comm.connect())[0]
+    catch_up = await comm.receive_from()
+    assert "missed while away" in catch_up and 'id="thought-list"' in catch_up
+
+    # A late live message about a thought the catch-up already showed is not repeated...
+    await publish(SessionEvent(session.pk, thoughts=(1,)))
+    repeat = await comm.receive_from()
+    assert "missed while away" not in repeat and 'id="session-header"' in repeat
+    # ...and a new one is appended.
+    await add_thought(session, 2, "brand new")
+    await publish(SessionEvent(session.pk, thoughts=(2,)))
+    live = await comm.receive_from()
+    assert "brand new" in live and 'hx-swap-oob="beforeend:#thought-list"' in live
+    await comm.disconnect()
+
+
+async def test_model_text_arrives_escaped(make_session: Any, alice: Any):
+    from thinking.broadcast import publish
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    comm = communicator(session.pk, await login(alice), rev=0)
+    assert (await comm.connect())[0]
+    await add_thought(session, 0, '<script>alert("x")</script>')
+    await publish(SessionEvent(session.pk, thoughts=(0,)))
+    html = await comm.receive_from()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    await comm.disconnect()
+
+
+async def test_frames_from_the_client_are_ignored(make_session: Any, alice: Any):
+    session = await sync_to_async(make_session)(revision=0)
+    comm = communicator(session.pk, await login(alice), rev=0)
+    assert (await comm.connect())[0]
+    await comm.send_to(text_data='{"type": "session.update", "parts": []}')
+    assert await comm.receive_nothing(timeout=0.2)
+    await comm.disconnect()
+
+
+async def collect(comm: Any, until: Any, timeout: float = 30) -> list[str]:
+    frames: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            frame = await comm.receive_from(timeout=max(0.1, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            break
+        frames.append(frame)
+        if until(frame):
+            return frames
+    raise AssertionError(f"gave up after {len(frames)} frames")
+
+
+def first_index(frames: list[str], needle: str) -> int:
+    return next(i for i, frame in enumerate(frames) if needle in frame)
+
+
+async def watch_a_session_from_the_browser(alice: Any, settings: Any) -> None:
+    """Start a session over HTTP, let the worker run it, watch it over the WebSocket."""
+    settings.DEEPTHINK_INPROCESS_WORKER = True
+    settings.DEEPTHINK_SWEEP_SECONDS = 0.2
+    settings.DEEPTHINK_HEARTBEAT_SECONDS = 0.1
+    client = AsyncClient()
+    await client.aforce_login(alice)
+    response = await client.post(
+        reverse("session-create"),
+        {"question": "Why do we dream?", "minutes": "0.05", "synthesis_minutes": "0.01"},
+    )
+    session = await ThinkingSession.objects.aget()
+    assert response.status_code == 302 and response.url == session.get_absolute_url()
+    page = await client.get(response.url)
+    rev = re.search(r'data-revision="(\d+)"', page.content.decode()).group(1)
+
+    # The first connection also starts the in-process worker (embedded defaults).
+    comm = communicator(session.pk, client.cookies["sessionid"].value, rev=rev)
+    assert (await comm.connect())[0]
+    frames = await collect(comm, lambda f: "confident</span>" in f and 'id="answer"' in f)
+    await comm.disconnect()
+
+    header = first_index(frames, "status-thinking")
+    thought = first_index(frames, 'id="thought-0"')
+    question = first_index(frames, 'id="subq-')
+    synthesis = first_index(frames, 'id="synthesis-0"')
+    assert header <= thought < question, "thinking status, then thoughts, then sub-questions"
+    assert thought < synthesis < len(frames) - 1, "syntheses come before the final answer"
+    assert "status-completed" in frames[-1]
+    assert "<script" not in "".join(frames)
+
+    await session.arefresh_from_db()
+    assert session.status == Status.COMPLETED
+    assert await session.thoughts.acount() >= 3
+    assert await session.sub_questions.aexists()
+    assert await session.syntheses.filter(is_final=False).aexists()
+    assert session.final_answer and session.final_confidence is not None
+    streamed = {int(n) for n in re.findall(r'id="thought-(\d+)"', "".join(frames))}
+    stored = {s async for s in session.thoughts.values_list("sequence", flat=True)}
+    assert streamed == stored, "every stored thought was streamed, none twice"
+
+
+async def test_a_session_started_in_the_browser_streams_to_the_end(
+    alice: Any, fake_claude: Any, settings: Any, background_tasks: None
+):
+    fake_claude.delay = 0.02
+    await watch_a_session_from_the_browser(alice, settings)
+
+
+@pytest.mark.services
+async def test_the_same_through_redis_and_postgresql(
+    alice: Any, fake_claude: Any, settings: Any, background_tasks: None
+):
+    ok, reason = services_available()
+    if not ok:
+        pytest.skip(reason)
+    import os
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [os.environ["REDIS_URL"]], "prefix": f"test-{os.getpid()}"},
+        }
+    }
+    from django.db import connection
+
+    assert connection.vendor == "postgresql"
+    fake_claude.delay = 0.02
+    await watch_a_session_from_the_browser(alice, settings)

@@ -44,7 +44,7 @@ class ParsedSynthesis:
 # A label at the start of a line, tolerating markdown decoration: "**THOUGHT:**", "## Type:".
 _LABEL = r"^[ \t>*#_\-]*{name}[ \t*_]*:[ \t*_]*"
 _SEPARATOR = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$", re.MULTILINE)
-_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)?")
+_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)?(?:[eE][-+]?\d+)?")
 
 
 def _label(name: str) -> re.Pattern[str]:
@@ -70,6 +70,8 @@ def clamp_confidence(raw: str | float | None) -> float:
             return DEFAULT_CONFIDENCE
         value = float(match.group().replace(",", "."))
         rest = text[match.end() :].lstrip()
+        if re.match(r"[-\u2013]\s*\d", rest):
+            return DEFAULT_CONFIDENCE  # a range echoed from the format ("0.0-1.0") says nothing
         if rest.startswith("%"):
             value /= 100
         elif rest.startswith("/"):
@@ -160,7 +162,7 @@ def parse_thoughts(text: str, *, limit: int = MAX_THOUGHTS) -> list[ParsedThough
                 confidence=clamp_confidence(fields.get("confidence")),
             )
         )
-    if not thoughts and not _THOUGHT.search(text):
+    if not thoughts and not _THOUGHT.search(text) and _clean(text):
         thoughts.append(ParsedThought(text=_clean(text)))
     return thoughts[:limit]
 

@@ -14,6 +14,7 @@ WS_SESSIONS = "ws/sessions/"
 def session_ws_path(session_id: object) -> str:
     return f"/{WS_SESSIONS}{session_id}/"
 
+
 CHART_WIDTH = 320
 CHART_HEIGHT = 90
 CHART_PAD = 6

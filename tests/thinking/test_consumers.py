@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from typing import Any
@@ -59,7 +58,9 @@ async def test_another_user_is_refused(make_session: Any, bob: Any):
 
 
 async def test_an_unknown_session_is_refused(alice: Any):
-    connected, _ = await communicator("7d3f0b0e-0000-4000-8000-000000000000", await login(alice)).connect()
+    connected, _ = await communicator(
+        "7d3f0b0e-0000-4000-8000-000000000000", await login(alice)
+    ).connect()
     assert not connected
 
 
@@ -130,7 +131,7 @@ async def collect(comm: Any, until: Any, timeout: float = 30) -> list[str]:
     while time.monotonic() < deadline:
         try:
             frame = await comm.receive_from(timeout=max(0.1, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             break
         frames.append(frame)
         if until(frame):

@@ -81,7 +81,9 @@ def test_start_creates_a_session_and_redirects_to_it(
 
 def test_start_over_htmx_redirects_the_browser(alice_client: Any, fake_claude: Any):
     response = alice_client.post(
-        reverse("session-create"), {"question": "Q?", "minutes": "1"}, headers={"HX-Request": "true"}
+        reverse("session-create"),
+        {"question": "Q?", "minutes": "1"},
+        headers={"HX-Request": "true"},
     )
     assert response.status_code == 200
     assert response.headers["HX-Redirect"] == detail(ThinkingSession.objects.get())

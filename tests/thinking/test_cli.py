@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tests.fakes.anthropic_server import HttpError, Reply
+from thinking.models import ThinkingSession
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def think(*args: str) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command("think", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_json_output_carries_the_whole_session(fake_claude: Any, alice: Any):
+    out, _ = think(
+        "Why is the sky blue?", "--minutes", "0.05", "--synthesis-minutes", "0.01",
+        "--owner", "alice", "--json",
+    )  # fmt: skip
+    doc = json.loads(out)
+
+    session = ThinkingSession.objects.get()
+    assert doc["id"] == str(session.pk) and session.owner == alice
+    assert doc["status"] == "completed" and doc["completion_reason"] == "budget"
+    assert doc["question"] == "Why is the sky blue?"
+    assert [t["sequence"] for t in doc["thoughts"]] == list(range(len(doc["thoughts"])))
+    assert set(doc["thoughts"][0]) >= {"sequence", "type", "text", "confidence"}
+    assert doc["sub_questions"] and set(doc["sub_questions"][0]) >= {
+        "text", "priority", "why", "explored",
+    }  # fmt: skip
+    assert doc["syntheses"][-1]["is_final"] and len(doc["syntheses"]) >= 2
+    assert set(doc["syntheses"][0]) >= {
+        "sequence", "text", "key_insights", "confidence", "remaining_questions", "is_final",
+    }  # fmt: skip
+    assert doc["final_answer"] == session.final_answer
+    assert doc["final_confidence"] == session.final_confidence
+    assert doc["confidence_evolution"] == [s["confidence"] for s in doc["syntheses"]]
+    assert doc["usage"]["input_tokens"] > 0 and "cache_read_tokens" in doc["usage"]
+    assert "worker_id" not in out
+
+
+def test_live_output_shows_thoughts_and_the_answer(fake_claude: Any, alice: Any):
+    out, _ = think("What is a mind?", "--minutes", "0.05", "--synthesis-minutes", "0.02")
+    assert "Thinking about: What is a mind?" in out
+    assert "[exploration" in out or "[connection" in out
+    assert "== Final answer (confidence 0.78)" in out and "Done." in out
+
+
+def test_first_superuser_owns_cli_sessions_and_is_created_if_missing(fake_claude: Any):
+    _, err = think("Q?", "--minutes", "0.05", "--json")
+    assert "Created superuser 'deepthink'" in err
+    assert ThinkingSession.objects.get().owner.is_superuser
+
+
+def test_unknown_owner_is_refused(fake_claude: Any):
+    with pytest.raises(CommandError, match="No user named 'nobody'"):
+        think("Q?", "--owner", "nobody")
+
+
+def test_bad_budget_is_refused(fake_claude: Any, alice: Any):
+    with pytest.raises(CommandError, match=r"minutes: Give it at least 0\.05 minutes"):
+        think("Q?", "--minutes", "0")
+
+
+def test_a_failed_session_exits_non_zero_with_its_reason(fake_claude: Any, alice: Any):
+    fake_claude.enqueue(Reply(text="THOUGHT: kept\nTYPE: insight"))
+    fake_claude.responder = lambda body: HttpError(status=401, type="authentication_error")
+    with pytest.raises(SystemExit) as exit_info:
+        think("Q?", "--minutes", "1", "--owner", "alice")
+    assert exit_info.value.code == 1
+    assert ThinkingSession.objects.get().thoughts.get().text == "kept"
+
+
+def test_without_a_provider_the_cli_exits_non_zero_with_a_message(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "DATABASE_"))}
+    env["SQLITE_PATH"] = str(tmp_path / "cli.sqlite3")
+    result = subprocess.run(
+        [sys.executable, "manage.py", "think", "Why?", "--minutes", "0.1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "No model provider is configured" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+from tests.fakes.anthropic_server import Reply
+from thinking import loop
+from thinking.llm import LLM
+from thinking.models import IllegalTransition, Status, ThinkingSession
+
+
+@pytest.mark.django_db
+def test_elapsed_time_ticks_only_while_thinking(make_session: Any):
+    start = timezone.now()
+    with time_machine.travel(start, tick=False) as traveller:
+        session = make_session(
+            status=Status.THINKING, active_seconds=10.0, running_since=start, budget_seconds=60
+        )
+        traveller.shift(timedelta(seconds=5))
+        assert session.elapsed_seconds() == pytest.approx(15)
+        assert session.remaining_seconds() == pytest.approx(45)
+        assert session.progress_percent() == pytest.approx(25)
+
+        session.pause()
+        traveller.shift(timedelta(hours=3))  # paused time never counts
+        session.status = Status.PAUSED
+        assert session.elapsed_seconds() == pytest.approx(10)
+
+        traveller.shift(timedelta(hours=5))  # elapsed never runs past the budget
+        session.status, session.running_since = Status.THINKING, start
+        assert session.elapsed_seconds() == 60 and session.remaining_seconds() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("status", "action"),
+    [
+        (Status.CREATED, "pause"),
+        (Status.PAUSED, "pause"),
+        (Status.THINKING, "resume"),
+        (Status.COMPLETED, "resume"),
+        (Status.COMPLETED, "cancel"),
+        (Status.FAILED, "cancel"),
+        (Status.CANCELLED, "pause"),
+    ],
+)
+def test_illegal_transitions_are_refused_with_a_reason(make_session: Any, status: str, action: str):
+    session = make_session(status=status)
+    with pytest.raises(IllegalTransition, match=f"Cannot {action} a session that is"):
+        getattr(session, action)()
+    session.refresh_from_db()
+    assert session.status == status
+
+
+@pytest.mark.django_db
+def test_a_transition_bumps_the_revision(make_session: Any):
+    session = make_session(status=Status.THINKING, revision=4)
+    session.pause()
+    assert session.revision == 5
+
+
+@pytest.mark.django_db
+def test_claim_is_exclusive_until_the_lease_goes_stale(make_session: Any):
+    session = make_session()
+    assert ThinkingSession.claim(session.pk, worker_id="a", lease_seconds=30)
+    assert not ThinkingSession.claim(session.pk, worker_id="b", lease_seconds=30)
+    with time_machine.travel(timezone.now() + timedelta(seconds=31)):
+        assert ThinkingSession.claim(session.pk, worker_id="b", lease_seconds=30)
+    session.refresh_from_db()
+    assert session.worker_id == "b"
+
+
+@pytest.mark.django_db
+def test_finished_sessions_cannot_be_claimed(make_session: Any):
+    for status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.PAUSED):
+        session = make_session(status=status)
+        assert not ThinkingSession.claim(session.pk, worker_id="a", lease_seconds=30)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_active_time_excludes_every_pause(fake_claude: Any, make_session: Any):
+    """Three pauses of 0.4 s each: none of that wall time is counted as thinking."""
+    session = await sync_to_async(make_session)(budget_seconds=0.6, synthesis_interval_seconds=60)
+    calls = 0
+
+    def pause_every_second_call(body: dict) -> Reply:
+        nonlocal calls
+        calls += 1
+        if calls in (2, 4, 6):
+            ThinkingSession.objects.filter(pk=session.pk).update(status=Status.PAUSED)
+        time.sleep(0.05)
+        return Reply(text="THOUGHT: step\nTYPE: insight\nCONFIDENCE: 0.6")
+
+    fake_claude.responder = pause_every_second_call
+    began = time.monotonic()
+    pauses = 0
+    while True:
+        assert await sync_to_async(ThinkingSession.claim)(
+            session.pk, worker_id="w", lease_seconds=30
+        )
+        llm = LLM.from_settings()
+        try:
+            status = await loop.run_session(session.pk, llm=llm, publish=_ignore, worker_id="w")
+        finally:
+            await llm.close()
+        if status != Status.PAUSED:
+            break
+        pauses += 1
+        await asyncio.sleep(0.4)
+        await sync_to_async(session.resume)()
+    wall = time.monotonic() - began
+
+    await session.arefresh_from_db()
+    assert pauses == 3 and session.status == Status.COMPLETED
+    assert session.active_seconds >= 0.6
+    assert session.active_seconds <= wall - 3 * 0.4 + 0.05
+
+
+async def _ignore(event: object) -> None:
+    return None

@@ -1,0 +1,177 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from thinking.parsing import (
+    clamp_confidence,
+    clamp_priority,
+    parse_questions,
+    parse_synthesis,
+    parse_thoughts,
+    question_key,
+)
+
+# The example replies of the extended-thinking seed, verbatim.
+SEED_THOUGHTS = """THOUGHT: Consciousness might be best understood as layered awareness
+TYPE: exploration
+CONFIDENCE: 0.6
+---
+THOUGHT: Self-reflection requires metacognitive awareness
+TYPE: connection
+CONFIDENCE: 0.75
+---
+THOUGHT: But this circular definition doesn't explain origins
+TYPE: critique
+CONFIDENCE: 0.8"""
+
+SEED_QUESTIONS = """QUESTION: How do different layers of awareness interact?
+PRIORITY: 8
+WHY: Understanding interaction could explain emergence
+---
+QUESTION: Can consciousness exist without self-reflection?
+PRIORITY: 9
+WHY: Tests whether self-reflection is necessary or optional"""
+
+SEED_SYNTHESIS_FORMAT = """SYNTHESIS: [summary of understanding]
+INSIGHTS:
+- [key insight 1]
+- [key insight 2]
+CONFIDENCE: [0.0-1.0]
+REMAINING:
+- [unanswered question 1]
+- [unanswered question 2]"""
+
+
+def test_seed_thoughts_parse_to_the_stored_values():
+    thoughts = parse_thoughts(SEED_THOUGHTS)
+    assert [(t.text, t.type, t.confidence) for t in thoughts] == [
+        ("Consciousness might be best understood as layered awareness", "exploration", 0.6),
+        ("Self-reflection requires metacognitive awareness", "connection", 0.75),
+        ("But this circular definition doesn't explain origins", "critique", 0.8),
+    ]
+
+
+def test_seed_questions_parse_with_priority_and_why():
+    questions = parse_questions(SEED_QUESTIONS)
+    assert [(q.text, q.priority, q.why) for q in questions] == [
+        (
+            "How do different layers of awareness interact?",
+            8,
+            "Understanding interaction could explain emergence",
+        ),
+        (
+            "Can consciousness exist without self-reflection?",
+            9,
+            "Tests whether self-reflection is necessary or optional",
+        ),
+    ]
+
+
+def test_seed_synthesis_parses_insights_confidence_and_remaining():
+    reply = """SYNTHESIS: Current understanding: Consciousness appears to be layered.
+INSIGHTS:
+- Layered structure
+- Requires feedback loops
+CONFIDENCE: 0.65
+REMAINING:
+- Origins still unclear
+- Hard problem unresolved"""
+    synthesis = parse_synthesis(reply)
+    assert synthesis.text == "Current understanding: Consciousness appears to be layered."
+    assert synthesis.key_insights == ["Layered structure", "Requires feedback loops"]
+    assert synthesis.confidence == 0.65
+    assert synthesis.remaining_questions == ["Origins still unclear", "Hard problem unresolved"]
+
+
+def test_the_seed_format_template_itself_degrades_to_defaults():
+    synthesis = parse_synthesis(SEED_SYNTHESIS_FORMAT)
+    assert synthesis.text == "[summary of understanding]"
+    assert synthesis.confidence == 0.5  # the range "[0.0-1.0]" is not a value
+    assert synthesis.key_insights == ["[key insight 1]", "[key insight 2]"]
+
+
+def test_final_answer_label_is_read_like_a_synthesis():
+    reply = "ANSWER: Because of Rayleigh scattering.\n\nMore detail.\nCONFIDENCE: 90%"
+    synthesis = parse_synthesis(reply)
+    assert synthesis.text == "Because of Rayleigh scattering.\n\nMore detail."
+    assert synthesis.confidence == 0.9
+
+
+def test_markdown_decoration_and_case_are_tolerated():
+    reply = (
+        "**Thought:** bold idea\n**Type:** *Critique*\n**Confidence:** 0.7\n\n---\n## THOUGHT: two"
+    )
+    thoughts = parse_thoughts(reply)
+    assert [(t.text, t.type, t.confidence) for t in thoughts] == [
+        ("bold idea", "critique", 0.7),
+        ("two", "exploration", 0.5),
+    ]
+
+
+def test_blocks_without_separators_are_split_on_each_label():
+    reply = "THOUGHT: one\nTYPE: insight\nTHOUGHT: two\nTYPE: connection"
+    assert [t.text for t in parse_thoughts(reply)] == ["one", "two"]
+
+
+def test_prose_without_labels_is_one_exploration_thought():
+    thoughts = parse_thoughts("Minds might be processes, not things.")
+    assert [(t.text, t.type, t.confidence) for t in thoughts] == [
+        ("Minds might be processes, not things.", "exploration", 0.5)
+    ]
+
+
+def test_more_than_five_thoughts_are_capped():
+    reply = "\n---\n".join(f"THOUGHT: t{i}" for i in range(9))
+    assert len(parse_thoughts(reply)) == 5
+
+
+def test_prose_is_not_a_question_and_questions_are_capped():
+    assert parse_questions("I have no questions.") == []
+    reply = "\n---\n".join(f"QUESTION: q{i}?\nPRIORITY: {i}" for i in range(6))
+    assert len(parse_questions(reply)) == 3
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("0.7", 0.7),
+        ("70%", 0.7),
+        ("7/10", 0.7),
+        ("7", 0.7),
+        ("70", 0.7),
+        ("1.5e3", 1.0),
+        ("-0.4", 0.0),
+        ("banana", 0.5),
+        ("0,8", 0.8),
+        ("nan", 0.5),
+        (None, 0.5),
+        ("0.85 (fairly sure)", 0.85),
+    ],
+)
+def test_confidence_is_clamped_to_zero_one(raw: str | None, expected: float):
+    assert clamp_confidence(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("8", 8), ("11", 10), ("0", 1), ("-3", 1), ("high", 5), ("7.6", 8), (None, 5)],
+)
+def test_priority_is_clamped_to_one_ten(raw: str | None, expected: int):
+    assert clamp_priority(raw) == expected
+
+
+def test_question_key_ignores_case_punctuation_and_accents():
+    assert question_key("Can  consciousness exist?") == question_key("can CONSCIOUSNESS exist")
+    assert question_key("Café, really?") == question_key("cafe really")
+    assert question_key("Is it A?") != question_key("Is it B?")
+
+
+@given(st.text())
+def test_no_reply_crashes_any_parser(text: str):
+    for thought in parse_thoughts(text):
+        assert thought.text and 0 <= thought.confidence <= 1
+    for question in parse_questions(text):
+        assert 1 <= question.priority <= 10
+    assert 0 <= parse_synthesis(text).confidence <= 1

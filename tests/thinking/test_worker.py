@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.utils import timezone
+
+from thinking.models import Status, ThinkingSession
+from thinking.worker import CHANNEL, Supervisor, ThinkingWorker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def _ignore(event: object) -> None:
+    return None
+
+
+async def new_session(make_session: Any, **fields: Any) -> ThinkingSession:
+    fields.setdefault("budget_seconds", 0.2)
+    fields.setdefault("synthesis_interval_seconds", 60)
+    return await sync_to_async(make_session)(**fields)
+
+
+async def test_the_sweeper_starts_a_session_whose_start_message_was_lost(
+    fake_claude: Any, make_session: Any
+):
+    session = await new_session(make_session)  # no doorbell was ever sent
+    supervisor = Supervisor(worker_id="w1", publish=_ignore)
+
+    assert await supervisor.sweep() == 1
+    await supervisor.wait_idle()
+
+    await session.arefresh_from_db()
+    assert session.status == Status.COMPLETED
+
+
+async def test_a_stale_lease_is_taken_over_and_the_session_continues(
+    fake_claude: Any, make_session: Any
+):
+    long_ago = timezone.now() - timedelta(minutes=5)
+    session = await new_session(
+        make_session,
+        status=Status.THINKING,
+        worker_id="dead-worker",
+        heartbeat_at=long_ago,
+        active_seconds=0.1,
+        next_synthesis_at=60,
+    )
+    supervisor = Supervisor(worker_id="w2", publish=_ignore)
+
+    assert await supervisor.sweep() == 1
+    await supervisor.wait_idle()
+
+    await session.arefresh_from_db()
+    assert session.status == Status.COMPLETED
+    assert session.started_at is not None
+
+
+async def test_a_live_lease_is_left_alone(fake_claude: Any, make_session: Any):
+    await new_session(
+        make_session, status=Status.THINKING, worker_id="alive", heartbeat_at=timezone.now()
+    )
+    assert await Supervisor(worker_id="w3", publish=_ignore).sweep() == 0
+
+
+async def test_a_full_worker_leaves_sessions_for_later(fake_claude: Any, make_session: Any):
+    fake_claude.delay = 0.3
+    sessions = [await new_session(make_session) for _ in range(3)]
+    supervisor = Supervisor(worker_id="w4", capacity=2, publish=_ignore)
+
+    assert await supervisor.sweep() == 2
+    assert not await supervisor.start(sessions[2].pk)
+    await sessions[2].arefresh_from_db()
+    assert sessions[2].status == Status.CREATED and sessions[2].worker_id == ""
+
+    await supervisor.wait_idle()
+    assert await supervisor.sweep() == 1
+    await supervisor.wait_idle()
+    statuses = {s async for s in ThinkingSession.objects.values_list("status", flat=True)}
+    assert statuses == {Status.COMPLETED}
+
+
+async def test_heartbeats_renew_the_leases_of_running_sessions(fake_claude: Any, make_session: Any):
+    fake_claude.delay = 0.3
+    session = await new_session(make_session, budget_seconds=0.1)
+    supervisor = Supervisor(worker_id="w5", publish=_ignore)
+    assert await supervisor.start(session.pk)
+    await session.arefresh_from_db()
+    first = session.heartbeat_at
+
+    await asyncio.sleep(0.05)
+    assert await supervisor.heartbeat() == 1
+    await session.arefresh_from_db()
+    assert session.heartbeat_at > first
+    await supervisor.wait_idle()
+
+
+async def test_a_missing_provider_fails_the_session_in_words(make_session: Any):
+    session = await new_session(make_session)
+    supervisor = Supervisor(worker_id="w6", publish=_ignore)
+
+    assert await supervisor.start(session.pk)
+    await supervisor.wait_idle()
+
+    await session.arefresh_from_db()
+    assert session.status == Status.FAILED
+    assert "No model provider is configured" in session.error_message
+
+
+async def test_several_sessions_run_concurrently_in_one_worker(fake_claude: Any, make_session: Any):
+    fake_claude.delay = 0.2
+    questions = [f"Question number {n}?" for n in range(4)]
+    sessions = [await new_session(make_session, question=q, budget_seconds=0.3) for q in questions]
+    supervisor = Supervisor(worker_id="w7", publish=_ignore)
+    for session in sessions:
+        assert await supervisor.start(session.pk)
+    assert len(supervisor.running) == 4
+
+    await supervisor.wait_idle()
+
+    # Each session's first model call went out before any session got its first reply back:
+    # the four first requests come from four different sessions.
+    def asked(request: dict) -> str:
+        prompt = request["body"]["messages"][0]["content"]
+        return next(q for q in questions if q in prompt)
+
+    assert {asked(r) for r in fake_claude.requests[:4]} == set(questions)
+    statuses = {s async for s in ThinkingSession.objects.values_list("status", flat=True)}
+    assert statuses == {Status.COMPLETED}
+
+
+async def test_the_worker_channel_runs_a_started_session(
+    fake_claude: Any, make_session: Any, background_tasks: None
+):
+    from config.asgi import router
+
+    session = await new_session(make_session)
+    worker = ThinkingWorker(
+        application=router, channels=[CHANNEL], channel_layer=get_channel_layer()
+    )
+    task = asyncio.create_task(worker.handle())
+    await get_channel_layer().send(CHANNEL, {"type": "session.start", "id": str(session.pk)})
+    await get_channel_layer().send(CHANNEL, {"type": "session.start", "id": "not-a-uuid"})
+
+    for _ in range(100):
+        await session.arefresh_from_db()
+        if session.status == Status.COMPLETED:
+            break
+        await asyncio.sleep(0.05)
+    assert session.status == Status.COMPLETED
+    assert not task.done(), "a bad message does not kill the worker"

@@ -198,6 +198,15 @@ DEEPTHINK_MAX_TOKENS = env_int("DEEPTHINK_MAX_TOKENS", 4096, minimum=256)
 DEEPTHINK_STREAM_RETRIES = env_int("DEEPTHINK_STREAM_RETRIES", 3, minimum=0)
 DEEPTHINK_RETRY_BASE_SECONDS = env_float("DEEPTHINK_RETRY_BASE_SECONDS", 1.0, minimum=0)
 
+# How the model is asked to structure each thought cycle (see thinking/tags.py): "standard"
+# or "enhanced"; "custom" is chosen per session, with its own tag spec.
+DEEPTHINK_FORMAT = env_str("DEEPTHINK_FORMAT", "enhanced").lower()
+if DEEPTHINK_FORMAT not in ("standard", "enhanced"):
+    raise ImproperlyConfigured(
+        f"DEEPTHINK_FORMAT must be 'standard' or 'enhanced', not {DEEPTHINK_FORMAT!r} "
+        "(a custom format is chosen per session, with its tag spec)."
+    )
+
 # The loop: a question batch every N thoughts; syntheses every interval of active time.
 DEEPTHINK_QUESTIONS_EVERY = env_int("DEEPTHINK_QUESTIONS_EVERY", 5, minimum=1)
 DEEPTHINK_MAX_MINUTES = env_float("DEEPTHINK_MAX_MINUTES", 600.0, minimum=0.05)

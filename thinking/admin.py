@@ -8,7 +8,16 @@ from .models import SubQuestion, Synthesis, ThinkingSession, Thought
 class ThoughtInline(admin.TabularInline):
     model = Thought
     extra = 0
-    fields = ("sequence", "type", "confidence", "text", "sub_question", "time_offset_seconds")
+    fields = (
+        "sequence",
+        "cycle",
+        "type",
+        "confidence",
+        "text",
+        "parts",
+        "sub_question",
+        "time_offset_seconds",
+    )
     readonly_fields = ("time_offset_seconds",)
     raw_id_fields = ("sub_question",)
     show_change_link = True
@@ -46,7 +55,7 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
         "final_confidence",
         "created_at",
     )
-    list_filter = ("status", "completion_reason", "owner", "model_id")
+    list_filter = ("status", "completion_reason", "format_mode", "owner", "model_id")
     search_fields = ("question", "final_answer")
     date_hierarchy = "created_at"
     raw_id_fields = ("owner",)
@@ -69,9 +78,25 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
         "worker_id",
         "heartbeat_at",
         "confidence_evolution",
+        "parse_routes",
+        "stop_requested",
     )
     fieldsets = (
-        (None, {"fields": ("id", "owner", "question", "model_id", "status", "completion_reason")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "owner",
+                    "question",
+                    "model_id",
+                    "status",
+                    "completion_reason",
+                    "completion_note",
+                )
+            },
+        ),
+        ("Format", {"fields": ("format_mode", "format_spec", "parse_routes")}),
         ("Budget", {"fields": ("budget_seconds", "synthesis_interval_seconds")}),
         ("Answer", {"fields": ("final_answer", "final_confidence", "confidence_evolution")}),
         ("Error", {"fields": ("error_message",), "classes": ("collapse",)}),

@@ -35,9 +35,15 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
     parts: list[dict[str, Any]] = [
         {"kind": "replace", "html": _render("_header.html", base)},
     ]
-    thoughts = session.thoughts.filter(sequence__in=event.thoughts).select_related("sub_question")
-    for thought in thoughts:
-        html = _render("_thought.html", {"thought": thought, "append_to": "thought-list"})
+    thoughts = (
+        session.thoughts.filter(sequence__in=event.thoughts)
+        .select_related("sub_question")
+        .order_by("sequence")
+    )
+    for index, thought in enumerate(thoughts):
+        # One event is one cycle: its parts show once, under its first thought.
+        context = {"thought": thought, "append_to": "thought-list", "show_parts": index == 0}
+        html = _render("_thought.html", context)
         parts.append({"kind": "thought", "seq": thought.sequence, "html": html})
     if event.questions or event.thoughts:
         subs = {"sub_questions": list(session.sub_questions.all()), **base}

@@ -19,6 +19,9 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
         "error": session.error_message or None,
         "question": session.question,
         "model": session.model_id,
+        "format_mode": session.format_mode,
+        "completion_note": session.completion_note or None,
+        "parse_routes": session.parse_routes,
         "budget_seconds": session.budget_seconds,
         "active_seconds": round(session.active_seconds, 3),
         "created_at": session.created_at.isoformat(),
@@ -27,9 +30,11 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
         "thoughts": [
             {
                 "sequence": t.sequence,
+                "cycle": t.cycle,
                 "type": t.type,
                 "text": t.text,
                 "confidence": t.confidence,
+                "parts": t.parts,
                 "time_offset_seconds": t.time_offset_seconds,
                 "sub_question": t.sub_question.text if t.sub_question else None,
             }

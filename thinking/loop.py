@@ -1,7 +1,7 @@
 """The deliberation loop of the extended-thinking seed, as small testable steps.
 
     focus -> thoughts -> [questions every N thoughts] -> [synthesis every interval] -> ...
-    until the time budget is used -> final synthesis
+    until the time budget is used (or the model's stop signal, after a synthesis) -> final
 
 Each step calls the model outside any transaction, then stores its rows together with the
 loop's checkpoint (counters, schedule, active time, usage) in one transaction, and only then
@@ -22,11 +22,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import parsing, prompts
+from . import parsing, prompts, tags
 from .events import Publish, SessionEvent
 from .llm import LLM, LLMError, Reply
 from .models import (
     CompletionReason,
+    FormatMode,
     Status,
     SubQuestion,
     Synthesis,
@@ -198,6 +199,24 @@ def select_focus(*, session: ThinkingSession) -> Focus:
 # --- steps -----------------------------------------------------------------------------
 
 
+def custom_spec(session: ThinkingSession) -> tuple[tags.TagSpec, ...] | None:
+    """The session's custom tag spec; it was validated when the session was created."""
+    if session.format_mode != FormatMode.CUSTOM or not session.format_spec:
+        return None
+    try:
+        return tags.spec_from_json(session.format_spec)
+    except tags.SpecError:
+        logger.warning("Session %s has an invalid custom spec; reading lines", session.pk)
+        return None
+
+
+def _reading_mode(session: ThinkingSession) -> tuple[str, tuple[tags.TagSpec, ...] | None]:
+    spec = custom_spec(session)
+    if session.format_mode == FormatMode.CUSTOM and spec is None:
+        return FormatMode.ENHANCED, None
+    return session.format_mode, spec
+
+
 async def generate_thoughts(
     *,
     session: ThinkingSession,
@@ -209,19 +228,35 @@ async def generate_thoughts(
     context = await database_sync_to_async(
         lambda: (_recent(session, RECENT_THOUGHTS), _latest_synthesis_text(session))
     )()
+    mode, spec = _reading_mode(session)
     prompt = prompts.thoughts_prompt(
-        question=session.question, focus=focus.text, recent=context[0], understanding=context[1]
+        question=session.question,
+        focus=focus.text,
+        recent=context[0],
+        understanding=context[1],
+        reply_format=prompts.thought_format(mode, spec),
     )
     reply = await llm.stream([{"role": "user", "content": prompt}], system=prompts.SYSTEM)
-    parsed = parsing.parse_thoughts(reply.text)
-    return await _store_thoughts(session, focus, parsed, reply, meter, worker_id)
+    reading = parsing.read_thought_reply(reply.text, mode=mode, custom=spec)
+    return await _store_thoughts(session, focus, reading, reply, meter, worker_id)
+
+
+def _stop_note(session: ThinkingSession, reading: parsing.ThoughtReply) -> str:
+    why = reading.parts.get("reasoning") or reading.parts.get("analysis") or ""
+    why = why or (reading.thoughts[0].text if reading.thoughts else "")
+    note = (
+        f"Stopped early after {session.active_seconds:.0f}s of "
+        f"{session.budget_seconds:.0f}s: the model signalled that its understanding "
+        "was sufficient."
+    )
+    return f"{note} Its reasoning: {why[:600]}" if why else note
 
 
 @database_sync_to_async
 def _store_thoughts(
     session: ThinkingSession,
     focus: Focus,
-    parsed: list[parsing.ParsedThought],
+    reading: parsing.ThoughtReply,
     reply: Reply,
     meter: Meter,
     worker_id: str,
@@ -237,14 +272,23 @@ def _store_thoughts(
             Thought(
                 session=session,
                 sequence=start + index,
+                cycle=session.cycles,
                 text=thought.text,
                 type=thought.type,
                 confidence=thought.confidence,
+                parts=reading.parts,
                 time_offset_seconds=round(offset, 2),
                 sub_question_id=focus.sub_question_id,
             )
-            for index, thought in enumerate(parsed)
+            for index, thought in enumerate(reading.thoughts)
         )
+        routes = dict(session.parse_routes)
+        routes[reading.route] = routes.get(reading.route, 0) + 1
+        changes["parse_routes"] = routes
+        # A stop signal counts only once the session has consolidated at least once.
+        if reading.stop_signal and session.syntheses.filter(is_final=False).exists():
+            changes.update(stop_requested=True, completion_note=_stop_note(session, reading))
+        parsed = reading.thoughts
         questions_changed = False
         if focus.sub_question_id is not None:
             best = max(parsed, key=lambda t: t.confidence, default=None)
@@ -440,7 +484,7 @@ async def run_session(
                 session = await stop_running(session.pk, worker_id=worker_id, meter=meter)
                 await _publish(publish, SessionEvent(session.pk, finished=session.is_finished))
                 return session.status
-            if session.budget_exhausted:
+            if session.budget_exhausted or session.stop_requested:
                 break
             focus = await select_focus(session=session)
             session, event = await generate_thoughts(
@@ -453,13 +497,16 @@ async def run_session(
                     session=session, focus=focus, llm=llm, meter=meter, worker_id=worker_id
                 )
                 await _publish(publish, event)
+            if session.stop_requested:
+                break
             if synthesis_due(session):
                 session, event = await synthesise(
                     session=session, llm=llm, meter=meter, worker_id=worker_id
                 )
                 await _publish(publish, event)
+        reason = CompletionReason.STOP_SIGNAL if session.stop_requested else CompletionReason.BUDGET
         session, event = await synthesise(
-            session=session, llm=llm, meter=meter, worker_id=worker_id, final=True
+            session=session, llm=llm, meter=meter, worker_id=worker_id, final=True, reason=reason
         )
         await _publish(publish, event)
         return session.status

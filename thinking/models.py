@@ -34,6 +34,12 @@ class CompletionReason(models.TextChoices):
     ERROR = "error", "Error"
 
 
+class FormatMode(models.TextChoices):
+    STANDARD = "standard", "Standard: <think> and <interactive>"
+    ENHANCED = "enhanced", "Enhanced: analysis, plan and reasoning"
+    CUSTOM = "custom", "Custom tag spec"
+
+
 FINISHED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
 
 
@@ -74,6 +80,12 @@ class ThinkingSession(models.Model):
         help_text="A periodic synthesis after each interval of active thinking."
     )
     model_id = models.CharField(max_length=100)
+    format_mode = models.CharField(
+        max_length=16, choices=FormatMode.choices, default=FormatMode.ENHANCED
+    )
+    format_spec = models.JSONField(
+        null=True, blank=True, help_text="The tag spec of a custom format (JSON)."
+    )
 
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.CREATED, db_index=True
@@ -81,6 +93,7 @@ class ThinkingSession(models.Model):
     completion_reason = models.CharField(
         max_length=16, choices=CompletionReason.choices, blank=True
     )
+    completion_note = models.TextField(blank=True, help_text="Why it ended, in words.")
     error_message = models.TextField(blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -95,6 +108,11 @@ class ThinkingSession(models.Model):
     thoughts_at_last_questions = models.PositiveIntegerField(default=0)
     next_synthesis_at = models.FloatField(default=0.0)
     focus = models.TextField(blank=True, help_text="What the loop is thinking about now.")
+    stop_requested = models.BooleanField(
+        default=False, help_text="The model signalled that its understanding is sufficient."
+    )
+    # How each thought reply was read: {"tags": n, "lines": n, "prose": n, "empty": n}.
+    parse_routes = models.JSONField(default=dict, blank=True)
     # Bumped on every stored change, so a reconnecting page knows whether it missed anything.
     revision = models.PositiveIntegerField(default=0)
 
@@ -245,8 +263,11 @@ class ThoughtQuerySet(models.QuerySet["Thought"]):
 class Thought(models.Model):
     session = models.ForeignKey(ThinkingSession, on_delete=models.CASCADE, related_name="thoughts")
     sequence = models.PositiveIntegerField()
+    cycle = models.PositiveIntegerField(default=0, help_text="The loop cycle that produced it.")
     text = models.TextField()
     type = models.CharField(max_length=16, choices=ThoughtType.choices)
+    # The structured parts of the reply it came from: analysis / plan / reasoning, ...
+    parts = models.JSONField(default=dict, blank=True)
     confidence = models.FloatField()
     time_offset_seconds = models.FloatField(help_text="Active thinking time when it was stored.")
     sub_question = models.ForeignKey(

@@ -1,15 +1,19 @@
 """Pure functions from a model's reply text to typed results.
 
-The model is asked for the seed's line formats (THOUGHT:/TYPE:/CONFIDENCE:, ...). Replies are
-untrusted and often imperfect: markdown bold around labels, percentages, missing fields,
-prose around the blocks. Every parser degrades to sensible defaults and never raises.
+Thought replies are read in the session's tag format first (`thinking.tags`), then in the
+seed's line formats (THOUGHT:/TYPE:/CONFIDENCE:, ...), then as prose. Replies are untrusted and
+often imperfect: markdown bold around labels, percentages, missing fields, prose around the
+blocks. Every parser degrades to sensible defaults and never raises.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from . import tags
 
 THOUGHT_TYPES = ("exploration", "critique", "connection", "insight")
 DEFAULT_CONFIDENCE = 0.5
@@ -230,3 +234,46 @@ def question_key(text: str) -> str:
     folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
     words = re.findall(r"[a-z0-9]+", folded)
     return " ".join(words)
+
+
+@dataclass(frozen=True)
+class ThoughtReply:
+    """A thought-cycle reply read in the session's format, with how it was read."""
+
+    thoughts: list[ParsedThought]
+    parts: dict[str, str] = field(default_factory=dict)
+    stop_signal: bool | None = None
+    route: str = "lines"  # "tags", "lines", "prose" or "empty"
+    errors: list[str] = field(default_factory=list)
+
+
+def read_thought_reply(
+    text: str, *, mode: str, custom: Sequence[tags.TagSpec] | None = None
+) -> ThoughtReply:
+    """Tags first (the session's mode), then the THOUGHT:/TYPE:/CONFIDENCE: lines, then the
+    whole reply as one exploration thought. Never raises."""
+    text = text or ""
+    try:
+        structured = tags.parse_structured(text, mode, custom)
+    except ValueError as error:  # an unknown mode or a missing custom spec: read as lines
+        structured = tags.StructuredReply(mode=mode, errors=[str(error)])
+    stop = structured.stop_signal
+    if stop is None:
+        stop = tags.find_stop_signal(text)
+    if structured.found:
+        body = structured.response if structured.response is not None else text
+        return ThoughtReply(
+            thoughts=parse_thoughts(body),
+            parts={k: v for k, v in structured.parts.items() if v},
+            stop_signal=stop,
+            route="tags",
+            errors=structured.errors,
+        )
+    thoughts = parse_thoughts(text)
+    if not thoughts:
+        route = "empty"
+    elif _THOUGHT.search(text):
+        route = "lines"
+    else:
+        route = "prose"
+    return ThoughtReply(thoughts=thoughts, stop_signal=stop, route=route)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from . import tags
+
 SYSTEM = (
     "You are Deep Think, a careful researcher who deliberates over a question for an extended "
     "time. You explore, criticise your own ideas, connect them, and state honestly how "
@@ -35,8 +37,35 @@ def _list(items: Sequence[str], empty: str = "(none yet)") -> str:
     return "\n".join(f"- {item}" for item in items) if items else empty
 
 
+THOUGHT_LINES = """THOUGHT: [your thought]
+TYPE: [exploration/critique/connection/insight]
+CONFIDENCE: [0.0-1.0]
+---"""
+
+
+def thought_format(mode: str, custom: Sequence[tags.TagSpec] | None = None) -> str:
+    """How the session's format asks for a thought cycle: tags around the seed's lines."""
+    skeleton = tags.render_format_instructions(mode, custom)
+    has_response = any(
+        spec.tag == "response" for spec in tags.iter_specs(tags.mode_spec(mode, custom))
+    )
+    where = "Inside <response>" if has_response else "After the tags"
+    return f"""{skeleton}
+
+{where}, write each thought in this format:
+{THOUGHT_LINES}
+
+Set stop_signal to true only when your understanding is already sufficient for a confident
+final answer and more thinking would add little; otherwise false."""
+
+
 def thoughts_prompt(
-    *, question: str, focus: str, recent: Sequence[ThoughtLine], understanding: str
+    *,
+    question: str,
+    focus: str,
+    recent: Sequence[ThoughtLine],
+    understanding: str,
+    reply_format: str = "",
 ) -> str:
     return f"""Question: {question}
 Current focus: {focus}
@@ -50,11 +79,7 @@ Recent thoughts:
 Generate 3-5 distinct thoughts about the current focus. Do not repeat earlier thoughts;
 build on them, challenge them or connect them.
 
-Format:
-THOUGHT: [your thought]
-TYPE: [exploration/critique/connection/insight]
-CONFIDENCE: [0.0-1.0]
----"""
+{reply_format or "Format:\n" + THOUGHT_LINES}"""
 
 
 def questions_prompt(

@@ -49,6 +49,7 @@ __all__ = [
     "TagSpec",
     "extract",
     "find_stop_signal",
+    "iter_specs",
     "mode_spec",
     "parse_structured",
     "render_format_instructions",
@@ -862,7 +863,7 @@ def render_format_instructions(
     repeatable: list[str] = []
     typed: list[str] = []
     has_stop = False
-    for spec in _all_specs(specs):
+    for spec in iter_specs(specs):
         if spec.optional:
             optional.append(spec.tag)
         if spec.multiple:
@@ -889,7 +890,8 @@ def render_format_instructions(
     return "\n".join(lines)
 
 
-def _all_specs(specs: Sequence[TagSpec]) -> Iterator[TagSpec]:
+def iter_specs(specs: Sequence[TagSpec]) -> Iterator[TagSpec]:
+    """Every spec in the tree, depth first."""
     for spec in specs:
         yield spec
-        yield from _all_specs(spec.children)
+        yield from iter_specs(spec.children)

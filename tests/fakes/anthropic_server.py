@@ -302,10 +302,30 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
                 f"CONFIDENCE: {confidence:.2f}"
             )
         text = "\n---\n".join(blocks)
+        if "<interactive>" in prompt:  # the prompt asks for the tag format: wrap the lines
+            text = _tagged(text, topic, n, enhanced="<analysis>" in prompt)
     else:
         _, n = state.bump("plain")
         text = f"Noted. A brief reflection on {topic}: it is worth approaching step by step (#{n})."
     return Reply(text=text, thinking=thinking)
+
+
+def _tagged(lines: str, topic: str, n: int, *, enhanced: bool) -> str:
+    """A thought reply in the standard or enhanced tag format, stop signal false."""
+    if enhanced:
+        think = (
+            f"<analysis>Cycle {n}: what is known and missing about {topic}.</analysis>\n"
+            f"<plan>Look at {topic} from a new angle, then test it against a counterexample."
+            "</plan>\n"
+            f"<reasoning>Earlier ideas on {topic} left a gap; these thoughts close part of it."
+            "</reasoning>"
+        )
+    else:
+        think = f"Thinking through {topic} once more (cycle {n})."
+    return (
+        f"<think>\n{think}\n</think>\n<interactive>\n<response>\n{lines}\n</response>\n"
+        '<stop_signal type="boolean">false</stop_signal>\n</interactive>'
+    )
 
 
 # --------------------------------------------------------------------------------------

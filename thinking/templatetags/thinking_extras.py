@@ -36,3 +36,19 @@ def level(value: float | None) -> str:
     if value >= 0.5:
         return "medium"
     return "low"
+
+
+_PART_ORDER = ("analysis", "plan", "reasoning", "thinking")
+
+
+@register.filter
+def part_items(parts: dict[str, str] | None) -> list[tuple[str, str]]:
+    """A thought's structured parts in reading order, with labels: analysis, plan, reasoning,
+    then any custom parts."""
+    if not parts:
+        return []
+    ordered = [name for name in _PART_ORDER if name in parts]
+    ordered += sorted(name for name in parts if name not in _PART_ORDER)
+    return [
+        (name.replace("_", " ").replace(".", " / ").capitalize(), parts[name]) for name in ordered
+    ]

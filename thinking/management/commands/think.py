@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -56,17 +57,33 @@ class Command(BaseCommand):
         parser.add_argument(
             "--synthesis-minutes", type=float, default=None, help="Synthesis interval."
         )
+        parser.add_argument(
+            "--format",
+            choices=["standard", "enhanced", "custom"],
+            help="Thought format (default: DEEPTHINK_FORMAT).",
+        )
+        parser.add_argument(
+            "--format-spec", type=Path, help="A JSON tag spec file, for --format custom."
+        )
         parser.add_argument("--owner", help="Username of the owner (default: first superuser).")
         parser.add_argument("--json", action="store_true", help="Print one JSON document.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not llm.is_configured():
             raise CommandError(llm.NOT_CONFIGURED)
+        spec = ""
+        if options["format_spec"]:
+            try:
+                spec = options["format_spec"].read_text()
+            except OSError as error:
+                raise CommandError(f"Cannot read {options['format_spec']}: {error}") from None
         form = StartSessionForm(
             data={
                 "question": options["question"],
                 "minutes": options["minutes"],
                 "synthesis_minutes": options["synthesis_minutes"] or "",
+                "format_mode": options["format"] or "",
+                "format_spec": spec,
             }
         )
         if not form.is_valid():

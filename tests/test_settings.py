@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_settings(**env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPTHINK_", "DATABASE_"))}
+    clean.pop("REDIS_URL", None)
+    clean.pop("DEBUG", None)
+    clean.pop("SECRET_KEY", None)
+    clean.update(env)
+    code = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DEEPTHINK_WORKER_CAPACITY": "lots"}, "DEEPTHINK_WORKER_CAPACITY must be a whole number"),
+        ({"DEEPTHINK_LEASE_SECONDS": "0.1"}, "DEEPTHINK_LEASE_SECONDS must be at least 1.0"),
+        ({"DEBUG": "perhaps"}, "DEBUG must be a boolean"),
+        ({"DEBUG": "0"}, "SECRET_KEY must be set when DEBUG is off"),
+        ({"DEEPTHINK_FORMAT": "fancy"}, "DEEPTHINK_FORMAT must be 'standard' or 'enhanced'"),
+        (
+            {"DEEPTHINK_HEARTBEAT_SECONDS": "40"},
+            "DEEPTHINK_HEARTBEAT_SECONDS must be shorter than DEEPTHINK_LEASE_SECONDS",
+        ),
+    ],
+)
+def test_a_malformed_setting_stops_start_up_naming_the_variable(env: dict, message: str):
+    result = load_settings(**env)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and message in result.stderr
+
+
+def test_no_environment_at_all_gives_the_embedded_defaults():
+    result = load_settings()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"

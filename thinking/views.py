@@ -60,7 +60,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
     if status in Status.values:
         sessions = sessions.filter(status=status)
     page = Paginator(sessions, 25).get_page(request.GET.get("page"))
-    context = {"page": page, "status": status, "statuses": Status.choices}
+    context = {"page": page, "rows": page.object_list, "status": status, "statuses": Status.choices}
     template = "thinking/_session_rows.html" if request.htmx else "thinking/session_list.html"
     return render(request, template, context)
 

@@ -199,7 +199,7 @@ def _last_user_text(body: dict) -> str:
     return ""
 
 
-_FOCUS_RE = re.compile(r"^\s*(Current focus|Question):\s*(.+?)\s*$", re.MULTILINE)
+_FOCUS_RE = re.compile(r"^\s*(Current focus|Question|Original Question):\s*(.+?)\s*$", re.MULTILINE)
 
 
 def _find_focus(body: dict, last_user: str) -> tuple[str | None, str | None]:
@@ -218,7 +218,7 @@ def _find_focus(body: dict, last_user: str) -> tuple[str | None, str | None]:
                 continue
             if label == "Current focus" and focus is None:
                 focus = value
-            elif label == "Question" and question is None:
+            elif label in ("Question", "Original Question") and question is None:
                 question = value
         if focus and question:
             break

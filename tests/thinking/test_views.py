@@ -179,3 +179,21 @@ def test_empty_states_are_explained(alice_client: Any, make_session: Any):
     assert "No sub-questions yet" in html
     assert "Confidence is charted after each synthesis" in html
     assert "Waiting for a worker" in html
+
+
+def test_home_lists_my_recent_sessions(alice_client: Any, make_session: Any, bob: Any):
+    make_session(question="My earlier question", status=Status.COMPLETED, final_confidence=0.8)
+    make_session(question="Someone else's", owner=bob)
+    response = alice_client.get(reverse("home"))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "My earlier question" in html and "80%" in html and "Someone else" not in html
+
+
+def test_the_list_pages_through_many_sessions(alice_client: Any, make_session: Any):
+    for n in range(30):
+        make_session(question=f"Question {n:02d}")
+    first = alice_client.get(reverse("session-list")).content.decode()
+    second = alice_client.get(reverse("session-list"), {"page": 2}).content.decode()
+    assert "Page 1 of 2" in first and "Question 29" in first and "Question 00" not in first
+    assert "Question 00" in second

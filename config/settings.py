@@ -194,6 +194,46 @@ ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL")
 DEEPTHINK_MODEL = env_str("DEEPTHINK_MODEL", "claude-opus-5-5")
 DEEPTHINK_MAX_TOKENS = env_int("DEEPTHINK_MAX_TOKENS", 4096, minimum=256)
+# Thinking: off | adaptive | manual; a budget for manual; effort low..max (empty: the model's
+# default). Checked against what the model accepts before anything runs.
+DEEPTHINK_THINKING = env_str("DEEPTHINK_THINKING", "adaptive").lower()
+DEEPTHINK_THINKING_BUDGET = env_int("DEEPTHINK_THINKING_BUDGET", 2048, minimum=0)
+DEEPTHINK_EFFORT = env_str("DEEPTHINK_EFFORT", "").lower()
+DEEPTHINK_TOKEN_CEILING = env_int("DEEPTHINK_TOKEN_CEILING", 0, minimum=0)  # 0: none
+DEEPTHINK_PROMPT_CACHING = env_bool("DEEPTHINK_PROMPT_CACHING", True)
+# At most one live "model reasoning" update per session this often (seconds).
+DEEPTHINK_LIVE_INTERVAL = env_float("DEEPTHINK_LIVE_INTERVAL", 0.5, minimum=0.0)
+
+
+def _check_thinking() -> None:
+    from thinking.capabilities import ThinkingSettings, builtin_capabilities, validate
+
+    capabilities = builtin_capabilities(DEEPTHINK_MODEL)
+    problems = validate(
+        ThinkingSettings(
+            mode=DEEPTHINK_THINKING,
+            budget_tokens=DEEPTHINK_THINKING_BUDGET if DEEPTHINK_THINKING == "manual" else None,
+            effort=DEEPTHINK_EFFORT,
+            max_tokens=DEEPTHINK_MAX_TOKENS,
+        ),
+        # A model we know nothing of (a local server's) is not second-guessed.
+        capabilities if capabilities.source != "default" else None,
+    )
+    names = {
+        "mode": "DEEPTHINK_THINKING",
+        "budget_tokens": "DEEPTHINK_THINKING_BUDGET",
+        "effort": "DEEPTHINK_EFFORT",
+        "max_tokens": "DEEPTHINK_MAX_TOKENS",
+    }
+    if problems:
+        raise ImproperlyConfigured(
+            "; ".join(f"{names[field]}: {message}" for field, message in problems.items())
+            + f" (DEEPTHINK_MODEL={DEEPTHINK_MODEL})"
+        )
+
+
+_check_thinking()
+
 # Retries of errors that arrive inside a stream (the SDK retries only before the body starts).
 DEEPTHINK_STREAM_RETRIES = env_int("DEEPTHINK_STREAM_RETRIES", 3, minimum=0)
 DEEPTHINK_RETRY_BASE_SECONDS = env_float("DEEPTHINK_RETRY_BASE_SECONDS", 1.0, minimum=0)

@@ -80,3 +80,11 @@ async def background_tasks() -> Any:
         task.cancel()
     await asyncio.gather(*leftovers, return_exceptions=True)
     await database_sync_to_async(connections.close_all)()
+
+
+def prompt_of(request: dict) -> str:
+    """The text of the last user message of a request the fake Claude server recorded."""
+    content = request["body"]["messages"][-1]["content"]
+    if isinstance(content, str):
+        return content
+    return "\n\n".join(block.get("text", "") for block in content if isinstance(block, dict))

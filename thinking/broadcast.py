@@ -8,6 +8,7 @@ has (after a catch-up) and never shows a row twice.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -28,8 +29,29 @@ def _render(template: str, context: dict[str, Any]) -> str:
     return render_to_string(f"thinking/{template}", context)
 
 
+LIVE_LABELS = {
+    "thoughts": "new thoughts",
+    "questions": "new sub-questions",
+    "synthesis": "a synthesis",
+    "final": "the final answer",
+}
+LIVE_TEXT_CHARS = 4000  # the tail of the reasoning so far: enough to follow, small to send
+
+
+def render_live(event: SessionEvent) -> dict[str, Any]:
+    """A step in flight: only the live panel changes."""
+    live = event.live
+    assert live is not None
+    shown = replace(live, reasoning=live.reasoning[-LIVE_TEXT_CHARS:])
+    context = {"live": shown, "live_label": LIVE_LABELS.get(live.purpose, ""), "oob": True}
+    html = _render("_live.html", context)
+    return {"type": "session.update", "parts": [{"kind": "replace", "html": html}]}
+
+
 def render_event(event: SessionEvent) -> dict[str, Any]:
     """The group message for one event: replaced regions and appended rows."""
+    if event.live is not None:
+        return render_live(event)
     session = ThinkingSession.objects.get(pk=event.session_id)
     base = {"session": session, "oob": True}
     parts: list[dict[str, Any]] = [
@@ -56,7 +78,8 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
         parts.append({"kind": "replace", "html": _render("_confidence.html", chart)})
     if event.finished or session.is_finished:
         parts.append({"kind": "replace", "html": _render("_answer.html", base)})
-    return {"type": "session.update", "revision": session.revision, "parts": parts}
+        parts.append({"kind": "replace", "html": _render("_live.html", base)})
+    return {"type": "session.update", "parts": parts}
 
 
 def render_snapshot(session_id: uuid.UUID) -> tuple[str, int, int]:
@@ -70,6 +93,7 @@ def render_snapshot(session_id: uuid.UUID) -> tuple[str, int, int]:
         _render(name, context)
         for name in (
             "_header.html",
+            "_live.html",
             "_thought_list.html",
             "_sub_questions.html",
             "_synthesis_list.html",

@@ -1,4 +1,4 @@
-"""Domain events the loop publishes after each commit. The broadcaster turns them into HTML."""
+"""Domain events the loop publishes. The broadcaster turns them into HTML."""
 
 from __future__ import annotations
 
@@ -8,12 +8,23 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class LiveStep:
+    """A model call in flight, not stored yet: what the "model reasoning" panel shows."""
+
+    purpose: str  # thoughts / questions / synthesis / final
+    started_at: float  # wall clock (epoch seconds), so pages can count "thinking… Ns"
+    reasoning: str = ""  # the model's thinking so far
+    writing: bool = False  # text has started to arrive
+
+
+@dataclass(frozen=True)
 class SessionEvent:
     session_id: uuid.UUID
     thoughts: tuple[int, ...] = ()  # sequences of thoughts just stored
     synthesis: int | None = None  # sequence of a synthesis just stored
     questions: bool = False  # the sub-question list changed
     finished: bool = False  # the session reached completed / failed / cancelled
+    live: LiveStep | None = None  # a step in flight (nothing stored by this event)
 
 
 Publish = Callable[[SessionEvent], Awaitable[None]]

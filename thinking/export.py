@@ -19,6 +19,13 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
         "error": session.error_message or None,
         "question": session.question,
         "model": session.model_id,
+        "thinking": {
+            "mode": session.thinking_mode,
+            "budget_tokens": session.thinking_budget,
+            "effort": session.effort or None,
+            "max_tokens": session.max_tokens,
+            "token_ceiling": session.token_ceiling,
+        },
         "format_mode": session.format_mode,
         "completion_note": session.completion_note or None,
         "parse_routes": session.parse_routes,
@@ -35,6 +42,7 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
                 "text": t.text,
                 "confidence": t.confidence,
                 "parts": t.parts,
+                "reasoning": t.reasoning or None,
                 "time_offset_seconds": t.time_offset_seconds,
                 "sub_question": t.sub_question.text if t.sub_question else None,
             }
@@ -60,6 +68,7 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
                 "remaining_questions": s.remaining_questions,
                 "time_offset_seconds": s.time_offset_seconds,
                 "is_final": s.is_final,
+                "reasoning": s.reasoning or None,
             }
             for s in session.syntheses.all()
         ],
@@ -71,5 +80,6 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
             "output_tokens": session.output_tokens,
             "cache_read_tokens": session.cache_read_tokens,
             "cache_write_tokens": session.cache_write_tokens,
+            "estimated_cost_usd": session.estimated_cost,
         },
     }

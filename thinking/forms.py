@@ -7,7 +7,8 @@ from django import forms
 from django.conf import settings
 
 from . import tags
-from .models import FormatMode, ThinkingSession
+from .capabilities import ThinkingSettings, builtin_capabilities, validate
+from .models import Effort, FormatMode, ThinkingMode, ThinkingSession
 
 
 def default_synthesis_interval(budget_seconds: float) -> float:
@@ -16,6 +17,17 @@ def default_synthesis_interval(budget_seconds: float) -> float:
 
 
 class StartSessionForm(forms.Form):
+    # Fields in the collapsed "advanced" section: it opens when one of them has an error.
+    ADVANCED = (
+        "thinking_mode",
+        "thinking_budget",
+        "effort",
+        "max_tokens",
+        "token_ceiling",
+        "format_mode",
+        "format_spec",
+    )
+
     question = forms.CharField(
         widget=forms.Textarea(
             attrs={"rows": 3, "placeholder": "What should Deep Think deliberate over?"}
@@ -55,9 +67,44 @@ class StartSessionForm(forms.Form):
         help_text="Only for the custom format: a list of tags, each with optional children.",
     )
 
+    thinking_mode = forms.ChoiceField(
+        label="Model thinking",
+        choices=ThinkingMode.choices,
+        required=False,
+        help_text="Adaptive lets the model decide how much to think; its reasoning streams live.",
+    )
+    thinking_budget = forms.IntegerField(
+        label="Thinking budget (tokens)",
+        required=False,
+        help_text="For manual thinking: at least 1024 and less than max tokens.",
+    )
+    effort = forms.ChoiceField(
+        label="Effort",
+        choices=Effort.choices,
+        required=False,
+        help_text="How much effort the model spends on every reply.",
+    )
+    max_tokens = forms.IntegerField(
+        label="Max tokens per reply",
+        required=False,
+        min_value=256,
+        help_text="Thinking counts toward it.",
+    )
+    token_ceiling = forms.IntegerField(
+        label="Token ceiling",
+        required=False,
+        min_value=1000,
+        help_text="After this many tokens in all, the session writes its final answer.",
+    )
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["format_mode"].initial = settings.DEEPTHINK_FORMAT
+        self.fields["thinking_mode"].initial = settings.DEEPTHINK_THINKING
+        self.fields["thinking_budget"].initial = settings.DEEPTHINK_THINKING_BUDGET
+        self.fields["effort"].initial = settings.DEEPTHINK_EFFORT
+        self.fields["max_tokens"].initial = settings.DEEPTHINK_MAX_TOKENS
+        self.fields["token_ceiling"].initial = settings.DEEPTHINK_TOKEN_CEILING or None
         limit = settings.DEEPTHINK_MAX_QUESTION_CHARS
         self.fields["question"].max_length = limit
         self.fields["question"].validators.append(forms.CharField(max_length=limit).validators[0])
@@ -80,6 +127,7 @@ class StartSessionForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        self._clean_thinking(data)
         mode = data.get("format_mode") or settings.DEEPTHINK_FORMAT
         data["format_mode"] = mode
         raw = (data.get("format_spec") or "").strip()
@@ -101,7 +149,34 @@ class StartSessionForm(forms.Form):
             self.add_error("format_spec", "A tag spec is only used with the custom format.")
         return data
 
+    def _clean_thinking(self, data: dict[str, Any]) -> None:
+        """Empty fields take the deployment's defaults; the result must suit the model."""
+        mode = data.get("thinking_mode") or settings.DEEPTHINK_THINKING
+        wanted = ThinkingSettings(
+            mode=mode,
+            budget_tokens=(data.get("thinking_budget") or settings.DEEPTHINK_THINKING_BUDGET)
+            if mode == ThinkingMode.MANUAL
+            else None,
+            effort=data.get("effort") or "",
+            max_tokens=data.get("max_tokens") or settings.DEEPTHINK_MAX_TOKENS,
+        )
+        capabilities = builtin_capabilities(settings.DEEPTHINK_MODEL)
+        known = capabilities if capabilities.source != "default" else None
+        fields = {
+            "mode": "thinking_mode",
+            "budget_tokens": "thinking_budget",
+            "effort": "effort",
+            "max_tokens": "max_tokens",
+        }
+        for field, message in validate(wanted, known).items():
+            if fields[field] not in self.errors:
+                self.add_error(fields[field], message)
+        data["thinking"] = wanted
+        if data.get("token_ceiling") is None and settings.DEEPTHINK_TOKEN_CEILING:
+            data["token_ceiling"] = settings.DEEPTHINK_TOKEN_CEILING
+
     def create_session(self, *, owner: Any) -> ThinkingSession:
+        thinking: ThinkingSettings = self.cleaned_data["thinking"]
         budget = self.cleaned_data["minutes"] * 60
         interval = self.cleaned_data.get("synthesis_minutes")
         return ThinkingSession.objects.create(
@@ -114,4 +189,9 @@ class StartSessionForm(forms.Form):
             model_id=settings.DEEPTHINK_MODEL,
             format_mode=self.cleaned_data["format_mode"],
             format_spec=self.cleaned_data["format_spec"],
+            thinking_mode=thinking.mode,
+            thinking_budget=thinking.budget_tokens,
+            effort=thinking.effort,
+            max_tokens=thinking.max_tokens,
+            token_ceiling=self.cleaned_data.get("token_ceiling"),
         )

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
 from django.conf import settings
+
+from .capabilities import Capabilities, ThinkingSettings, build_request, from_models_api
+from .capabilities import builtin_capabilities as table_capabilities
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +68,31 @@ class Usage:
 @dataclass
 class Reply:
     text: str
-    # The assistant content exactly as streamed (thinking, text, tool_use blocks in order),
-    # for passing back unmodified inside a tool loop. Server-side only.
+    # The assistant content exactly as streamed (thinking with its signature, redacted
+    # thinking, text and tool_use blocks, in order), for passing back unmodified inside a
+    # tool loop. Server-side only: signatures must never reach a browser or an export.
     content: list[dict[str, Any]] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
     model: str = ""
+    thinking: str = ""  # the (summarized) thinking text, safe to show
+    redacted_blocks: int = 0  # thinking the provider redacted: shown as a placeholder
+    thinking_mode: str = "off"  # what the request actually asked for
+    duration_ms: int = 0
+
+    @property
+    def tool_uses(self) -> list[dict[str, Any]]:
+        return [block for block in self.content if block.get("type") == "tool_use"]
+
+
+def to_param(block: Any) -> dict[str, Any]:
+    """A response content block as a request block, values untouched (signatures included)."""
+    return block.model_dump(mode="json", exclude_none=True)
+
+
+# Capabilities by (base URL, model), for an hour: one Models API call per worker, not per step.
+_capabilities_cache: dict[tuple[str, str], tuple[float, Capabilities]] = {}
+CAPABILITIES_TTL = 3600.0
 
 
 def is_configured() -> bool:
@@ -171,21 +194,58 @@ class LLM:
     async def close(self) -> None:
         await self._client.close()
 
+    async def capabilities(self, model: str | None = None) -> Capabilities:
+        """From the Models API when the server has it (cached); else the built-in table."""
+        model = model or self.model
+        key = (str(self._client.base_url), model)
+        cached = _capabilities_cache.get(key)
+        if cached and time.monotonic() - cached[0] < CAPABILITIES_TTL:
+            return cached[1]
+        try:
+            info = await self._client.with_options(max_retries=0, timeout=10).models.retrieve(model)
+            found = from_models_api(info) or table_capabilities(model)
+        except (anthropic.AnthropicError, TypeError, ValueError):
+            # Local servers (Ollama, vLLM) have no Models API: use what we know.
+            found = table_capabilities(model)
+        _capabilities_cache[key] = (time.monotonic(), found)
+        return found
+
     async def stream(
         self,
         messages: list[dict[str, Any]],
         *,
         system: str,
         max_tokens: int | None = None,
+        thinking: ThinkingSettings | None = None,
+        skip_thinking: bool = False,
+        tools: list[dict[str, Any]] | None = None,
         on_text: TextCallback | None = None,
+        on_thinking: TextCallback | None = None,
+        model: str | None = None,
     ) -> Reply:
-        """Stream one assistant message. Retries errors that arrive mid-stream with backoff;
-        raises LLMError when the call fails for good."""
+        """Stream one assistant message (with `model`, or this client's default).
+
+        Retries errors that arrive mid-stream with backoff; raises LLMError when the call
+        fails for good. `system` and `tools` are sent as given, so a tool loop that passes the
+        same ones keeps the prompt cache and its thinking blocks valid."""
+        wanted = thinking or ThinkingSettings(max_tokens=max_tokens or self.max_tokens)
+        model = model or self.model
+        request = build_request(
+            wanted, await self.capabilities(model), tools=bool(tools), skip_thinking=skip_thinking
+        )
         attempt = 0
         while True:
             try:
                 return await self._stream_once(
-                    messages, system=system, max_tokens=max_tokens, on_text=on_text
+                    messages,
+                    model=model,
+                    system=system,
+                    params=request.params,
+                    headers=request.headers,
+                    thinking_mode=request.thinking,
+                    tools=tools,
+                    on_text=on_text,
+                    on_thinking=on_thinking,
                 )
             except anthropic.APIStatusError as error:
                 mid_stream = error.status_code == 200
@@ -208,24 +268,38 @@ class LLM:
         self,
         messages: list[dict[str, Any]],
         *,
+        model: str,
         system: str,
-        max_tokens: int | None,
+        params: dict[str, Any],
+        headers: dict[str, str],
+        thinking_mode: str,
+        tools: list[dict[str, Any]] | None,
         on_text: TextCallback | None,
+        on_thinking: TextCallback | None,
     ) -> Reply:
+        started = time.monotonic()
+        extra: dict[str, Any] = {}
+        if tools:
+            extra["tools"] = tools
+        if headers:
+            extra["extra_headers"] = headers
         async with self._client.messages.stream(
-            model=self.model,
-            max_tokens=max_tokens or self.max_tokens,
-            system=system,
+            model=model,
+            system=system_blocks(system),
             messages=messages,  # type: ignore[arg-type]
+            **params,
+            **extra,
         ) as stream:
             async for event in stream:
                 if event.type == "text" and on_text is not None:
                     await on_text(event.text)
+                elif event.type == "thinking" and on_thinking is not None:
+                    await on_thinking(event.thinking)
             final = await stream.get_final_message()
         usage = final.usage
         return Reply(
             text="".join(block.text for block in final.content if block.type == "text"),
-            content=[block.model_dump(mode="json") for block in final.content],
+            content=[to_param(block) for block in final.content],
             usage=Usage(
                 input_tokens=usage.input_tokens or 0,
                 output_tokens=usage.output_tokens or 0,
@@ -234,4 +308,29 @@ class LLM:
             ),
             stop_reason=final.stop_reason,
             model=final.model,
+            thinking="\n\n".join(
+                block.thinking for block in final.content if block.type == "thinking"
+            ).strip(),
+            redacted_blocks=sum(1 for block in final.content if block.type == "redacted_thinking"),
+            thinking_mode=thinking_mode,
+            duration_ms=round((time.monotonic() - started) * 1000),
         )
+
+
+CACHE = {"type": "ephemeral"}
+
+
+def system_blocks(system: str) -> list[dict[str, Any]] | str:
+    """The system prompt, marked as the start of the cacheable prefix."""
+    if not settings.DEEPTHINK_PROMPT_CACHING:
+        return system
+    return [{"type": "text", "text": system, "cache_control": CACHE}]
+
+
+def user_message(stable: str, variable: str) -> dict[str, Any]:
+    """A user turn whose first part (the question, instructions, evidence) is the same on
+    every call of a session, so it is read from the prompt cache after the first call."""
+    first: dict[str, Any] = {"type": "text", "text": stable}
+    if settings.DEEPTHINK_PROMPT_CACHING:
+        first["cache_control"] = CACHE
+    return {"role": "user", "content": [first, {"type": "text", "text": variable}]}

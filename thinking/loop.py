@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -23,11 +23,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import parsing, prompts, tags
-from .events import Publish, SessionEvent
-from .llm import LLM, LLMError, Reply
+from .events import LiveStep, Publish, SessionEvent
+from .llm import LLM, LLMError, Reply, user_message
 from .models import (
     CompletionReason,
     FormatMode,
+    ModelCall,
     Status,
     SubQuestion,
     Synthesis,
@@ -76,6 +77,31 @@ def _locked(session_id: uuid.UUID, worker_id: str) -> ThinkingSession:
     if session.worker_id != worker_id:
         raise LeaseLost(session_id)
     return session
+
+
+def reasoning_text(reply: Reply) -> str:
+    """The model's thinking as shown to people: redacted blocks become a placeholder."""
+    parts = [reply.thinking] if reply.thinking else []
+    if reply.redacted_blocks:
+        n = reply.redacted_blocks
+        parts.append(f"[{n} reasoning block{'s' if n > 1 else ''} redacted by the provider]")
+    return "\n\n".join(parts)
+
+
+def _record_call(session: ThinkingSession, purpose: str, reply: Reply) -> None:
+    ModelCall.objects.create(
+        session=session,
+        purpose=purpose,
+        model=reply.model or session.model_id,
+        thinking_mode=reply.thinking_mode,
+        stop_reason=reply.stop_reason or "",
+        duration_ms=reply.duration_ms,
+        input_tokens=reply.usage.input_tokens,
+        output_tokens=reply.usage.output_tokens,
+        cache_read_tokens=reply.usage.cache_read_tokens,
+        cache_write_tokens=reply.usage.cache_write_tokens,
+        content=reply.content,
+    )
 
 
 def _checkpoint(session: ThinkingSession, *, meter: Meter, reply: Reply | None) -> dict:
@@ -199,6 +225,66 @@ def select_focus(*, session: ThinkingSession) -> Focus:
 # --- steps -----------------------------------------------------------------------------
 
 
+@dataclass
+class LiveReasoning:
+    """Streams a call's thinking to the page, at most once per `interval` seconds."""
+
+    session_id: uuid.UUID
+    purpose: str
+    publish: Publish
+    interval: float
+    started_at: float = field(default_factory=time.time)
+    text: str = ""
+    writing: bool = False
+    _last: float = 0.0
+
+    def event(self) -> SessionEvent:
+        live = LiveStep(self.purpose, self.started_at, self.text, self.writing)
+        return SessionEvent(self.session_id, live=live)
+
+    async def start(self) -> None:
+        self._last = time.monotonic()
+        await _publish(self.publish, self.event())
+
+    async def on_thinking(self, delta: str) -> None:
+        self.text += delta
+        await self._maybe_publish()
+
+    async def on_text(self, delta: str) -> None:
+        if not self.writing:
+            self.writing = True
+            self._last = 0.0  # show the switch from thinking to writing at once
+        await self._maybe_publish()
+
+    async def _maybe_publish(self) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            await _publish(self.publish, self.event())
+
+
+async def ask(
+    *,
+    session: ThinkingSession,
+    prompt: prompts.Prompt,
+    purpose: str,
+    llm: LLM,
+    publish: Publish,
+) -> Reply:
+    """One model call for a step, with the session's thinking settings, its stable prefix
+    cached, and its reasoning streamed live to the page."""
+    live = LiveReasoning(session.pk, purpose, publish, interval=settings.DEEPTHINK_LIVE_INTERVAL)
+    await live.start()
+    return await llm.stream(
+        [user_message(prompt.stable, prompt.variable)],
+        system=prompts.SYSTEM,
+        model=session.model_id,
+        thinking=session.thinking_settings,
+        on_thinking=live.on_thinking,
+        on_text=live.on_text,
+    )
+
+
 def custom_spec(session: ThinkingSession) -> tuple[tags.TagSpec, ...] | None:
     """The session's custom tag spec; it was validated when the session was created."""
     if session.format_mode != FormatMode.CUSTOM or not session.format_spec:
@@ -224,6 +310,7 @@ async def generate_thoughts(
     llm: LLM,
     meter: Meter,
     worker_id: str,
+    publish: Publish,
 ) -> tuple[ThinkingSession, SessionEvent]:
     context = await database_sync_to_async(
         lambda: (_recent(session, RECENT_THOUGHTS), _latest_synthesis_text(session))
@@ -236,7 +323,7 @@ async def generate_thoughts(
         understanding=context[1],
         reply_format=prompts.thought_format(mode, spec),
     )
-    reply = await llm.stream([{"role": "user", "content": prompt}], system=prompts.SYSTEM)
+    reply = await ask(session=session, prompt=prompt, purpose="thoughts", llm=llm, publish=publish)
     reading = parsing.read_thought_reply(reply.text, mode=mode, custom=spec)
     return await _store_thoughts(session, focus, reading, reply, meter, worker_id)
 
@@ -277,11 +364,13 @@ def _store_thoughts(
                 type=thought.type,
                 confidence=thought.confidence,
                 parts=reading.parts,
+                reasoning=reasoning_text(reply) if index == 0 else "",
                 time_offset_seconds=round(offset, 2),
                 sub_question_id=focus.sub_question_id,
             )
             for index, thought in enumerate(reading.thoughts)
         )
+        _record_call(session, "thoughts", reply)
         routes = dict(session.parse_routes)
         routes[reading.route] = routes.get(reading.route, 0) + 1
         changes["parse_routes"] = routes
@@ -317,6 +406,7 @@ async def generate_questions(
     llm: LLM,
     meter: Meter,
     worker_id: str,
+    publish: Publish,
 ) -> tuple[ThinkingSession, SessionEvent]:
     recent, existing = await database_sync_to_async(
         lambda: (
@@ -325,7 +415,7 @@ async def generate_questions(
         )
     )()
     prompt = prompts.questions_prompt(question=session.question, recent=recent, existing=existing)
-    reply = await llm.stream([{"role": "user", "content": prompt}], system=prompts.SYSTEM)
+    reply = await ask(session=session, prompt=prompt, purpose="questions", llm=llm, publish=publish)
     parsed = parsing.parse_questions(reply.text)
     return await _store_questions(session, focus, parsed, reply, meter, worker_id)
 
@@ -364,6 +454,7 @@ def _store_questions(
                 )
             )
         SubQuestion.objects.bulk_create(new)
+        _record_call(session, "questions", reply)
         changes = _checkpoint(session, meter=meter, reply=reply)
         changes["thoughts_at_last_questions"] = session.thoughts.count()
         session = _save(session, changes)
@@ -380,6 +471,7 @@ async def synthesise(
     llm: LLM,
     meter: Meter,
     worker_id: str,
+    publish: Publish,
     final: bool = False,
     reason: str = CompletionReason.BUDGET,
 ) -> tuple[ThinkingSession, SessionEvent]:
@@ -402,7 +494,8 @@ async def synthesise(
         prompt = prompts.synthesis_prompt(
             question=session.question, recent=recent, explored=explored, previous=previous
         )
-    reply = await llm.stream([{"role": "user", "content": prompt}], system=prompts.SYSTEM)
+    purpose = "final" if final else "synthesis"
+    reply = await ask(session=session, prompt=prompt, purpose=purpose, llm=llm, publish=publish)
     parsed = parsing.parse_synthesis(reply.text)
     return await _store_synthesis(session, parsed, reply, meter, worker_id, final, reason)
 
@@ -431,7 +524,9 @@ def _store_synthesis(
             remaining_questions=parsed.remaining_questions,
             time_offset_seconds=round(session.active_seconds, 2),
             is_final=final,
+            reasoning=reasoning_text(reply),
         )
+        _record_call(session, "final" if final else "synthesis", reply)
         changes["confidence_evolution"] = [*session.confidence_evolution, parsed.confidence]
         if final:
             changes.update(
@@ -453,6 +548,17 @@ def _store_synthesis(
 
 
 # --- the loop --------------------------------------------------------------------------
+
+
+def ending_reason(session: ThinkingSession) -> str:
+    """Why the session should go to its final synthesis now; empty while it should go on."""
+    if session.stop_requested:
+        return CompletionReason.STOP_SIGNAL
+    if session.over_token_ceiling:
+        return CompletionReason.TOKEN_CEILING
+    if session.budget_exhausted:
+        return CompletionReason.BUDGET
+    return ""
 
 
 async def _publish(publish: Publish, event: SessionEvent) -> None:
@@ -484,29 +590,44 @@ async def run_session(
                 session = await stop_running(session.pk, worker_id=worker_id, meter=meter)
                 await _publish(publish, SessionEvent(session.pk, finished=session.is_finished))
                 return session.status
-            if session.budget_exhausted or session.stop_requested:
+            if ending_reason(session):
                 break
             focus = await select_focus(session=session)
             session, event = await generate_thoughts(
-                session=session, focus=focus, llm=llm, meter=meter, worker_id=worker_id
+                session=session,
+                focus=focus,
+                llm=llm,
+                meter=meter,
+                worker_id=worker_id,
+                publish=publish,
             )
             await _publish(publish, event)
             thought_count = await database_sync_to_async(session.thoughts.count)()
             if questions_due(session, thought_count):
                 session, event = await generate_questions(
-                    session=session, focus=focus, llm=llm, meter=meter, worker_id=worker_id
+                    session=session,
+                    focus=focus,
+                    llm=llm,
+                    meter=meter,
+                    worker_id=worker_id,
+                    publish=publish,
                 )
                 await _publish(publish, event)
-            if session.stop_requested:
+            if ending_reason(session):
                 break
             if synthesis_due(session):
                 session, event = await synthesise(
-                    session=session, llm=llm, meter=meter, worker_id=worker_id
+                    session=session, llm=llm, meter=meter, worker_id=worker_id, publish=publish
                 )
                 await _publish(publish, event)
-        reason = CompletionReason.STOP_SIGNAL if session.stop_requested else CompletionReason.BUDGET
         session, event = await synthesise(
-            session=session, llm=llm, meter=meter, worker_id=worker_id, final=True, reason=reason
+            session=session,
+            llm=llm,
+            meter=meter,
+            worker_id=worker_id,
+            publish=publish,
+            final=True,
+            reason=ending_reason(session),
         )
         await _publish(publish, event)
         return session.status

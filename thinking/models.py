@@ -16,6 +16,9 @@ from django.db.models import F, Max, Q
 from django.urls import reverse
 from django.utils import timezone
 
+from . import pricing
+from .capabilities import ThinkingSettings
+
 
 class Status(models.TextChoices):
     CREATED = "created", "Created"
@@ -32,6 +35,21 @@ class CompletionReason(models.TextChoices):
     TOKEN_CEILING = "token_ceiling", "Token ceiling reached"
     CANCELLED = "cancelled", "Cancelled"
     ERROR = "error", "Error"
+
+
+class ThinkingMode(models.TextChoices):
+    OFF = "off", "Off"
+    ADAPTIVE = "adaptive", "Adaptive (the model decides how much)"
+    MANUAL = "manual", "Manual (a fixed thinking budget)"
+
+
+class Effort(models.TextChoices):
+    DEFAULT = "", "Model default"
+    LOW = "low", "Low"
+    MEDIUM = "medium", "Medium"
+    HIGH = "high", "High"
+    XHIGH = "xhigh", "Extra high"
+    MAX = "max", "Max"
 
 
 class FormatMode(models.TextChoices):
@@ -85,6 +103,19 @@ class ThinkingSession(models.Model):
     )
     format_spec = models.JSONField(
         null=True, blank=True, help_text="The tag spec of a custom format (JSON)."
+    )
+    thinking_mode = models.CharField(
+        max_length=16, choices=ThinkingMode.choices, default=ThinkingMode.OFF
+    )
+    thinking_budget = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Thinking budget tokens, for manual thinking."
+    )
+    effort = models.CharField(max_length=8, choices=Effort.choices, blank=True)
+    max_tokens = models.PositiveIntegerField(default=4096, help_text="Per model call.")
+    token_ceiling = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="After this many tokens the session goes to its final synthesis.",
     )
 
     status = models.CharField(
@@ -184,6 +215,30 @@ class ThinkingSession(models.Model):
             + self.cache_write_tokens
         )
 
+    @property
+    def over_token_ceiling(self) -> bool:
+        return self.token_ceiling is not None and self.total_tokens >= self.token_ceiling
+
+    @property
+    def estimated_cost(self) -> float | None:
+        """US dollars, from the model's list prices; None for a model without a known price."""
+        return pricing.estimate(
+            self.model_id,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cache_read_tokens=self.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens,
+        )
+
+    @property
+    def thinking_settings(self) -> ThinkingSettings:
+        return ThinkingSettings(
+            mode=self.thinking_mode,
+            budget_tokens=self.thinking_budget,
+            effort=self.effort,
+            max_tokens=self.max_tokens,
+        )
+
     # --- state changes requested by people (views, CLI, admin) ------------------------
     # Each is one conditional UPDATE, so a worker changing the status at the same moment
     # cannot be overwritten: whoever moves first wins and the other sees the new state.
@@ -268,6 +323,8 @@ class Thought(models.Model):
     type = models.CharField(max_length=16, choices=ThoughtType.choices)
     # The structured parts of the reply it came from: analysis / plan / reasoning, ...
     parts = models.JSONField(default=dict, blank=True)
+    # The model's own (summarized) thinking before the reply, on the cycle's first thought.
+    reasoning = models.TextField(blank=True)
     confidence = models.FloatField()
     time_offset_seconds = models.FloatField(help_text="Active thinking time when it was stored.")
     sub_question = models.ForeignKey(
@@ -319,6 +376,7 @@ class Synthesis(models.Model):
     remaining_questions = models.JSONField(default=list, blank=True)
     time_offset_seconds = models.FloatField()
     is_final = models.BooleanField(default=False)
+    reasoning = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -332,3 +390,30 @@ class Synthesis(models.Model):
         return (
             f"{'Final' if self.is_final else 'Synthesis'} #{self.sequence} ({self.confidence:.2f})"
         )
+
+
+class ModelCall(models.Model):
+    """One call to the model, for usage accounting and inspection. `content` is the assistant
+    message exactly as streamed, signatures included: it never leaves the server (not shown
+    in pages, the admin, the API or exports)."""
+
+    session = models.ForeignKey(
+        ThinkingSession, on_delete=models.CASCADE, related_name="model_calls"
+    )
+    purpose = models.CharField(max_length=16)  # thoughts / questions / synthesis / final
+    model = models.CharField(max_length=100)
+    thinking_mode = models.CharField(max_length=16, default="off")
+    stop_reason = models.CharField(max_length=32, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cache_read_tokens = models.PositiveIntegerField(default=0)
+    cache_write_tokens = models.PositiveIntegerField(default=0)
+    content = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.purpose} ({self.input_tokens} in / {self.output_tokens} out)"

@@ -1,8 +1,10 @@
-"""Prompts for each step of the loop, in the seed's line formats.
+"""Prompts for each step of the loop, in the seed's line formats (and the session's tag
+format for thought cycles).
 
 Structured replies are plain text, not forced tool calls, so every Anthropic-compatible
-server works (several lack tool_choice). The system prompt and the question come first and
-never change within a session, so the stable prefix can be cached.
+server works (several lack tool_choice). Each prompt has a stable part, the same on every call
+of its kind in a session (question, instructions, format), and a variable part (focus, recent
+thoughts). The stable part comes first and is marked for the prompt cache.
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ class ThoughtLine:
     confidence: float
 
 
+@dataclass(frozen=True)
+class Prompt:
+    stable: str
+    variable: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.stable}\n\n{self.variable}"
+
+
 def _thought_lines(thoughts: Sequence[ThoughtLine]) -> str:
     if not thoughts:
         return "(none yet)"
@@ -46,10 +58,8 @@ CONFIDENCE: [0.0-1.0]
 def thought_format(mode: str, custom: Sequence[tags.TagSpec] | None = None) -> str:
     """How the session's format asks for a thought cycle: tags around the seed's lines."""
     skeleton = tags.render_format_instructions(mode, custom)
-    has_response = any(
-        spec.tag == "response" for spec in tags.iter_specs(tags.mode_spec(mode, custom))
-    )
-    where = "Inside <response>" if has_response else "After the tags"
+    specs = tags.iter_specs(tags.mode_spec(mode, custom))
+    where = "Inside <response>" if any(s.tag == "response" for s in specs) else "After the tags"
     return f"""{skeleton}
 
 {where}, write each thought in this format:
@@ -66,9 +76,14 @@ def thoughts_prompt(
     recent: Sequence[ThoughtLine],
     understanding: str,
     reply_format: str = "",
-) -> str:
-    return f"""Question: {question}
-Current focus: {focus}
+) -> Prompt:
+    stable = f"""Question: {question}
+
+Each turn you get a current focus. Generate 3-5 distinct thoughts about it. Do not repeat
+earlier thoughts; build on them, challenge them or connect them.
+
+{reply_format or "Format:\n" + THOUGHT_LINES}"""
+    variable = f"""Current focus: {focus}
 
 Current understanding:
 {understanding or "(no synthesis yet)"}
@@ -76,30 +91,29 @@ Current understanding:
 Recent thoughts:
 {_thought_lines(recent)}
 
-Generate 3-5 distinct thoughts about the current focus. Do not repeat earlier thoughts;
-build on them, challenge them or connect them.
-
-{reply_format or "Format:\n" + THOUGHT_LINES}"""
+Now write your thoughts about the current focus."""
+    return Prompt(stable, variable)
 
 
 def questions_prompt(
     *, question: str, recent: Sequence[ThoughtLine], existing: Sequence[str]
-) -> str:
-    return f"""Original Question: {question}
+) -> Prompt:
+    stable = f"""Original Question: {question}
 
-Recent thoughts:
-{_thought_lines(recent)}
-
-Sub-questions already on the list (do not repeat them):
-{_list(existing)}
-
-What new questions arise that would help answer the original question? Give at most 3.
+From the recent thoughts, find new questions that would help answer the original question.
+Give at most 3, none that is already on the list.
 
 Format:
 QUESTION: [question text]
 PRIORITY: [1-10]
 WHY: [explanation]
 ---"""
+    variable = f"""Recent thoughts:
+{_thought_lines(recent)}
+
+Sub-questions already on the list (do not repeat them):
+{_list(existing)}"""
+    return Prompt(stable, variable)
 
 
 def synthesis_prompt(
@@ -108,20 +122,10 @@ def synthesis_prompt(
     recent: Sequence[ThoughtLine],
     explored: Sequence[tuple[str, str]],
     previous: str,
-) -> str:
-    explored_lines = _list([f"{q} -> {a}" if a else q for q, a in explored])
-    return f"""Original Question: {question}
+) -> Prompt:
+    stable = f"""Original Question: {question}
 
-Previous synthesis:
-{previous or "(none yet)"}
-
-Thoughts so far (last {len(recent)}):
-{_thought_lines(recent)}
-
-Sub-questions explored:
-{explored_lines}
-
-Synthesize your current understanding:
+Synthesize your current understanding from the material below, in this format:
 
 SYNTHESIS: [summary of understanding]
 INSIGHTS:
@@ -131,6 +135,16 @@ CONFIDENCE: [0.0-1.0]
 REMAINING:
 - [unanswered question 1]
 - [unanswered question 2]"""
+    explored_lines = _list([f"{q} -> {a}" if a else q for q, a in explored])
+    variable = f"""Previous synthesis:
+{previous or "(none yet)"}
+
+Thoughts so far (last {len(recent)}):
+{_thought_lines(recent)}
+
+Sub-questions explored:
+{explored_lines}"""
+    return Prompt(stable, variable)
 
 
 def final_prompt(
@@ -139,25 +153,25 @@ def final_prompt(
     recent: Sequence[ThoughtLine],
     explored: Sequence[tuple[str, str]],
     syntheses: Sequence[str],
-) -> str:
-    explored_lines = _list([f"{q} -> {a}" if a else q for q, a in explored])
-    return f"""Original Question: {question}
+) -> Prompt:
+    stable = f"""Original Question: {question}
 
-Your thinking time is over. Review everything and give your final, comprehensive answer.
+Your thinking time is over. Review everything below and give your final, comprehensive
+answer, in this format:
 
-Syntheses along the way:
-{_list(syntheses)}
-
-Most important recent thoughts:
-{_thought_lines(recent)}
-
-Sub-questions explored:
-{explored_lines}
-
-Format:
 ANSWER: [a comprehensive answer to the original question; paragraphs are fine]
 INSIGHTS:
 - [key insight]
 CONFIDENCE: [0.0-1.0]
 REMAINING:
 - [what is still uncertain]"""
+    explored_lines = _list([f"{q} -> {a}" if a else q for q, a in explored])
+    variable = f"""Syntheses along the way:
+{_list(syntheses)}
+
+Most important recent thoughts:
+{_thought_lines(recent)}
+
+Sub-questions explored:
+{explored_lines}"""
+    return Prompt(stable, variable)

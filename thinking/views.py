@@ -24,7 +24,13 @@ from .worker import request_start
 
 def _start_page(request: HttpRequest, form: StartSessionForm, status: int = 200) -> HttpResponse:
     recent = ThinkingSession.objects.visible_to(request.user)[:8]
-    context = {"form": form, "recent": recent, "provider_ready": llm.is_configured()}
+    advanced = set(StartSessionForm.ADVANCED) & set(form.errors)
+    context = {
+        "form": form,
+        "recent": recent,
+        "provider_ready": llm.is_configured(),
+        "advanced_errors": bool(advanced),
+    }
     return render(request, "thinking/home.html", context, status=status)
 
 

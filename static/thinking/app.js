@@ -52,6 +52,12 @@
     if (anchor.rev !== header.dataset.revision + header.dataset.status) {
       anchor = { rev: header.dataset.revision + header.dataset.status, at: Date.now() };
     }
+    var live = document.getElementById("live-reasoning");
+    if (live && live.dataset.started && live.dataset.writing !== "1") {
+      var counter = live.querySelector("[data-role=thinking-seconds]");
+      var since = Date.now() / 1000 - parseFloat(live.dataset.started);
+      if (counter) counter.textContent = String(Math.max(0, Math.round(since)));
+    }
     if (header.dataset.ticking !== "1") return;
     var budget = parseFloat(header.dataset.budget);
     var elapsed = parseFloat(header.dataset.elapsed) + (Date.now() - anchor.at) / 1000;

@@ -80,6 +80,9 @@ class Reply:
     cache_write_tokens: int = 0
     delay: float | None = None
     chunk_delay: float = 0.0
+    # Content blocks in any order (e.g. interleaved thinking: thinking, text, thinking,
+    # tool_use); when given, replaces text/thinking/redacted/tool_uses.
+    blocks: list[dict] | None = None
 
 
 @dataclass
@@ -341,17 +344,47 @@ def _error_body(type_: str, message: str, request_id: str) -> dict:
     return {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
 
 
-def _usage(reply: Reply, body_len: int) -> dict:
+def _usage(reply: Reply, body_len: int, cached: tuple[int, int] = (0, 0)) -> dict:
+    """Usage as the API reports it: `input_tokens` excludes what was read from or written to
+    the prompt cache (`cached` = tokens read, tokens written), estimated at 4 bytes a token."""
+    read, write = cached
+    if reply.cache_read_tokens or reply.cache_write_tokens:
+        read, write = reply.cache_read_tokens, reply.cache_write_tokens
     return {
-        "input_tokens": reply.input_tokens or body_len // 4,
+        "input_tokens": reply.input_tokens or max(0, body_len // 4 - read - write),
         "output_tokens": reply.output_tokens or max(1, len(reply.text) // 4),
-        "cache_creation_input_tokens": reply.cache_write_tokens,
-        "cache_read_input_tokens": reply.cache_read_tokens,
+        "cache_creation_input_tokens": write,
+        "cache_read_input_tokens": read,
     }
+
+
+def _prefix_keys(body: dict) -> list[tuple[int, str]]:
+    """(tokens, hash) of each cacheable prefix of a request."""
+    keys = []
+    parts: list[object] = []
+
+    def visit(block: object) -> None:
+        parts.append(block)
+        if isinstance(block, dict) and block.get("cache_control"):
+            text = json.dumps([body.get("model"), parts], sort_keys=True)
+            keys.append((len(json.dumps(parts, sort_keys=True)) // 4, text))
+
+    for tool in body.get("tools") or []:
+        visit(tool)
+    system = body.get("system")
+    for block in system if isinstance(system, list) else [system]:
+        visit(block)
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else [content]:
+            visit(block)
+    return keys
 
 
 def _content_blocks(reply: Reply, n: int) -> list[dict]:
     """The final content blocks of a reply (as in a non-streaming Message)."""
+    if reply.blocks is not None:
+        return [dict(block) for block in reply.blocks]
     blocks: list[dict] = []
     if reply.redacted:
         blocks.append({"type": "redacted_thinking", "data": f"redacted-{n}"})
@@ -372,7 +405,8 @@ def _content_blocks(reply: Reply, n: int) -> list[dict]:
 
 
 def _stop_reason(reply: Reply) -> str:
-    return reply.stop_reason or ("tool_use" if reply.tool_uses else "end_turn")
+    tools = reply.tool_uses or any(b.get("type") == "tool_use" for b in reply.blocks or [])
+    return reply.stop_reason or ("tool_use" if tools else "end_turn")
 
 
 def _sse(event: str, data: dict) -> bytes:
@@ -530,7 +564,20 @@ class _Handler(BaseHTTPRequestHandler):
         except _DISCONNECT_ERRORS:
             self.close_connection = True
 
-    do_GET = do_PUT = do_PATCH = do_DELETE = _not_found
+    do_PUT = do_PATCH = do_DELETE = _not_found
+
+    def do_GET(self) -> None:
+        """The Models API: GET /v1/models/<id> answers for ids in `fake.models`."""
+        try:
+            fake = self.server.fake
+            path = self.path.split("?", 1)[0].rstrip("/")
+            model_id = path.removeprefix("/v1/models/")
+            if path.startswith("/v1/models/") and model_id in fake.models:
+                self._send_json(200, fake.models[model_id], fake._request_id())
+            else:
+                self._not_found()
+        except _DISCONNECT_ERRORS:
+            self.close_connection = True
 
     def _post(self) -> None:
         fake = self.server.fake
@@ -588,7 +635,8 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(response, StreamError):
             self._stream_error(response, n, model, len(raw), request_id)
             return
-        usage = _usage(response, len(raw))
+        usage = _usage(response, len(raw), fake._cache_lookup(body))
+        fake._count_usage(usage)
         if not streaming:
             message = {
                 "id": f"msg_fake_{n}",
@@ -669,6 +717,11 @@ class FakeAnthropic:
         self.verbose = verbose
         self.base_url = ""
         self.requests: list[dict] = []
+        # Model id -> a Models API ModelInfo body; unknown ids answer 404 like local servers.
+        self.models: dict[str, dict] = {}
+        # Prompt-cache accounting: prefixes seen, and input tokens by kind over all requests.
+        self._cached_prefixes: set[str] = set()
+        self.usage_totals = {"input_tokens": 0, "cache_read": 0, "cache_write": 0}
         self.mind = MindState()
         self.responder: Responder = self.scripted_mind
         self._queue: deque[Response] = deque()
@@ -678,6 +731,32 @@ class FakeAnthropic:
         self._connections: set[socket.socket] = set()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+
+    # -- prompt cache ------------------------------------------------------------------
+
+    def _cache_lookup(self, body: dict) -> tuple[int, int]:
+        """(tokens read, tokens written): the longest prefix seen before is read, the rest up
+        to the last breakpoint is written, as the API's prompt cache does."""
+        keys = _prefix_keys(body)
+        if not keys:
+            return 0, 0
+        with self._lock:
+            read = max((size for size, key in keys if key in self._cached_prefixes), default=0)
+            self._cached_prefixes.update(key for _, key in keys)
+        return read, max(0, keys[-1][0] - read)
+
+    def _count_usage(self, usage: dict) -> None:
+        with self._lock:
+            self.usage_totals["input_tokens"] += usage["input_tokens"]
+            self.usage_totals["cache_read"] += usage["cache_read_input_tokens"]
+            self.usage_totals["cache_write"] += usage["cache_creation_input_tokens"]
+
+    @property
+    def cached_share(self) -> float:
+        """The share of all input tokens that repeated an earlier request's prefix."""
+        totals = self.usage_totals
+        total = totals["input_tokens"] + totals["cache_read"] + totals["cache_write"]
+        return totals["cache_read"] / total if total else 0.0
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -741,6 +820,8 @@ class FakeAnthropic:
         with self._lock:
             self._queue.clear()
             self.requests.clear()
+            self._cached_prefixes.clear()
+            self.usage_totals = {"input_tokens": 0, "cache_read": 0, "cache_write": 0}
         self.mind.clear()
         self.responder = self.scripted_mind
 

@@ -11,6 +11,7 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.urls import reverse
 
+from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import Reply
 from tests.thinking.test_loop import run
 from thinking.models import CompletionReason, Status, Synthesis, ThinkingSession
@@ -52,7 +53,7 @@ async def test_enhanced_replies_keep_their_parts_on_each_thought(
 
     await run(session)
 
-    prompt = fake_claude.requests[0]["body"]["messages"][0]["content"]
+    prompt = prompt_of(fake_claude.requests[0])
     assert "<analysis>" in prompt and "<stop_signal" in prompt and "Inside <response>" in prompt
     first, second = [t async for t in session.thoughts.order_by("sequence")][:2]
     assert (first.text, first.type, first.confidence) == ("Minds look layered", "insight", 0.7)
@@ -160,7 +161,7 @@ async def test_a_custom_format_asks_for_and_keeps_its_own_parts(
     )
     await run(session)
 
-    prompt = fake_claude.requests[0]["body"]["messages"][0]["content"]
+    prompt = prompt_of(fake_claude.requests[0])
     assert "<doubts>" in prompt and "<hunch>" in prompt
     first = await session.thoughts.order_by("sequence").afirst()
     assert first.text == "custom one"

@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import HttpError, Reply, StreamError
 from thinking import loop
 from thinking.events import SessionEvent
@@ -83,7 +84,7 @@ async def test_explored_sub_question_becomes_focus_and_gets_an_insight(
 
     await high.arefresh_from_db()
     assert high.explored and high.answer
-    first_prompt = fake_claude.requests[0]["body"]["messages"][0]["content"]
+    first_prompt = prompt_of(fake_claude.requests[0])
     assert "Current focus: Is it layered?" in first_prompt
     assert await session.thoughts.filter(sub_question=high).aexists()
 

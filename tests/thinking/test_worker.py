@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
+from tests.conftest import prompt_of
 from thinking.models import Status, ThinkingSession
 from thinking.worker import CHANNEL, Supervisor, ThinkingWorker
 
@@ -125,7 +126,7 @@ async def test_several_sessions_run_concurrently_in_one_worker(fake_claude: Any,
     # Each session's first model call went out before any session got its first reply back:
     # the four first requests come from four different sessions.
     def asked(request: dict) -> str:
-        prompt = request["body"]["messages"][0]["content"]
+        prompt = prompt_of(request)
         return next(q for q in questions if q in prompt)
 
     assert {asked(r) for r in fake_claude.requests[:4]} == set(questions)

@@ -65,6 +65,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--format-spec", type=Path, help="A JSON tag spec file, for --format custom."
         )
+        parser.add_argument(
+            "--thinking",
+            choices=["off", "adaptive", "manual"],
+            help="Model thinking (default: DEEPTHINK_THINKING).",
+        )
+        parser.add_argument("--thinking-budget", type=int, help="Budget tokens for manual.")
+        parser.add_argument(
+            "--effort",
+            choices=["low", "medium", "high", "xhigh", "max"],
+            help="Effort level (default: the model's).",
+        )
+        parser.add_argument("--max-tokens", type=int, help="Max tokens per model reply.")
+        parser.add_argument(
+            "--token-ceiling", type=int, help="Tokens in all before the final answer."
+        )
         parser.add_argument("--owner", help="Username of the owner (default: first superuser).")
         parser.add_argument("--json", action="store_true", help="Print one JSON document.")
 
@@ -84,6 +99,11 @@ class Command(BaseCommand):
                 "synthesis_minutes": options["synthesis_minutes"] or "",
                 "format_mode": options["format"] or "",
                 "format_spec": spec,
+                "thinking_mode": options["thinking"] or "",
+                "thinking_budget": options["thinking_budget"] or "",
+                "effort": options["effort"] or "",
+                "max_tokens": options["max_tokens"] or "",
+                "token_ceiling": options["token_ceiling"] or "",
             }
         )
         if not form.is_valid():

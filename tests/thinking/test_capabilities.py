@@ -1,0 +1,120 @@
+"""Request building and validation for thinking and effort (pure: no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from thinking.capabilities import (
+    INTERLEAVED_BETA,
+    Capabilities,
+    ThinkingSettings,
+    build_request,
+    builtin_capabilities,
+    validate,
+)
+
+ADAPTIVE_ONLY = builtin_capabilities("claude-opus-5-5")  # default effort medium
+BOTH = builtin_capabilities("claude-sonnet-4-6")
+MANUAL_ONLY = builtin_capabilities("claude-haiku-4-5")
+
+
+def request(mode: str, caps: Capabilities, **kwargs: object) -> object:
+    settings = ThinkingSettings(
+        mode=mode,
+        budget_tokens=kwargs.pop("budget", 2048),  # type: ignore[arg-type]
+        effort=kwargs.pop("effort", ""),  # type: ignore[arg-type]
+        max_tokens=kwargs.pop("max_tokens", 8000),  # type: ignore[arg-type]
+    )
+    return build_request(settings, caps, **kwargs)  # type: ignore[arg-type]
+
+
+def test_adaptive_asks_for_summarized_thinking():
+    built = request("adaptive", ADAPTIVE_ONLY)
+    assert built.params["thinking"] == {"type": "adaptive", "display": "summarized"}
+    assert built.thinking == "adaptive" and not built.headers
+
+
+def test_manual_sends_a_budget():
+    built = request("manual", BOTH, budget=3000)
+    assert built.params["thinking"] == {"type": "enabled", "budget_tokens": 3000}
+    assert built.params["max_tokens"] == 8000
+
+
+def test_off_sends_no_thinking_key():
+    assert "thinking" not in request("off", BOTH).params
+
+
+def test_utility_calls_can_skip_thinking():
+    built = request("adaptive", ADAPTIVE_ONLY, skip_thinking=True)
+    assert "thinking" not in built.params and built.thinking == "off"
+
+
+def test_an_older_model_gets_manual_thinking_instead_of_adaptive():
+    built = request("adaptive", MANUAL_ONLY, budget=None, max_tokens=8000)
+    assert built.params["thinking"] == {"type": "enabled", "budget_tokens": 4000}
+    assert built.thinking == "manual"
+
+
+def test_a_newer_model_never_gets_a_budget():
+    built = request("manual", ADAPTIVE_ONLY, budget=5000)
+    assert built.params["thinking"] == {"type": "adaptive", "display": "summarized"}
+
+
+def test_the_interleaved_beta_header_goes_with_manual_thinking_and_tools_on_claude_4():
+    assert request("manual", BOTH, tools=True).headers == {"anthropic-beta": INTERLEAVED_BETA}
+    assert request("manual", BOTH, tools=False).headers == {}
+    assert request("adaptive", BOTH, tools=True).headers == {}
+
+
+@pytest.mark.parametrize("effort", ["low", "medium", "high", "xhigh", "max"])
+def test_effort_is_sent_only_when_it_is_not_the_models_default(effort: str):
+    built = request("adaptive", ADAPTIVE_ONLY, effort=effort)
+    expected = None if effort == "medium" else {"effort": effort}
+    assert built.params.get("output_config") == expected
+
+
+def test_effort_is_left_out_for_models_without_it():
+    assert "output_config" not in request("manual", MANUAL_ONLY, effort="low").params
+
+
+def test_max_tokens_is_capped_by_the_model():
+    assert request("off", MANUAL_ONLY, max_tokens=500_000).params["max_tokens"] == 64_000
+
+
+@pytest.mark.parametrize(
+    ("wanted", "field", "message"),
+    [
+        (ThinkingSettings("manual", 512, "", 8000), "budget_tokens", "at least 1024"),
+        (ThinkingSettings("manual", 8000, "", 8000), "budget_tokens", "less than max tokens"),
+        (ThinkingSettings("manual", None, "", 8000), "budget_tokens", "needs a thinking budget"),
+        (ThinkingSettings("sometimes", None, "", 8000), "mode", "must be one of"),
+        (ThinkingSettings("off", None, "extreme", 8000), "effort", "must be one of"),
+    ],
+)
+def test_invalid_combinations_are_explained(wanted: ThinkingSettings, field: str, message: str):
+    assert message in validate(wanted)[field]
+
+
+def test_a_mode_the_model_refuses_is_explained():
+    problems = validate(ThinkingSettings("manual", 2048, "", 8000), ADAPTIVE_ONLY)
+    assert "does not accept manual thinking" in problems["mode"]
+    problems = validate(ThinkingSettings("adaptive", None, "", 8000), MANUAL_ONLY)
+    assert "does not accept adaptive thinking" in problems["mode"]
+
+
+def test_an_effort_the_model_refuses_is_explained():
+    assert (
+        "does not take an effort"
+        in validate(ThinkingSettings("off", None, "low", 8000), MANUAL_ONLY)["effort"]
+    )
+    assert (
+        "takes effort low, medium, high"
+        in validate(
+            ThinkingSettings("off", None, "max", 8000), builtin_capabilities("claude-opus-4-5")
+        )["effort"]
+    )
+
+
+def test_a_valid_configuration_has_no_problems():
+    assert validate(ThinkingSettings("adaptive", None, "high", 16000), ADAPTIVE_ONLY) == {}
+    assert validate(ThinkingSettings("manual", 4096, "", 16000), BOTH) == {}

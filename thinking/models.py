@@ -144,6 +144,22 @@ class ThinkingSession(models.Model):
     )
     # How each thought reply was read: {"tags": n, "lines": n, "prose": n, "empty": n}.
     parse_routes = models.JSONField(default=dict, blank=True)
+
+    # Research (#3). The plan: {"steps": [...], "current": i, "terms": [...], "web_queries":
+    # [...], "memory_queries": [...], "source": "model" | "heuristic"}.
+    plan = models.JSONField(default=dict, blank=True)
+    # What people should know about the research: "web search is off", a failed query, ...
+    research_notes = models.JSONField(default=list, blank=True)
+    # The latest `progress` the model reported: stage, label, message, step, confidence.
+    progress = models.JSONField(default=dict, blank=True)
+    tools_enabled = models.BooleanField(
+        default=True, help_text="Let the model search the web and memory while it thinks."
+    )
+    think_tool = models.BooleanField(
+        default=True, help_text="Offer the think tool (a scratchpad) while it thinks."
+    )
+    # Citations [n] in answers that match no stored source: counted, not linked.
+    unknown_citations = models.PositiveIntegerField(default=0)
     # Bumped on every stored change, so a reconnecting page knows whether it missed anything.
     revision = models.PositiveIntegerField(default=0)
 
@@ -305,6 +321,8 @@ class ThoughtType(models.TextChoices):
     CRITIQUE = "critique", "Critique"
     CONNECTION = "connection", "Connection"
     INSIGHT = "insight", "Insight"
+    # Written by the model with the think tool: internal, shown in a collapsible scratchpad.
+    SCRATCHPAD = "scratchpad", "Scratchpad"
 
 
 class ThoughtQuerySet(models.QuerySet["Thought"]):
@@ -417,3 +435,54 @@ class ModelCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.purpose} ({self.input_tokens} in / {self.output_tokens} out)"
+
+
+class SourceKind(models.TextChoices):
+    WEB = "web", "Web"
+    MEMORY = "memory", "Knowledge base"
+
+
+class Source(models.Model):
+    """Evidence a session found, cited as [number] in its syntheses and answer."""
+
+    session = models.ForeignKey(ThinkingSession, on_delete=models.CASCADE, related_name="sources")
+    number = models.PositiveIntegerField(help_text="The citation number, stable for the session.")
+    kind = models.CharField(max_length=8, choices=SourceKind.choices)
+    title = models.CharField(max_length=500)
+    url = models.URLField(max_length=2000, blank=True)
+    snippet = models.TextField(blank=True)
+    score = models.FloatField(default=0.0)
+    query = models.TextField(blank=True, help_text="The query that found it.")
+    # A knowledge-base item's id, or the URL for the web: how duplicates are spotted.
+    key = models.CharField(max_length=2000)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "number"], name="source_number_unique"),
+            models.UniqueConstraint(fields=["session", "kind", "key"], name="source_key_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"[{self.number}] {self.title[:70]}"
+
+
+class ApiToken(models.Model):
+    """A personal API token. Only a hash is stored; the token is shown once, at creation."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, help_text="The first characters, to recognise it.")
+    hashed = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

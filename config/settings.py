@@ -247,6 +247,16 @@ if DEEPTHINK_FORMAT not in ("standard", "enhanced"):
         "(a custom format is chosen per session, with its tag spec)."
     )
 
+# When the model provider stays unavailable after the SDK's retries, a session waits and
+# tries again with backoff (first wait, longest wait), and fails after the give-up time.
+DEEPTHINK_PROVIDER_BACKOFF_SECONDS = env_float("DEEPTHINK_PROVIDER_BACKOFF_SECONDS", 2.0, minimum=0)
+DEEPTHINK_PROVIDER_MAX_BACKOFF_SECONDS = env_float(
+    "DEEPTHINK_PROVIDER_MAX_BACKOFF_SECONDS", 60.0, minimum=0
+)
+DEEPTHINK_PROVIDER_GIVE_UP_SECONDS = env_float(
+    "DEEPTHINK_PROVIDER_GIVE_UP_SECONDS", 900.0, minimum=0
+)
+
 # The loop: a question batch every N thoughts; syntheses every interval of active time.
 DEEPTHINK_QUESTIONS_EVERY = env_int("DEEPTHINK_QUESTIONS_EVERY", 5, minimum=1)
 DEEPTHINK_MAX_MINUTES = env_float("DEEPTHINK_MAX_MINUTES", 600.0, minimum=0.05)

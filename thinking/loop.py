@@ -11,6 +11,7 @@ session taken over by another worker is never written twice.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -165,7 +166,13 @@ def stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> Thin
     with transaction.atomic():
         session = _locked(session_id, worker_id)
         changes = _checkpoint(session, meter=meter, reply=None)
-        changes.update(running_since=None, worker_id="", heartbeat_at=None)
+        changes.update(
+            running_since=None,
+            worker_id="",
+            heartbeat_at=None,
+            waiting_since=None,
+            waiting_reason="",
+        )
         return _save(session, changes)
 
 
@@ -188,6 +195,8 @@ def fail(
             error_message=message[:2000],
             finished_at=timezone.now(),
             running_since=None,
+            waiting_since=None,
+            waiting_reason="",
             worker_id="",
             heartbeat_at=None,
         )
@@ -263,6 +272,23 @@ class LiveReasoning:
             await _publish(self.publish, self.event())
 
 
+@database_sync_to_async
+def _set_waiting(session_id: uuid.UUID, worker_id: str, reason: str) -> str:
+    """Mark (or, with no reason, unmark) the session as waiting for the provider; returns
+    its status, so a person's pause or cancel is noticed while it waits."""
+    with transaction.atomic():
+        session = _locked(session_id, worker_id)
+        changes: dict = {"revision": F("revision") + 1, "heartbeat_at": timezone.now()}
+        if reason:
+            changes["waiting_reason"] = reason[:300]
+            if session.waiting_since is None:
+                changes["waiting_since"] = timezone.now()
+        else:
+            changes.update(waiting_since=None, waiting_reason="")
+        _save(session, changes)
+        return session.status
+
+
 async def ask(
     *,
     session: ThinkingSession,
@@ -270,19 +296,56 @@ async def ask(
     purpose: str,
     llm: LLM,
     publish: Publish,
+    meter: Meter,
+    worker_id: str,
 ) -> Reply:
     """One model call for a step, with the session's thinking settings, its stable prefix
-    cached, and its reasoning streamed live to the page."""
-    live = LiveReasoning(session.pk, purpose, publish, interval=settings.DEEPTHINK_LIVE_INTERVAL)
-    await live.start()
-    return await llm.stream(
-        [user_message(prompt.stable, prompt.variable)],
-        system=prompts.SYSTEM,
-        model=session.model_id,
-        thinking=session.thinking_settings,
-        on_thinking=live.on_thinking,
-        on_text=live.on_text,
-    )
+    cached, and its reasoning streamed live to the page.
+
+    While the provider is unavailable (overloaded, rate limited, unreachable) the session
+    waits with backoff and says so on the page; the time waited does not count as thinking.
+    After DEEPTHINK_PROVIDER_GIVE_UP_SECONDS it gives up with the provider's error.
+    """
+    waited_since: float | None = None
+    delay = settings.DEEPTHINK_PROVIDER_BACKOFF_SECONDS
+    while True:
+        live = LiveReasoning(
+            session.pk, purpose, publish, interval=settings.DEEPTHINK_LIVE_INTERVAL
+        )
+        await live.start()
+        try:
+            reply = await llm.stream(
+                [user_message(prompt.stable, prompt.variable)],
+                system=prompts.SYSTEM,
+                model=session.model_id,
+                thinking=session.thinking_settings,
+                on_thinking=live.on_thinking,
+                on_text=live.on_text,
+            )
+        except LLMError as error:
+            if not error.retryable:
+                raise
+            now = time.monotonic()
+            waited_since = waited_since or now
+            if now - waited_since >= settings.DEEPTHINK_PROVIDER_GIVE_UP_SECONDS:
+                minutes = settings.DEEPTHINK_PROVIDER_GIVE_UP_SECONDS / 60
+                raise LLMError(
+                    f"{error} It stayed unavailable for {minutes:g} minutes, so the session "
+                    "stopped; everything it stored is kept.",
+                    kind=error.kind,
+                ) from error
+            status = await _set_waiting(session.pk, worker_id, str(error))
+            await _publish(publish, SessionEvent(session.pk))
+            if status in (Status.PAUSED, Status.CANCELLED):
+                raise Stopped(session.pk) from error
+            logger.warning("Session %s: %s Trying again in %.0fs", session.pk, error, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, settings.DEEPTHINK_PROVIDER_MAX_BACKOFF_SECONDS)
+            meter.lap()  # waiting for the provider is not thinking time
+            continue
+        if waited_since is not None:
+            await _set_waiting(session.pk, worker_id, "")
+        return reply
 
 
 def custom_spec(session: ThinkingSession) -> tuple[tags.TagSpec, ...] | None:
@@ -323,7 +386,15 @@ async def generate_thoughts(
         understanding=context[1],
         reply_format=prompts.thought_format(mode, spec),
     )
-    reply = await ask(session=session, prompt=prompt, purpose="thoughts", llm=llm, publish=publish)
+    reply = await ask(
+        session=session,
+        prompt=prompt,
+        purpose="thoughts",
+        llm=llm,
+        publish=publish,
+        meter=meter,
+        worker_id=worker_id,
+    )
     reading = parsing.read_thought_reply(reply.text, mode=mode, custom=spec)
     return await _store_thoughts(session, focus, reading, reply, meter, worker_id)
 
@@ -415,7 +486,15 @@ async def generate_questions(
         )
     )()
     prompt = prompts.questions_prompt(question=session.question, recent=recent, existing=existing)
-    reply = await ask(session=session, prompt=prompt, purpose="questions", llm=llm, publish=publish)
+    reply = await ask(
+        session=session,
+        prompt=prompt,
+        purpose="questions",
+        llm=llm,
+        publish=publish,
+        meter=meter,
+        worker_id=worker_id,
+    )
     parsed = parsing.parse_questions(reply.text)
     return await _store_questions(session, focus, parsed, reply, meter, worker_id)
 
@@ -495,7 +574,15 @@ async def synthesise(
             question=session.question, recent=recent, explored=explored, previous=previous
         )
     purpose = "final" if final else "synthesis"
-    reply = await ask(session=session, prompt=prompt, purpose=purpose, llm=llm, publish=publish)
+    reply = await ask(
+        session=session,
+        prompt=prompt,
+        purpose=purpose,
+        llm=llm,
+        publish=publish,
+        meter=meter,
+        worker_id=worker_id,
+    )
     parsed = parsing.parse_synthesis(reply.text)
     return await _store_synthesis(session, parsed, reply, meter, worker_id, final, reason)
 

@@ -172,6 +172,10 @@ class ThinkingSession(models.Model):
     cache_read_tokens = models.PositiveBigIntegerField(default=0)
     cache_write_tokens = models.PositiveBigIntegerField(default=0)
 
+    # Set while the model provider is unavailable and the loop waits to try again.
+    waiting_since = models.DateTimeField(null=True, blank=True)
+    waiting_reason = models.CharField(max_length=300, blank=True)
+
     # Lease: which worker runs the session, and when it last said so.
     worker_id = models.CharField(max_length=100, blank=True, db_index=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)

@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format install migrate superuser fake-claude clean
+.PHONY: run test lint format install migrate fake-claude fake-exa clean
 
 $(STAMP): pyproject.toml
 	@py=$$(scripts/find-python) || exit 1; \
@@ -32,6 +32,9 @@ run: migrate
 # An offline stand-in for the Claude API (the same fake the tests use).
 fake-claude: install
 	$(BIN)/python -m tests.fakes.anthropic_server --port $${FAKE_PORT:-8765} --delay $${FAKE_DELAY:-0.5}
+
+fake-exa: install
+	$(BIN)/python -m tests.fakes.exa_server --port $${FAKE_EXA_PORT:-8766} --delay $${FAKE_DELAY:-0.3}
 
 lint: install
 	$(BIN)/ruff check .

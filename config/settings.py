@@ -182,6 +182,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "thinking": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+        "research": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
         "django.channels": {"handlers": ["console"], "level": "WARNING"},
     },
 }
@@ -256,6 +257,31 @@ DEEPTHINK_PROVIDER_MAX_BACKOFF_SECONDS = env_float(
 DEEPTHINK_PROVIDER_GIVE_UP_SECONDS = env_float(
     "DEEPTHINK_PROVIDER_GIVE_UP_SECONDS", 900.0, minimum=0
 )
+
+# Research (research/): the knowledge base and Exa web search. Without EXA_API_KEY web
+# research is off and the pages say so. exa-py reads no base-URL variable itself.
+EXA_API_KEY = env_str("EXA_API_KEY")
+EXA_BASE_URL = env_str("EXA_BASE_URL")  # empty: https://api.exa.ai
+# The most results one web search returns (the seed's maxItemsPerSource).
+DEEPTHINK_WEB_MAX_ITEMS_PER_SOURCE = env_int("DEEPTHINK_WEB_MAX_ITEMS_PER_SOURCE", 10, minimum=1)
+# Identical searches (same scope, query and options) within this period cost nothing; 0 = off.
+DEEPTHINK_SEARCH_CACHE_SECONDS = env_float("DEEPTHINK_SEARCH_CACHE_SECONDS", 86400.0, minimum=0)
+# Per search call (web or memory); a timed-out web call is retried once.
+DEEPTHINK_RESEARCH_TIMEOUT_SECONDS = env_float(
+    "DEEPTHINK_RESEARCH_TIMEOUT_SECONDS", 20.0, minimum=0.1
+)
+DEEPTHINK_KNOWLEDGE_MAX_UPLOAD_BYTES = env_int(
+    "DEEPTHINK_KNOWLEDGE_MAX_UPLOAD_BYTES", 1_000_000, minimum=1
+)
+# Tools while thinking: web_search, memory_search, progress, and the think scratchpad.
+DEEPTHINK_TOOLS = env_bool("DEEPTHINK_TOOLS", True)
+DEEPTHINK_THINK_TOOL = env_bool("DEEPTHINK_THINK_TOOL", True)
+DEEPTHINK_MAX_TOOL_ROUNDS = env_int("DEEPTHINK_MAX_TOOL_ROUNDS", 5, minimum=1)
+# Sources given to the model, best first; and a fresh plan for this many high-priority
+# sub-questions (priority >= DEEPTHINK_REPLAN_PRIORITY) when they become the focus.
+DEEPTHINK_EVIDENCE_SOURCES = env_int("DEEPTHINK_EVIDENCE_SOURCES", 12, minimum=1)
+DEEPTHINK_REPLANS = env_int("DEEPTHINK_REPLANS", 3, minimum=0)
+DEEPTHINK_REPLAN_PRIORITY = env_int("DEEPTHINK_REPLAN_PRIORITY", 8, minimum=1)
 
 # The loop: a question batch every N thoughts; syntheses every interval of active time.
 DEEPTHINK_QUESTIONS_EVERY = env_int("DEEPTHINK_QUESTIONS_EVERY", 5, minimum=1)

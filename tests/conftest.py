@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.exa_server import FakeExa
 
 
 @pytest.fixture(autouse=True)
@@ -14,6 +15,10 @@ def _isolated_settings(settings: Any) -> None:
     # Never reach a real provider by accident; tests opt in to the fake server.
     settings.ANTHROPIC_API_KEY = ""
     settings.ANTHROPIC_BASE_URL = ""
+    settings.EXA_API_KEY = ""
+    settings.EXA_BASE_URL = ""
+    # The default hasher is slow on purpose; test users need no protection.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.DEEPTHINK_RETRY_BASE_SECONDS = 0.01
     settings.DEEPTHINK_INPROCESS_WORKER = False
     # A fresh channel layer per test (the in-memory one is bound to an event loop).
@@ -28,6 +33,16 @@ def fake_claude(settings: Any) -> Iterator[FakeAnthropic]:
     server = FakeAnthropic().start()
     settings.ANTHROPIC_BASE_URL = server.base_url
     settings.ANTHROPIC_API_KEY = "test-key"
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_exa(settings: Any) -> Iterator[FakeExa]:
+    """A local Exa API; the real exa-py client is pointed at it through settings."""
+    server = FakeExa().start()
+    settings.EXA_API_KEY = server.api_key
+    settings.EXA_BASE_URL = server.base_url
     yield server
     server.stop()
 

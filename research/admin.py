@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from .models import KnowledgeItem, SearchCache
+
+
+@admin.register(KnowledgeItem)
+class KnowledgeItemAdmin(admin.ModelAdmin):
+    list_display = ("title", "owner", "source", "created_at", "updated_at")
+    list_filter = ("source", "owner")
+    search_fields = ("title", "body", "url", "owner__username")
+    list_select_related = ("owner",)
+    raw_id_fields = ("owner",)
+    date_hierarchy = "created_at"
+    readonly_fields = ("created_at", "updated_at")
+    fields = ("owner", "title", "body", "url", "source", "origin", "created_at", "updated_at")
+
+
+@admin.register(SearchCache)
+class SearchCacheAdmin(admin.ModelAdmin):
+    """Read-only: rows are written by searches. Deleting one makes the next search fresh."""
+
+    list_display = ("query", "kind", "scope", "result_count", "created_at", "expires_at", "expired")
+    list_filter = ("kind",)
+    search_fields = ("query", "scope")
+    date_hierarchy = "created_at"
+
+    @admin.display(boolean=True, description="Expired")
+    def expired(self, entry: SearchCache) -> bool:
+        return entry.is_expired
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

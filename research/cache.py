@@ -1,0 +1,78 @@
+"""The search cache: an identical search within the cache period is answered from the
+database instead of the provider.
+
+Identical means the same kind, the same scope ("user:5", later "team:3"), the same query
+once case and spacing are normalised, and the same options. The scope is part of the key so
+one person's searches (which may reveal their question) never answer another's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError
+from django.utils import timezone
+
+from .models import SearchCache
+
+# Bump when the stored result shape changes, so old rows are simply never read again.
+FORMAT_VERSION = 1
+
+
+def normalise_query(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def cache_key(*, kind: str, scope: str, query: str, options: Mapping[str, Any]) -> str:
+    material = json.dumps(
+        {
+            "v": FORMAT_VERSION,
+            "kind": kind,
+            "scope": scope,
+            "query": normalise_query(query),
+            "options": options,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+async def cached_results(key: str) -> list[dict[str, Any]] | None:
+    """The stored results for `key` if they have not expired, else None."""
+    row = await SearchCache.objects.fresh().filter(key=key).only("results").afirst()
+    if row is None or not isinstance(row.results, list):
+        return None
+    return row.results
+
+
+async def store_results(
+    *,
+    key: str,
+    kind: str,
+    scope: str,
+    query: str,
+    options: Mapping[str, Any],
+    results: list[dict[str, Any]],
+    ttl_seconds: float,
+) -> None:
+    """Keep `results` under `key` for `ttl_seconds`, replacing an expired row."""
+    now = timezone.now()
+    values = {
+        "kind": kind,
+        "scope": scope,
+        "query": normalise_query(query),
+        "options": dict(options),
+        "results": results,
+        "created_at": now,
+        "expires_at": now + timedelta(seconds=ttl_seconds),
+    }
+    # The same search may finish at the same moment elsewhere and store its row first;
+    # its results are as good as ours.
+    with contextlib.suppress(IntegrityError):
+        await SearchCache.objects.aupdate_or_create(key=key, defaults=values)

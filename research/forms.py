@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django import forms
+
+from .knowledge import (
+    TEXT_SUFFIXES,
+    UnreadableText,
+    clean_text,
+    decode_text,
+    max_upload_bytes,
+    title_from_filename,
+    title_from_text,
+)
+from .models import KnowledgeItem
+
+
+class SearchForm(forms.Form):
+    q = forms.CharField(
+        label="Search your knowledge",
+        required=False,
+        max_length=500,
+        strip=True,
+        widget=forms.SearchInput(attrs={"placeholder": "Words to look for"}),
+    )
+
+
+class KnowledgeItemForm(forms.ModelForm):
+    url = forms.URLField(
+        label="Link (optional)", required=False, max_length=2000, assume_scheme="https"
+    )
+
+    class Meta:
+        model = KnowledgeItem
+        fields = ["title", "body", "url"]
+        widgets = {
+            "title": forms.TextInput(attrs={"placeholder": "A short title"}),
+            "body": forms.Textarea(
+                attrs={"rows": 5, "placeholder": "What should Deep Think know?"}
+            ),
+        }
+        error_messages = {"body": {"required": "Write something to remember."}}
+
+    def clean_body(self) -> str:
+        body = clean_text(self.cleaned_data.get("body", ""))
+        if not body:
+            raise forms.ValidationError("Write something to remember.")
+        return body
+
+
+class UploadForm(forms.Form):
+    file = forms.FileField(
+        label="Text or Markdown file",
+        help_text="A .txt or .md file in UTF-8; the first Markdown heading becomes the title.",
+        widget=forms.ClearableFileInput(attrs={"accept": ",".join(sorted(TEXT_SUFFIXES))}),
+    )
+
+    def clean_file(self) -> Any:
+        upload = self.cleaned_data["file"]
+        name = Path(upload.name or "upload.txt").name
+        if Path(name).suffix.lower() not in TEXT_SUFFIXES:
+            raise forms.ValidationError(f"“{name}” is not a .txt or .md file.")
+        limit = max_upload_bytes()
+        if upload.size > limit:
+            raise forms.ValidationError(
+                f"“{name}” is {upload.size:,} bytes; the limit is {limit:,} bytes."
+            )
+        try:
+            text = decode_text(upload.read(), name=name)
+        except UnreadableText as error:
+            raise forms.ValidationError(str(error)) from None
+        body = clean_text(text)
+        if not body:
+            raise forms.ValidationError(f"“{name}” is empty.")
+        self.cleaned_data["name"] = name
+        self.cleaned_data["body"] = body
+        self.cleaned_data["title"] = title_from_text(body, fallback=title_from_filename(name))
+        return upload

@@ -1,0 +1,207 @@
+"""Writing the knowledge base: notes, uploaded and imported text files, session answers.
+
+Everything that adds an item goes through `add_item` (or `save_item`, which also says what
+happened), so titles and bodies are cleaned the same way wherever they come from.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+
+from .models import KnowledgeItem, Source
+
+TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown"})
+TITLE_MAX = KnowledgeItem._meta.get_field("title").max_length or 300
+# An ATX Markdown heading ("# Title", "## Title ##"), not a "#hashtag".
+HEADING = re.compile(r"^\s{0,3}#{1,6}[ \t]+(?P<title>.+?)(?:[ \t]+#+)?[ \t]*$", re.MULTILINE)
+# A setext heading: a line underlined with === or ---.
+SETEXT_HEADING = re.compile(r"^(?P<title>[^\n]*\S[^\n]*)\n[ \t]*(?:=+|-+)[ \t]*$", re.MULTILINE)
+
+
+class UnreadableText(ValueError):
+    """A file that is not UTF-8 text; `str(error)` says where and what to do."""
+
+
+class Change(enum.StrEnum):
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True)
+class Saved:
+    item: KnowledgeItem
+    change: Change
+
+
+def max_upload_bytes() -> int:
+    return int(getattr(settings, "DEEPTHINK_KNOWLEDGE_MAX_UPLOAD_BYTES", 1_000_000))
+
+
+def clean_text(text: str) -> str:
+    # PostgreSQL text cannot hold NUL; normalise line endings so re-imports compare equal.
+    return text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+def clean_title(title: str, *, body: str = "") -> str:
+    title = " ".join(title.split())
+    if not title:
+        first_line = next((line for line in body.splitlines() if line.strip()), "")
+        title = " ".join(first_line.lstrip("#").split()) or "Untitled"
+    if len(title) > TITLE_MAX:
+        title = title[: TITLE_MAX - 1].rstrip() + "…"
+    return title
+
+
+def safe_url(url: str) -> str:
+    # Pages link to it: only web addresses, never javascript: or data: URLs.
+    url = url.strip()
+    return url if url.lower().startswith(("http://", "https://")) else ""
+
+
+def title_from_text(text: str, *, fallback: str) -> str:
+    """The first Markdown heading of `text`, else `fallback` (e.g. the file name)."""
+    matches = [m for m in (HEADING.search(text), SETEXT_HEADING.search(text)) if m]
+    if matches:
+        first = min(matches, key=lambda m: m.start())
+        heading = first.group("title").strip()
+        if heading:
+            return heading
+    return fallback
+
+
+def title_from_filename(name: str) -> str:
+    stem = Path(name).stem
+    return " ".join(stem.replace("_", " ").replace("-", " ").split()) or stem or "Untitled"
+
+
+def decode_text(data: bytes, *, name: str) -> str:
+    """UTF-8 text (a byte-order mark is dropped), or UnreadableText saying where it fails."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise UnreadableText(
+            f"“{name}” is not UTF-8 text (byte 0x{data[error.start]:02x} at position "
+            f"{error.start} cannot be read). Save it as UTF-8 and try again."
+        ) from None
+
+
+def save_item(
+    *,
+    owner: AbstractBaseUser,
+    title: str,
+    body: str,
+    url: str = "",
+    source: str = Source.NOTE,
+    origin: str = "",
+) -> Saved:
+    """Add an item, or, when `origin` names one this owner already has, update it in place
+    (or leave it alone if nothing changed)."""
+    body = clean_text(body)
+    title = clean_title(title, body=body)
+    url = safe_url(url)
+    if not origin:
+        item = KnowledgeItem.objects.create(
+            owner=owner, title=title, body=body, url=url, source=source
+        )
+        return Saved(item, Change.CREATED)
+    with transaction.atomic():
+        existing = (
+            KnowledgeItem.objects.select_for_update()
+            .filter(owner=owner, origin=origin)
+            .order_by("id")
+            .first()
+        )
+        if existing is None:
+            item = KnowledgeItem.objects.create(
+                owner=owner, title=title, body=body, url=url, source=source, origin=origin
+            )
+            return Saved(item, Change.CREATED)
+        if (existing.title, existing.body, existing.url) == (title, body, url):
+            return Saved(existing, Change.UNCHANGED)
+        existing.title, existing.body, existing.url, existing.source = title, body, url, source
+        existing.save(update_fields=["title", "body", "url", "source", "updated_at"])
+        return Saved(existing, Change.UPDATED)
+
+
+def add_item(
+    *,
+    owner: AbstractBaseUser,
+    title: str,
+    body: str,
+    url: str = "",
+    source: str = Source.NOTE,
+    origin: str = "",
+) -> KnowledgeItem:
+    """Add a knowledge item. With an `origin` ("session:<uuid>", a file path), adding the
+    same origin again updates that item instead of making a second one."""
+    return save_item(
+        owner=owner, title=title, body=body, url=url, source=source, origin=origin
+    ).item
+
+
+# --- importing a folder ----------------------------------------------------------------
+
+
+@dataclass
+class ImportSummary:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.created)} new, {len(self.updated)} updated, "
+            f"{len(self.unchanged)} unchanged, {len(self.skipped)} skipped"
+        )
+
+
+def text_files(root: Path) -> Iterator[Path]:
+    """The .txt/.md files under `root`, in a stable order, leaving out hidden files and
+    folders (.git, .obsidian, editor backups)."""
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        if path.is_file() and path.suffix.lower() in TEXT_SUFFIXES:
+            yield path
+
+
+def import_folder(root: Path, *, owner: AbstractBaseUser) -> ImportSummary:
+    """Import every text file under `root` for `owner`. A file imported before is matched by
+    its absolute path: unchanged files are left alone, changed ones updated in place."""
+    root = root.resolve()
+    summary = ImportSummary()
+    limit = max_upload_bytes()
+    for path in text_files(root):
+        shown = path.relative_to(root).as_posix()
+        try:
+            if path.stat().st_size > limit:
+                summary.skipped.append((shown, f"larger than {limit:,} bytes"))
+                continue
+            text = decode_text(path.read_bytes(), name=shown)
+        except UnreadableText:
+            summary.skipped.append((shown, "not UTF-8 text"))
+            continue
+        except OSError as error:  # removed or unreadable since the folder was listed
+            summary.skipped.append((shown, error.strerror or "could not be read"))
+            continue
+        body = clean_text(text)
+        if not body:
+            summary.skipped.append((shown, "empty"))
+            continue
+        title = title_from_text(body, fallback=title_from_filename(path.name))
+        saved = save_item(
+            owner=owner, title=title, body=body, source=Source.IMPORT, origin=f"file:{path}"
+        )
+        getattr(summary, saved.change.value).append(shown)
+    return summary

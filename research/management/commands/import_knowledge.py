@@ -1,0 +1,50 @@
+"""Import a folder of .txt/.md files into one person's knowledge base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from research.knowledge import import_folder
+
+
+class Command(BaseCommand):
+    help = (
+        "Import the .txt and .md files under PATH (recursively) as knowledge items of --owner. "
+        "The title is the first Markdown heading, else the file name. Files imported before "
+        "are matched by path: unchanged ones are skipped, changed ones updated."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("path", help="a folder of .txt/.md files")
+        parser.add_argument("--owner", required=True, help="the username that will own the items")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        root = Path(options["path"]).expanduser()
+        if not root.exists():
+            raise CommandError(f"There is no folder at {root}.")
+        if not root.is_dir():
+            raise CommandError(f"{root} is a file; give the folder that holds it.")
+        User = get_user_model()
+        username = options["owner"]
+        try:
+            owner = User.objects.get(**{User.USERNAME_FIELD: username})
+        except User.DoesNotExist:
+            raise CommandError(
+                f"There is no user {username!r}; create one with `manage.py createsuperuser`."
+            ) from None
+
+        summary = import_folder(root, owner=owner)
+
+        for name in summary.created:
+            self.stdout.write(f"  new        {name}")
+        for name in summary.updated:
+            self.stdout.write(f"  updated    {name}")
+        for name, why in summary.skipped:
+            self.stderr.write(f"  skipped    {name} ({why})")
+        self.stdout.write(
+            self.style.SUCCESS(f"Imported {root} for {username}: {summary.describe()}.")
+        )

@@ -1,0 +1,103 @@
+"""The knowledge base and the search cache.
+
+Full-text search over knowledge items is not an ORM field: on SQLite an FTS5 table kept in
+sync by triggers, on PostgreSQL a GIN expression index (both created in migration 0002, each
+only on its own database). `research/memory.py` is the only module that queries them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+
+class Source(models.TextChoices):
+    NOTE = "note", "Note"
+    UPLOAD = "upload", "Upload"
+    IMPORT = "import", "Import"
+    SESSION = "session", "Session"
+
+
+class KnowledgeItemQuerySet(models.QuerySet["KnowledgeItem"]):
+    def visible_to(self, user: object) -> KnowledgeItemQuerySet:
+        """Items this user may see. Teams widen this; every view looks items up through it."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(owner=user)
+
+
+class KnowledgeItem(models.Model):
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="knowledge_items"
+    )
+    title = models.CharField(max_length=300)
+    body = models.TextField()
+    url = models.URLField(max_length=2000, blank=True)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.NOTE)
+    # Where the item came from (an imported file's path, "session:<uuid>"), so adding the
+    # same thing again updates the item instead of duplicating it. Empty for notes.
+    origin = models.CharField(max_length=1000, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = KnowledgeItemQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["owner", "-created_at"], name="knowledge_owner_created"),
+            models.Index(fields=["owner", "origin"], name="knowledge_owner_origin"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def get_absolute_url(self) -> str:
+        return reverse("knowledge-detail", args=[self.pk])
+
+
+class SearchCacheQuerySet(models.QuerySet["SearchCache"]):
+    def fresh(self, now: datetime | None = None) -> SearchCacheQuerySet:
+        return self.filter(expires_at__gt=now or timezone.now())
+
+    def expired(self, now: datetime | None = None) -> SearchCacheQuerySet:
+        return self.filter(expires_at__lte=now or timezone.now())
+
+
+class SearchCache(models.Model):
+    """Results of one search, kept for a while so an identical search costs nothing.
+
+    `key` hashes the kind, the scope ("user:5"; later "team:3"), the normalised query and the
+    options, so one scope never sees another's queries or results.
+    """
+
+    key = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=16, default="web")
+    scope = models.CharField(max_length=100, db_index=True)
+    query = models.TextField()
+    options = models.JSONField(default=dict)
+    results = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    objects = SearchCacheQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "search cache entry"
+        verbose_name_plural = "search cache"
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.query[:80]}"
+
+    @property
+    def result_count(self) -> int:
+        return len(self.results) if isinstance(self.results, list) else 0
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at <= timezone.now()

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from .forms import KnowledgeItemForm, SearchForm, UploadForm
+from .knowledge import add_item
+from .memory import MemoryResult, search_memory
+from .models import KnowledgeItem, Source
+
+SEARCH_LIMIT = 20
+PAGE_SIZE = 25
+
+
+def get_item_for(user: object, pk: int) -> KnowledgeItem:
+    """The item if this user may see it; otherwise 404, whether or not it exists."""
+    return get_object_or_404(KnowledgeItem.objects.visible_to(user), pk=pk)
+
+
+def _search(user: Any, query: str) -> list[MemoryResult]:
+    results = search_memory(owner_ids=[user.pk], query=query, limit=SEARCH_LIMIT)
+    # Visibility has one definition (visible_to); results outside it are never shown, even
+    # if search scopes and visibility drift apart when teams arrive.
+    visible = set(
+        KnowledgeItem.objects.visible_to(user)
+        .filter(pk__in=[r.item_id for r in results])
+        .values_list("pk", flat=True)
+    )
+    return [r for r in results if r.item_id in visible]
+
+
+def _with_relevance(results: list[MemoryResult]) -> list[tuple[MemoryResult, int]]:
+    """Each result with its score as a percentage of the best one: raw scores only compare
+    within one search, and on a small knowledge base they can be tiny."""
+    top = max((r.score for r in results), default=0.0)
+    return [(r, round(100 * r.score / top) if top > 0 else 0) for r in results]
+
+
+def _list_page(
+    request: HttpRequest,
+    *,
+    item_form: KnowledgeItemForm | None = None,
+    upload_form: UploadForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    search_form = SearchForm(request.GET)
+    query = search_form.cleaned_data["q"] if search_form.is_valid() else ""
+    items = KnowledgeItem.objects.visible_to(request.user)
+    page = Paginator(items, PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "search_form": search_form,
+        "query": query,
+        "results": _with_relevance(_search(request.user, query)) if query else [],
+        "page": page,
+        "item_form": item_form or KnowledgeItemForm(),
+        "upload_form": upload_form or UploadForm(),
+        "total": page.paginator.count,
+    }
+    if request.htmx and request.method == "GET":
+        # The search box swaps only the results (see knowledge_list.html).
+        return render(request, "research/knowledge_list.html#results", context, status=status)
+    return render(request, "research/knowledge_list.html", context, status=status)
+
+
+@login_required
+@require_GET
+def knowledge_list(request: HttpRequest) -> HttpResponse:
+    return _list_page(request)
+
+
+@login_required
+@require_POST
+def knowledge_add(request: HttpRequest) -> HttpResponse:
+    form = KnowledgeItemForm(request.POST)
+    if not form.is_valid():
+        return _list_page(request, item_form=form, status=422)
+    item = add_item(
+        owner=request.user,
+        title=form.cleaned_data["title"],
+        body=form.cleaned_data["body"],
+        url=form.cleaned_data["url"],
+        source=Source.NOTE,
+    )
+    messages.success(request, f"Added “{item.title}”.")
+    return redirect("knowledge-list")
+
+
+@login_required
+@require_POST
+def knowledge_upload(request: HttpRequest) -> HttpResponse:
+    form = UploadForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return _list_page(request, upload_form=form, status=422)
+    item = add_item(
+        owner=request.user,
+        title=form.cleaned_data["title"],
+        body=form.cleaned_data["body"],
+        source=Source.UPLOAD,
+    )
+    messages.success(request, f"Uploaded “{form.cleaned_data['name']}” as “{item.title}”.")
+    return redirect(item)
+
+
+@login_required
+@require_GET
+def knowledge_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    item = get_item_for(request.user, pk)
+    return render(request, "research/knowledge_detail.html", {"item": item})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def knowledge_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    item = get_item_for(request.user, pk)
+    if request.method == "GET":
+        return render(request, "research/knowledge_confirm_delete.html", {"item": item})
+    title = item.title
+    item.delete()
+    messages.success(request, f"Deleted “{title}”.")
+    return redirect("knowledge-list")

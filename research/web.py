@@ -1,0 +1,304 @@
+"""Web search through Exa: the only module that imports `exa_py`.
+
+exa-py never retries and reports every HTTP error as a bare
+``ValueError("Request failed with status code N: <body>")``, so the retry (one, with
+backoff, for rate limits, server errors, timeouts and lost connections) and the mapping of
+failures to sentences a person can act on live here. Results are deduplicated by
+normalised URL and, per scope, cached in the database (research/cache.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Self
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import httpx
+from django.conf import settings
+from exa_py import AsyncExa
+
+from .cache import cache_key, cached_results, store_results
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://api.exa.ai"
+# Highlights are the passages Exa picks for the query (the SDK's advice for LLM context);
+# the summary is a short abstract of the page.
+CONTENTS: dict[str, Any] = {"highlights": True, "summary": True}
+MAX_NUM_RESULTS = 100  # Exa's own ceiling
+SNIPPET_CHARS = 600
+STATUS_IN_MESSAGE = re.compile(r"status code (\d{3})")
+# Query parameters that only track where a click came from.
+TRACKING_PARAMS = re.compile(r"^(utm_\w+|fbclid|gclid|mc_cid|mc_eid|ref_src)$", re.IGNORECASE)
+
+NOT_CONFIGURED = "Web search is off: set EXA_API_KEY to turn it on."
+
+
+class ResearchError(Exception):
+    """A research call that failed for good; `str(error)` is fit to show a person."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "error",
+        status: int | None = None,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class WebResult:
+    url: str
+    title: str
+    snippet: str  # from Exa's highlights (the summary or text when there are none)
+    summary: str
+    score: float | None  # Exa's relevance, higher is better; None when Exa gives none
+    published_date: str | None  # as Exa gives it, ISO 8601
+    query: str  # the search that found it
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WebResult:
+        known = {f.name for f in fields(cls)}
+        return cls(**{name: value for name, value in data.items() if name in known})
+
+
+def normalise_url(url: str) -> str:
+    """A URL reduced to what identifies the page: lower-case scheme and host, no "www.",
+    default port, fragment, trailing slash or tracking parameters; sorted query."""
+    parts = urlsplit(url.strip())
+    scheme = (parts.scheme or "https").lower()
+    host = (parts.hostname or "").lower().removeprefix("www.")
+    port = parts.port if parts.port not in (None, 80, 443) else None
+    netloc = f"{host}:{port}" if port else host
+    path = parts.path.rstrip("/") or ""
+    query = urlencode(
+        sorted(
+            (name, value)
+            for name, value in parse_qsl(parts.query, keep_blank_values=True)
+            if not TRACKING_PARAMS.match(name)
+        )
+    )
+    # http and https of one page are the same page.
+    scheme = "https" if scheme in ("http", "https") else scheme
+    return urlunsplit((scheme, netloc, path, query, ""))
+
+
+def dedupe(results: list[WebResult]) -> list[WebResult]:
+    """Results with the same normalised URL collapse into the first (the better-ranked)."""
+    seen: set[str] = set()
+    unique: list[WebResult] = []
+    for result in results:
+        key = normalise_url(result.url)
+        if key not in seen:
+            seen.add(key)
+            unique.append(result)
+    return unique
+
+
+def describe_error(error: BaseException, *, timeout: float) -> ResearchError:
+    """Turn an exa-py or transport exception into words a person can act on."""
+    if isinstance(error, ResearchError):
+        return error
+    if isinstance(error, TimeoutError | httpx.TimeoutException):
+        # exa-py's ExaTimeoutError is also an httpx.TimeoutException.
+        return ResearchError(
+            f"Web search did not answer within {timeout:g} seconds.", kind="timeout", retryable=True
+        )
+    if isinstance(error, httpx.TransportError):
+        return ResearchError(
+            "Could not reach web search (network, or EXA_BASE_URL).",
+            kind="connection",
+            retryable=True,
+        )
+    if isinstance(error, ValueError) and (match := STATUS_IN_MESSAGE.search(str(error))):
+        return _describe_status(int(match.group(1)), str(error))
+    if isinstance(error, ValueError | KeyError):  # a body that is not JSON, or no "results"
+        logger.warning("Unreadable reply from Exa: %r", error)
+        return ResearchError("Web search sent a reply that could not be read.", kind="bad_reply")
+    logger.exception("Unexpected error from web search", exc_info=error)
+    return ResearchError("Web search failed unexpectedly.", kind="unexpected")
+
+
+def _describe_status(status: int, message: str) -> ResearchError:
+    if status == 401:
+        return ResearchError(
+            "Web search rejected the API key (check EXA_API_KEY).", kind="auth", status=status
+        )
+    if status == 402:
+        return ResearchError(
+            "Web search has no credits left on this API key.", kind="billing", status=status
+        )
+    if status == 403:
+        return ResearchError(
+            "Web search refused the request (HTTP 403): the API key may not allow it.",
+            kind="forbidden",
+            status=status,
+        )
+    if status == 429:
+        return ResearchError(
+            "Web search is rate limited; try again shortly.",
+            kind="rate_limited",
+            status=status,
+            retryable=True,
+        )
+    if status >= 500:
+        return ResearchError(
+            f"Web search is unavailable (HTTP {status}).",
+            kind="unavailable",
+            status=status,
+            retryable=True,
+        )
+    detail = _error_detail(message)
+    return ResearchError(
+        f"Web search rejected the query (HTTP {status}){': ' + detail if detail else ''}.",
+        kind="rejected",
+        status=status,
+    )
+
+
+def _error_detail(message: str) -> str:
+    """Exa's own explanation from an error body ({"error": "...", "tag": "..."}), if any."""
+    _, _, body = message.partition(": ")
+    try:
+        detail = json.loads(body).get("error", "")
+    except (ValueError, AttributeError):
+        return ""
+    detail = " ".join(str(detail).split()).rstrip(".")
+    return detail[:200]
+
+
+def _snippet(result: Any) -> str:
+    highlights = [" ".join(h.split()) for h in (result.highlights or []) if h and h.strip()]
+    text = " … ".join(highlights) or result.summary or result.text or ""
+    text = " ".join(text.split())
+    if len(text) > SNIPPET_CHARS:
+        text = text[: SNIPPET_CHARS - 1].rstrip() + "…"
+    return text
+
+
+def _to_result(result: Any, *, query: str) -> WebResult | None:
+    url = (result.url or "").strip()
+    if not url:
+        return None
+    score = result.score
+    return WebResult(
+        url=url,
+        title=" ".join((result.title or "").split()) or url,
+        snippet=_snippet(result),
+        summary=" ".join((result.summary or "").split()),
+        score=float(score) if isinstance(score, int | float) else None,
+        published_date=result.published_date or None,
+        query=query,
+    )
+
+
+class WebSearch:
+    """Exa search with one retry, readable errors and a cache. Create one per event loop
+    (its HTTP client belongs to the loop that first uses it) and close it with `aclose()`,
+    or use it as `async with WebSearch.from_settings() as web:`."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        base_url: str = "",
+        timeout: float = 20.0,
+        max_items_per_source: int = 10,
+        cache_seconds: float = 24 * 3600,
+        retry_base_seconds: float = 1.0,
+    ) -> None:
+        if not api_key:
+            raise ResearchError(NOT_CONFIGURED, kind="not_configured")
+        self.timeout = timeout
+        self.max_items_per_source = max(1, max_items_per_source)
+        self.cache_seconds = cache_seconds
+        self.retry_base_seconds = retry_base_seconds
+        # exa-py joins base URL and path by plain concatenation: no trailing slash.
+        self._exa = AsyncExa(
+            api_key=api_key, api_base=(base_url or DEFAULT_BASE_URL).rstrip("/"), timeout=timeout
+        )
+
+    @staticmethod
+    def is_configured() -> bool:
+        return bool(getattr(settings, "EXA_API_KEY", ""))
+
+    @classmethod
+    def from_settings(cls) -> WebSearch:
+        return cls(
+            api_key=getattr(settings, "EXA_API_KEY", ""),
+            base_url=getattr(settings, "EXA_BASE_URL", ""),
+            timeout=float(getattr(settings, "DEEPTHINK_RESEARCH_TIMEOUT_SECONDS", 20.0)),
+            max_items_per_source=int(getattr(settings, "DEEPTHINK_WEB_MAX_ITEMS_PER_SOURCE", 10)),
+            cache_seconds=float(getattr(settings, "DEEPTHINK_SEARCH_CACHE_SECONDS", 24 * 3600)),
+            retry_base_seconds=float(getattr(settings, "DEEPTHINK_RETRY_BASE_SECONDS", 1.0)),
+        )
+
+    async def aclose(self) -> None:
+        await self._exa.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def search(self, query: str, *, num_results: int, scope: str) -> list[WebResult]:
+        """Up to `num_results` (at most `max_items_per_source`) distinct pages for `query`,
+        best first. `scope` ("user:5", "team:3") decides who shares cached results.
+        Raises ResearchError when the search fails for good."""
+        text = " ".join(query.split())
+        if not text:
+            return []
+        count = max(1, min(num_results, self.max_items_per_source, MAX_NUM_RESULTS))
+        options = {"num_results": count, "contents": CONTENTS}
+        key = cache_key(kind="web", scope=scope, query=text, options=options)
+        if self.cache_seconds > 0:
+            cached = await cached_results(key)
+            if cached is not None:
+                return [WebResult.from_dict(item) for item in cached]
+
+        response = await self._search_with_retry(text, count)
+        parsed = [_to_result(result, query=text) for result in response.results]
+        results = dedupe([result for result in parsed if result is not None])[:count]
+
+        if self.cache_seconds > 0:
+            await store_results(
+                key=key,
+                kind="web",
+                scope=scope,
+                query=text,
+                options=options,
+                results=[result.to_dict() for result in results],
+                ttl_seconds=self.cache_seconds,
+            )
+        return results
+
+    async def _search_with_retry(self, text: str, count: int) -> Any:
+        for attempt in range(2):
+            try:
+                # exa-py's timeout bounds each wait for data; this bounds the whole call.
+                async with asyncio.timeout(self.timeout):
+                    return await self._exa.search(
+                        text, contents=CONTENTS, num_results=count, timeout=self.timeout
+                    )
+            except Exception as error:
+                failure = describe_error(error, timeout=self.timeout)
+                if not failure.retryable or attempt > 0:
+                    raise failure from error
+                # Rate limits need more room than a server hiccup.
+                delay = self.retry_base_seconds * (2 if failure.kind == "rate_limited" else 1)
+                logger.warning("Web search failed (%s); retrying in %.2fs", failure, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from research.knowledge import add_item
+from research.memory import (
+    MemoryResult,
+    asearch_memory,
+    fts5_query,
+    query_terms,
+    search_memory,
+)
+from research.models import KnowledgeItem, Source
+
+pytestmark = pytest.mark.django_db
+
+HOSTILE_QUERIES = [
+    '"',
+    '""photosynthesis',
+    "AND OR NOT",
+    "*",
+    "photo*",
+    "NEAR(",
+    "NEAR(photosynthesis light, 2)",
+    "title: photosynthesis",
+    "{title body}: light",
+    "^light",
+    "(light OR",
+    "-photosynthesis",
+    "'; DROP TABLE research_knowledgeitem; --",
+    "' OR 1=1 --",
+    "%s %% %(name)s",
+    "\x00light\x00",
+    "🧠💭🌙",
+    "light 🌙 dreams",
+    "x" * 10_000,
+    "light " * 2_000,
+    "²³ ½",
+    "   ",
+    "",
+]
+
+
+def search(owner: Any, query: str, **kwargs: Any) -> list[MemoryResult]:
+    return search_memory(owner_ids=[owner.pk], query=query, **kwargs)
+
+
+class MemorySearchContract:
+    """The behaviour callers rely on, whatever the database."""
+
+    def test_a_title_match_ranks_above_a_single_mention_in_a_body(self, alice: Any):
+        in_body = add_item(
+            owner=alice,
+            title="Plant biology",
+            body="Many things happen in a leaf. Photosynthesis is one of them, among many "
+            "other processes that keep the cells alive.",
+        )
+        in_title = add_item(
+            owner=alice, title="Photosynthesis", body="How plants turn light into sugar."
+        )
+        results = search(alice, "photosynthesis")
+        assert [r.item_id for r in results] == [in_title.pk, in_body.pk]
+        assert results[0].score > results[1].score > 0
+
+    def test_word_forms_match_through_stemming(self, alice: Any):
+        item = add_item(owner=alice, title="Night notes", body="She kept dreaming about the sea.")
+        assert [r.item_id for r in search(alice, "dreams")] == [item.pk]
+
+    def test_items_matching_more_of_the_words_rank_higher(self, alice: Any):
+        one = add_item(owner=alice, title="Tides", body="The moon moves water.")
+        both = add_item(owner=alice, title="Tides and the moon", body="The moon moves tides.")
+        add_item(owner=alice, title="Cooking", body="Boil water for pasta.")
+        results = search(alice, "moon tides")
+        assert [r.item_id for r in results][:2] == [both.pk, one.pk]
+        assert len(results) == 2
+
+    def test_a_result_carries_an_excerpt_around_the_match_and_the_item_fields(self, alice: Any):
+        filler = "Nothing to see in this sentence at all. " * 40
+        item = add_item(
+            owner=alice,
+            title="Long read",
+            body=f"{filler}Mitochondria produce most of the cell's energy. {filler}",
+            url="https://example.org/cells",
+            source=Source.UPLOAD,
+        )
+        [result] = search(alice, "mitochondria")
+        assert result.item_id == item.pk and result.title == "Long read"
+        assert result.url == "https://example.org/cells" and result.source == "upload"
+        assert "Mitochondria produce" in result.snippet
+        assert len(result.snippet) <= 300 < len(item.body)
+        assert isinstance(result.score, float)
+
+    def test_excerpts_keep_the_text_as_written(self, alice: Any):
+        add_item(owner=alice, title="Markup", body="Use <b>bold</b> & <em>dreams</em> sparingly.")
+        [result] = search(alice, "dreams")
+        assert result.snippet == "Use <b>bold</b> & <em>dreams</em> sparingly."
+
+    @pytest.mark.parametrize("query", HOSTILE_QUERIES, ids=lambda q: repr(q[:20]))
+    def test_hostile_queries_never_raise(self, alice: Any, query: str):
+        add_item(owner=alice, title="Photosynthesis", body="Light and dreams.")
+        results = search(alice, query)
+        assert isinstance(results, list)
+        assert all(r.score > 0 for r in results)
+        assert KnowledgeItem.objects.count() == 1, "the table is still there"
+
+    def test_words_inside_hostile_text_still_match(self, alice: Any):
+        item = add_item(owner=alice, title="Photosynthesis", body="Light.")
+        assert [r.item_id for r in search(alice, 'NEAR("photosynthesis" *')] == [item.pk]
+        assert [r.item_id for r in search(alice, "'; DROP TABLE light; --")] == [item.pk]
+
+    def test_queries_without_words_return_nothing(self, alice: Any):
+        add_item(owner=alice, title="Anything", body="At all.")
+        for query in ("", "   ", "*", '"', "🧠", "AND OR NOT"):
+            assert search(alice, query) == []
+
+    def test_another_users_items_never_appear(self, alice: Any, bob: Any):
+        mine = add_item(owner=alice, title="Coral reefs", body="Reefs bleach in warm water.")
+        theirs = add_item(owner=bob, title="Coral reefs", body="Reefs bleach in warm water.")
+        assert [r.item_id for r in search(alice, "coral reefs")] == [mine.pk]
+        assert [r.item_id for r in search(bob, "coral reefs")] == [theirs.pk]
+        both = search_memory(owner_ids=[alice.pk, bob.pk], query="coral")
+        assert {r.item_id for r in both} == {mine.pk, theirs.pk}
+        assert search_memory(owner_ids=[], query="coral") == []
+
+    def test_edits_and_deletions_are_searchable_at_once(self, alice: Any):
+        item = add_item(owner=alice, title="Volcanoes", body="Magma rises.")
+        item.title, item.body = "Glaciers", "Ice flows."
+        item.save()
+        assert search(alice, "volcanoes") == []
+        assert [r.item_id for r in search(alice, "glaciers")] == [item.pk]
+        item.delete()
+        assert search(alice, "glaciers") == []
+
+    def test_the_limit_is_respected(self, alice: Any):
+        for n in range(5):
+            add_item(owner=alice, title=f"Comet {n}", body="A comet has a tail.")
+        assert len(search(alice, "comet", limit=3)) == 3
+        assert search(alice, "comet", limit=0) == []
+
+
+class TestMemorySearch(MemorySearchContract):
+    """On the database of this run: SQLite FTS5 by default."""
+
+
+@pytest.mark.services
+class TestMemorySearchOnPostgreSQL(MemorySearchContract):
+    @pytest.fixture(autouse=True)
+    def _needs_postgresql(self) -> None:
+        if connection.vendor != "postgresql":
+            pytest.skip(
+                f"needs PostgreSQL (this run uses {connection.vendor}); run with "
+                "DATABASE_URL=postgres://postgres@127.0.0.1:5432/test pytest -m services"
+            )
+
+
+def test_query_terms_keep_only_words():
+    assert query_terms('NEAR("Photo" * AND light) -dark ^x') == ["photo", "light", "dark", "x"]
+    assert query_terms("a_b C-d") == ["a", "b", "c", "d"]
+    assert len(query_terms(" ".join(f"w{n}" for n in range(100)))) == 32
+    assert query_terms("x" * 10_000) == ["x" * 64]
+
+
+def test_fts5_query_quotes_every_term():
+    assert fts5_query(["photo", "light"]) == '"photo" OR "light"'
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_async_code_can_search_too(alice: Any):
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    try:
+        item = await sync_to_async(add_item)(owner=alice, title="Auroras", body="Solar wind.")
+        results = await asearch_memory(owner_ids=[alice.pk], query="aurora")
+        assert [r.item_id for r in results] == [item.pk]
+    finally:
+        # So PostgreSQL can drop the test database afterwards.
+        await sync_to_async(connections.close_all)()

@@ -1,0 +1,228 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from channels.db import database_sync_to_async
+from django.db import connections
+from django.utils import timezone
+
+from research.models import SearchCache
+from research.web import NOT_CONFIGURED, ResearchError, WebResult, WebSearch, normalise_url
+from tests.fakes.exa_server import FakeExa
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+async def _close_connections() -> AsyncIterator[None]:
+    # The cache is read and written from asgiref's worker thread; close its connections so
+    # the test database can be dropped afterwards (PostgreSQL refuses while they are open).
+    yield
+    await database_sync_to_async(connections.close_all)()
+
+
+async def web_search(query: str, *, num_results: int = 5, scope: str = "user:1") -> list[WebResult]:
+    async with WebSearch.from_settings() as web:
+        return await web.search(query, num_results=num_results, scope=scope)
+
+
+async def search_error(query: str = "Why do we dream?") -> ResearchError:
+    with pytest.raises(ResearchError) as caught:
+        await web_search(query)
+    return caught.value
+
+
+def page(url: str, title: str = "A page", score: float | None = 0.5) -> dict[str, Any]:
+    return {"id": url, "url": url, "title": title, "score": score, "highlights": [f"About {title}"]}
+
+
+async def test_results_are_read_from_exas_wire_format(fake_exa: FakeExa):
+    results = await web_search("Why do we dream?")
+
+    assert 3 <= len(results) <= 5
+    first = results[0]
+    assert first == WebResult(
+        url="https://example.org/why-do-we-dream-1",
+        title="Why do we dream? — source 1",
+        snippet="Source 1 explains Why do we dream? with evidence (passage 1).",
+        summary="Source 1 summarises what is known about Why do we dream?.",
+        score=0.85,
+        published_date=first.published_date,
+        query="Why do we dream?",
+    )
+    assert first.published_date and first.published_date.startswith("2026-")
+    [request] = fake_exa.searches
+    assert request.headers["x-api-key"] == fake_exa.api_key
+    assert request.body == {
+        "query": "Why do we dream?",
+        "contents": {"highlights": True, "summary": True},
+        "numResults": 5,
+    }
+
+
+async def test_the_same_page_under_different_urls_is_kept_once(fake_exa: FakeExa):
+    fake_exa.enqueue(
+        {
+            "results": [
+                page("https://Example.org/a/", "First"),
+                page("https://www.example.org/a#section", "Same page, fragment"),
+                page("http://example.org/a?utm_source=feed", "Same page, tracking"),
+                page("https://example.org/a?page=2", "Another page"),
+                page("https://example.org/b", "Second", score=None),
+                {"id": "no-url", "url": "", "title": "Nothing to link"},
+            ]
+        }
+    )
+    results = await web_search("duplicates")
+    assert [r.url for r in results] == [
+        "https://Example.org/a/",
+        "https://example.org/a?page=2",
+        "https://example.org/b",
+    ]
+    assert results[0].snippet == "About First" and results[2].score is None
+
+
+async def test_results_are_capped_by_max_items_per_source(settings: Any, fake_exa: FakeExa):
+    settings.DEEPTHINK_WEB_MAX_ITEMS_PER_SOURCE = 2
+    results = await web_search("capped", num_results=10)
+    assert len(results) <= 2 and fake_exa.searches[0].body["numResults"] == 2
+
+
+async def test_a_rate_limit_is_retried_once_and_then_succeeds(fake_exa: FakeExa):
+    fake_exa.fail_next(429)
+    results = await web_search("Why do we dream?")
+    assert results and fake_exa.request_count == 2
+
+
+async def test_a_server_error_twice_becomes_an_error_in_words(fake_exa: FakeExa):
+    fake_exa.fail_next(503, count=2)
+    error = await search_error()
+    assert str(error) == "Web search is unavailable (HTTP 503)."
+    assert error.kind == "unavailable" and error.status == 503
+    assert fake_exa.request_count == 2, "one retry, no more"
+
+
+async def test_a_rate_limit_twice_says_so(fake_exa: FakeExa):
+    fake_exa.fail_next(429, count=2)
+    assert str(await search_error()).startswith("Web search is rate limited")
+
+
+async def test_a_wrong_key_names_the_key_and_is_not_retried(settings: Any, fake_exa: FakeExa):
+    settings.EXA_API_KEY = "not-the-key"
+    error = await search_error()
+    assert str(error) == "Web search rejected the API key (check EXA_API_KEY)."
+    assert error.kind == "auth" and fake_exa.request_count == 1
+
+
+async def test_a_rejected_query_passes_on_exas_reason(fake_exa: FakeExa):
+    fake_exa.fail_next(400, error="numResults must be between 1 and 100.")
+    error = await search_error()
+    assert str(error) == (
+        "Web search rejected the query (HTTP 400): numResults must be between 1 and 100."
+    )
+    assert fake_exa.request_count == 1
+
+
+async def test_a_silent_server_times_out_after_one_retry(settings: Any, fake_exa: FakeExa):
+    settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS = 0.2
+    fake_exa.delay = 5
+    error = await search_error()
+    assert str(error) == "Web search did not answer within 0.2 seconds."
+    assert error.kind == "timeout" and fake_exa.request_count == 2
+
+
+async def test_an_unreachable_server_says_so(settings: Any):
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings.EXA_API_KEY = "any"
+    settings.EXA_BASE_URL = f"http://127.0.0.1:{port}"
+    error = await search_error()
+    assert str(error) == "Could not reach web search (network, or EXA_BASE_URL)."
+
+
+async def test_an_identical_search_is_served_from_the_cache(fake_exa: FakeExa):
+    first = await web_search("Why do we dream?")
+    again = await web_search("  why do WE   dream? ")
+    assert again == first
+    assert fake_exa.request_count == 1
+    entry = await SearchCache.objects.aget()
+    assert entry.scope == "user:1" and entry.query == "why do we dream?"
+
+
+async def test_the_cache_is_kept_per_scope_and_per_options(fake_exa: FakeExa):
+    await web_search("tides", scope="user:1")
+    await web_search("tides", scope="user:2")
+    await web_search("tides", scope="user:1", num_results=3)
+    await web_search("tides", scope="user:1")
+    assert fake_exa.request_count == 3
+
+
+async def test_an_expired_entry_is_refreshed_in_place(fake_exa: FakeExa):
+    await web_search("tides")
+    with time_machine.travel(timezone.now() + timedelta(hours=23)):
+        await web_search("tides")
+    assert fake_exa.request_count == 1
+    later = timezone.now() + timedelta(hours=25)
+    with time_machine.travel(later):
+        await web_search("tides")
+    assert fake_exa.request_count == 2
+    entry = await SearchCache.objects.aget()
+    assert entry.expires_at > later + timedelta(hours=23)
+
+
+async def test_failures_are_not_cached(fake_exa: FakeExa):
+    fake_exa.fail_next(503, count=2)
+    await search_error("tides")
+    assert await web_search("tides")
+    assert fake_exa.request_count == 3
+
+
+async def test_a_cache_period_of_zero_turns_the_cache_off(settings: Any, fake_exa: FakeExa):
+    settings.DEEPTHINK_SEARCH_CACHE_SECONDS = 0
+    await web_search("tides")
+    await web_search("tides")
+    assert fake_exa.request_count == 2 and not await SearchCache.objects.aexists()
+
+
+async def test_an_empty_query_finds_nothing_without_asking(fake_exa: FakeExa):
+    assert await web_search("   ") == []
+    assert fake_exa.request_count == 0
+
+
+async def test_searches_started_together_are_in_flight_together(fake_exa: FakeExa):
+    fake_exa.delay = 0.3
+    async with WebSearch.from_settings() as web:
+        batches = await asyncio.gather(
+            *(web.search(q, num_results=3, scope="user:1") for q in ("tides", "moon", "sea"))
+        )
+    assert all(batches)
+    assert fake_exa.max_in_flight == 3
+
+
+def test_without_a_key_web_search_is_off(settings: Any):
+    assert not WebSearch.is_configured()
+    with pytest.raises(ResearchError) as caught:
+        WebSearch.from_settings()
+    assert str(caught.value) == NOT_CONFIGURED and caught.value.kind == "not_configured"
+    settings.EXA_API_KEY = "some-key"
+    assert WebSearch.is_configured()
+
+
+@pytest.mark.parametrize(
+    ("url", "normal"),
+    [
+        ("https://Example.org/a/", "https://example.org/a"),
+        ("http://www.example.org:80/a#top", "https://example.org/a"),
+        ("https://example.org/a?b=2&a=1&utm_medium=x", "https://example.org/a?a=1&b=2"),
+        ("https://example.org:8443/", "https://example.org:8443"),
+    ],
+)
+def test_urls_are_normalised_to_the_page_they_name(url: str, normal: str):
+    assert normalise_url(url) == normal

@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "research",
     "channels",
     "django_htmx",
+    "ninja",  # serves the API docs' assets from our own static files, not a CDN
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

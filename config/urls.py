@@ -3,9 +3,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from thinking.api import api
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("api/", api.urls),
     path("knowledge/", include("research.urls")),
     path("", include("thinking.urls")),
 ]

@@ -20,6 +20,10 @@ def _isolated_settings(settings: Any) -> None:
     # The default hasher is slow on purpose; test users need no protection.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.DEEPTHINK_RETRY_BASE_SECONDS = 0.01
+    # A broken fake server must fail a test quickly, not wait out a 15-minute outage.
+    settings.DEEPTHINK_PROVIDER_BACKOFF_SECONDS = 0.05
+    settings.DEEPTHINK_PROVIDER_MAX_BACKOFF_SECONDS = 0.2
+    settings.DEEPTHINK_PROVIDER_GIVE_UP_SECONDS = 3.0
     settings.DEEPTHINK_INPROCESS_WORKER = False
     # A fresh channel layer per test (the in-memory one is bound to an event loop).
     settings.CHANNEL_LAYERS = {
@@ -67,6 +71,9 @@ def make_session(alice: Any) -> Callable[..., Any]:
         fields.setdefault("budget_seconds", 60.0)
         fields.setdefault("synthesis_interval_seconds", 15.0)
         fields.setdefault("model_id", "claude-test")
+        # Planned already, so tests of later steps script those steps; planning tests pass
+        # plan={} to exercise it.
+        fields.setdefault("plan", {"steps": ["Think it through"], "current": 0})
         return ThinkingSession.objects.create(**fields)
 
     return make

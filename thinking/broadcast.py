@@ -17,8 +17,8 @@ from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
 from .events import SessionEvent
-from .models import ThinkingSession
-from .presenters import chart_context, session_context
+from .models import ThinkingSession, ThoughtType
+from .presenters import chart_context, plan_steps, session_context, sources_context
 
 
 def group_name(session_id: uuid.UUID | str) -> str:
@@ -53,7 +53,8 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
     if event.live is not None:
         return render_live(event)
     session = ThinkingSession.objects.get(pk=event.session_id)
-    base = {"session": session, "oob": True}
+    sources = sources_context(session)
+    base = {"session": session, "oob": True, "source_numbers": sources["source_numbers"]}
     parts: list[dict[str, Any]] = [
         {"kind": "replace", "html": _render("_header.html", base)},
     ]
@@ -62,17 +63,35 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
         .select_related("sub_question")
         .order_by("sequence")
     )
-    for index, thought in enumerate(thoughts):
+    visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]
+    for index, thought in enumerate(visible):
         # One event is one cycle: its parts show once, under its first thought.
-        context = {"thought": thought, "append_to": "thought-list", "show_parts": index == 0}
+        context = {
+            **base,
+            "thought": thought,
+            "append_to": "thought-list",
+            "show_parts": index == 0,
+        }
+        context.pop("oob")
         html = _render("_thought.html", context)
         parts.append({"kind": "thought", "seq": thought.sequence, "html": html})
+    if len(visible) < len(thoughts):
+        notes = list(session.thoughts.filter(type=ThoughtType.SCRATCHPAD))
+        html = _render("_scratchpad.html", {**base, "scratchpad": notes})
+        parts.append({"kind": "replace", "html": html})
+    if event.sources or event.synthesis is not None:
+        parts.append({"kind": "replace", "html": _render("_sources.html", {**base, **sources})})
+    if event.plan or event.sources or event.finished:
+        context = {**base, "plan_steps": plan_steps(session)}
+        parts.append({"kind": "replace", "html": _render("_plan.html", context)})
     if event.questions or event.thoughts:
         subs = {"sub_questions": list(session.sub_questions.all()), **base}
         parts.append({"kind": "replace", "html": _render("_sub_questions.html", subs)})
     if event.synthesis is not None:
         synthesis = session.syntheses.get(sequence=event.synthesis)
-        html = _render("_synthesis.html", {"synthesis": synthesis, "append_to": "synthesis-list"})
+        context = {**base, "synthesis": synthesis, "append_to": "synthesis-list"}
+        context.pop("oob")
+        html = _render("_synthesis.html", context)
         parts.append({"kind": "synthesis", "seq": synthesis.sequence, "html": html})
         chart = {**base, **chart_context(session)}
         parts.append({"kind": "replace", "html": _render("_confidence.html", chart)})
@@ -94,6 +113,9 @@ def render_snapshot(session_id: uuid.UUID) -> tuple[str, int, int]:
         for name in (
             "_header.html",
             "_live.html",
+            "_plan.html",
+            "_sources.html",
+            "_scratchpad.html",
             "_thought_list.html",
             "_sub_questions.html",
             "_synthesis_list.html",

@@ -24,6 +24,8 @@ class SessionEvent:
     synthesis: int | None = None  # sequence of a synthesis just stored
     questions: bool = False  # the sub-question list changed
     finished: bool = False  # the session reached completed / failed / cancelled
+    sources: bool = False  # new sources were stored
+    plan: bool = False  # the plan, its current step, the progress line or research notes changed
     live: LiveStep | None = None  # a step in flight (nothing stored by this event)
 
 

@@ -1,14 +1,32 @@
-"""The session as one JSON-ready document (the CLI's --json; later the API and exports).
+"""The session as one JSON-ready document (the CLI's --json, the API's export) and as a
+Markdown report people can keep.
 
-Fields are only ever added, never renamed. Nothing server-private (worker lease, raw model
-content) goes in.
+Fields are only ever added, never renamed. Nothing server-private goes in: not the worker
+lease, and never ModelCall.content (it holds thinking signatures).
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from typing import Any
+from urllib.parse import quote, urlsplit
 
-from .models import ThinkingSession
+from .models import SubQuestion, ThinkingSession, ThoughtType
+from .templatetags.thinking_extras import duration, percent
+
+MODEL_CALL_COLUMNS = (
+    "purpose",
+    "model",
+    "thinking_mode",
+    "stop_reason",
+    "duration_ms",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "created_at",
+)
 
 
 def session_document(session: ThinkingSession) -> dict[str, Any]:
@@ -45,6 +63,8 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
                 "reasoning": t.reasoning or None,
                 "time_offset_seconds": t.time_offset_seconds,
                 "sub_question": t.sub_question.text if t.sub_question else None,
+                "sub_question_id": t.sub_question_id,
+                "created_at": t.created_at.isoformat(),
             }
             for t in session.thoughts.select_related("sub_question")
         ],
@@ -56,6 +76,10 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
                 "explored": q.explored,
                 "answer": q.answer or None,
                 "parent": q.parent.text if q.parent else None,
+                "id": q.pk,
+                "parent_id": q.parent_id,
+                "explored_at": q.explored_at.isoformat() if q.explored_at else None,
+                "created_at": q.created_at.isoformat(),
             }
             for q in session.sub_questions.select_related("parent")
         ],
@@ -69,6 +93,7 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
                 "time_offset_seconds": s.time_offset_seconds,
                 "is_final": s.is_final,
                 "reasoning": s.reasoning or None,
+                "created_at": s.created_at.isoformat(),
             }
             for s in session.syntheses.all()
         ],
@@ -82,4 +107,247 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
             "cache_write_tokens": session.cache_write_tokens,
             "estimated_cost_usd": session.estimated_cost,
         },
+        "synthesis_interval_seconds": session.synthesis_interval_seconds,
+        "format_spec": session.format_spec,
+        "cycles": session.cycles,
+        "plan": session.plan,
+        "research_notes": session.research_notes,
+        "unknown_citations": session.unknown_citations,
+        "sources": [
+            {
+                "number": s.number,
+                "kind": s.kind,
+                "title": s.title,
+                "url": s.url or None,
+                "snippet": s.snippet,
+                "score": s.score,
+                "query": s.query,
+                "created_at": s.created_at.isoformat(),
+            }
+            for s in session.sources.all()
+        ],
+        # Usage per call, for accounting. Only these columns: `content` stays on the server.
+        "model_calls": [
+            {
+                "purpose": c["purpose"],
+                "model": c["model"],
+                "thinking_mode": c["thinking_mode"],
+                "stop_reason": c["stop_reason"],
+                "duration_ms": c["duration_ms"],
+                "input_tokens": c["input_tokens"],
+                "output_tokens": c["output_tokens"],
+                "cache_read_tokens": c["cache_read_tokens"],
+                "cache_write_tokens": c["cache_write_tokens"],
+                "created_at": c["created_at"].isoformat(),
+            }
+            for c in session.model_calls.values(*MODEL_CALL_COLUMNS)
+        ],
     }
+
+
+# --- Markdown report ------------------------------------------------------------------
+# Model and web text is untrusted, and a report is often rendered (GitHub, a wiki, an
+# editor's preview). So untrusted text gets no raw HTML (`<` becomes `&lt;`) and no links or
+# images of its own (brackets are escaped); the only links are the ones written here, to the
+# session's own http(s) sources.
+
+# A citation as it looks after escaping: \[3\] or \[1, 4\]. Not followed by `(`, `[` or `:`,
+# which would turn it into an inline link, a reference link or a link definition.
+_ESCAPED_CITATION = re.compile(r"\\\[(\d+(?:\s*,\s*\d+)*)\\\](?![(\[:])")
+_URL_SAFE = "!#$%&'()*+,-./:;=?@[]_~"
+
+
+def _inert(text: str) -> str:
+    """Untrusted text that renders as itself: no HTML, no links, no images."""
+    # Backslashes first, so text cannot un-escape the brackets escaped after it.
+    return text.replace("\\", "\\\\").replace("<", "&lt;").replace("[", "\\[").replace("]", "\\]")
+
+
+def _one_line(text: str) -> str:
+    """For list items and headings, where a newline would end the construct."""
+    return " ".join(_inert(text).split())
+
+
+def _cited(text: str, numbers: set[int]) -> str:
+    """Inert text whose citations of known sources stay [n], linked by the definitions at
+    the end of the report; citations of unknown numbers stay plain text."""
+
+    def restore(match: re.Match[str]) -> str:
+        cited = [int(n) for n in re.split(r"\s*,\s*", match.group(1))]
+        if not all(n in numbers for n in cited):
+            return match.group(0)
+        return ", ".join(f"[{n}]" for n in cited)
+
+    return _ESCAPED_CITATION.sub(restore, _inert(text))
+
+
+def _safe_url(url: str) -> str | None:
+    """An http(s) URL, percent-encoded so it cannot break out of `<...>`; else None."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        return None
+    return quote(url.strip(), safe=_URL_SAFE)
+
+
+def session_markdown(session: ThinkingSession) -> str:
+    """The session as a Markdown report: answer with citations and references, the
+    synthesis timeline, the sub-question tree, thinking stats and the thought stream."""
+    sources = list(session.sources.all())
+    numbers = {s.number for s in sources}
+    syntheses = list(session.syntheses.all())
+    questions = list(session.sub_questions.order_by("-priority", "created_at", "id"))
+    thoughts = list(session.thoughts.all())
+
+    lines: list[str] = [f"# {_one_line(session.question)}", ""]
+    status = session.get_status_display()
+    if session.completion_reason:
+        status += f" ({session.get_completion_reason_display()})"
+    lines += [
+        f"Deep Think report · session `{session.pk}` · {status} · "
+        f"created {session.created_at:%Y-%m-%d %H:%M} UTC",
+        "",
+    ]
+    if "\n" in session.question.strip():  # the heading holds one line; show all of it
+        lines += [_inert(session.question), ""]
+
+    lines += ["## Answer", ""]
+    if session.final_answer:
+        lines += [
+            f"**Confidence: {percent(session.final_confidence)}**",
+            "",
+            _cited(session.final_answer, numbers),
+            "",
+        ]
+    else:
+        lines += [f"*No final answer ({session.get_status_display().lower()}).*", ""]
+
+    lines += ["## References", ""]
+    if sources:
+        for source in sources:
+            url = _safe_url(source.url)
+            title = _one_line(source.title) or "Untitled"
+            entry = f"[{title}](<{url}>)" if url else title
+            lines.append(f"- \\[{source.number}\\] {entry} ({source.get_kind_display().lower()})")
+        lines.append("")
+    else:
+        lines += ["*No sources.*", ""]
+
+    lines += _timeline(session, syntheses, numbers)
+    lines += _tree(questions)
+    lines += _stats(session, thoughts, questions, syntheses, sources)
+
+    lines += ["## Thoughts", ""]
+    for t in thoughts:
+        lines += [
+            f"### #{t.sequence + 1} · {t.get_type_display().lower()} · "
+            f"{percent(t.confidence)} · {duration(t.time_offset_seconds)}",
+            "",
+            _cited(t.text, numbers),
+            "",
+        ]
+    if not thoughts:
+        lines += ["*No thoughts.*", ""]
+
+    # Link definitions last: they make the [n] citations above link to their sources.
+    definitions = [
+        f"[{s.number}]: <{url}>" for s in sources if (url := _safe_url(s.url)) is not None
+    ]
+    if definitions:
+        lines += [*definitions, ""]
+    return "\n".join(lines)
+
+
+def _timeline(session: ThinkingSession, syntheses: list[Any], numbers: set[int]) -> list[str]:
+    lines = ["## Synthesis timeline", ""]
+    if session.confidence_evolution:
+        evolution = " → ".join(percent(v) for v in session.confidence_evolution)
+        lines += [f"Confidence: {evolution}", ""]
+    for s in syntheses:
+        label = "Final synthesis" if s.is_final else "Synthesis"
+        lines += [
+            f"### {s.sequence + 1}. {label} at {duration(s.time_offset_seconds)} · "
+            f"confidence {percent(s.confidence)}",
+            "",
+            _cited(s.text, numbers),
+            "",
+        ]
+        for heading, items in (
+            ("Key insights", s.key_insights),
+            ("Remaining questions", s.remaining_questions),
+        ):
+            if items:
+                lines += [f"{heading}:", ""]
+                lines += [f"- {_one_line(str(item))}" for item in items]
+                lines.append("")
+    if not syntheses:
+        lines += ["*No syntheses.*", ""]
+    return lines
+
+
+def _tree(questions: list[SubQuestion]) -> list[str]:
+    """Sub-questions nested under their parents, highest priority first."""
+    lines = ["## Sub-questions", ""]
+    known = {q.pk for q in questions}
+    children: dict[int | None, list[SubQuestion]] = {}
+    for q in questions:
+        parent = q.parent_id if q.parent_id in known else None
+        children.setdefault(parent, []).append(q)
+    shown: set[int] = set()
+
+    def walk(parent: int | None, depth: int) -> None:
+        for q in children.get(parent, []):
+            if q.pk in shown:  # a cycle in hand-edited data must not loop forever
+                continue
+            shown.add(q.pk)
+            indent = "  " * depth
+            mark = " · explored" if q.explored else ""
+            lines.append(f"{indent}- **P{q.priority}** {_one_line(q.text)}{mark}")
+            if q.answer:
+                lines.append(f"{indent}  - *Answer:* {_one_line(q.answer)}")
+            walk(q.pk, depth + 1)
+
+    walk(None, 0)
+    lines += [""] if questions else ["*No sub-questions.*", ""]
+    return lines
+
+
+def _stats(
+    session: ThinkingSession,
+    thoughts: list[Any],
+    questions: list[SubQuestion],
+    syntheses: list[Any],
+    sources: list[Any],
+) -> list[str]:
+    by_type = Counter(t.type for t in thoughts)
+    kinds = ", ".join(
+        f"{label.lower()} {by_type[value]}"
+        for value, label in ThoughtType.choices
+        if by_type[value]
+    )
+    cost = session.estimated_cost
+    completion = session.get_completion_reason_display() or session.get_status_display()
+    if session.completion_note:
+        completion += f". {_one_line(session.completion_note)}"
+    explored = sum(1 for q in questions if q.explored)
+    lines = [
+        "## Thinking stats",
+        "",
+        f"- Thoughts: {len(thoughts)}" + (f" ({kinds})" if kinds else ""),
+        f"- Sub-questions: {len(questions)} ({explored} explored)",
+        f"- Syntheses: {len(syntheses)}",
+        f"- Sources: {len(sources)}",
+        f"- Active thinking time: {duration(session.active_seconds)} of "
+        f"{duration(session.budget_seconds)}",
+        f"- Cycles: {session.cycles}",
+        f"- Tokens: {session.total_tokens} (input {session.input_tokens}, output "
+        f"{session.output_tokens}, cache read {session.cache_read_tokens}, cache write "
+        f"{session.cache_write_tokens})",
+        f"- Estimated cost: {f'${cost:.4f}' if cost is not None else 'n/a'}",
+        f"- Model: {_one_line(session.model_id)}",
+        f"- Completion: {completion}",
+        "",
+    ]
+    return lines

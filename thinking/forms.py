@@ -76,6 +76,7 @@ class StartSessionForm(forms.Form):
     thinking_budget = forms.IntegerField(
         label="Thinking budget (tokens)",
         required=False,
+        max_value=1_000_000,
         help_text="For manual thinking: at least 1024 and less than max tokens.",
     )
     effort = forms.ChoiceField(
@@ -88,12 +89,14 @@ class StartSessionForm(forms.Form):
         label="Max tokens per reply",
         required=False,
         min_value=256,
+        max_value=1_000_000,
         help_text="Thinking counts toward it.",
     )
     token_ceiling = forms.IntegerField(
         label="Token ceiling",
         required=False,
         min_value=1000,
+        max_value=10**12,
         help_text="After this many tokens in all, the session writes its final answer.",
     )
 
@@ -123,6 +126,10 @@ class StartSessionForm(forms.Form):
         value = self.cleaned_data.get("synthesis_minutes")
         if value is not None and value <= 0:
             raise forms.ValidationError("The interval must be more than zero.")
+        if value is not None and value > settings.DEEPTHINK_MAX_MINUTES:
+            raise forms.ValidationError(
+                f"The longest interval here is {settings.DEEPTHINK_MAX_MINUTES:g} minutes."
+            )
         return value
 
     def clean(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
@@ -23,9 +24,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import parsing, prompts, tags
+from research import knowledge
+from research.models import Source as KnowledgeSource
+
+from . import evidence, parsing, planner, prompts, tags, tools
 from .events import LiveStep, Publish, SessionEvent
-from .llm import LLM, LLMError, Reply, user_message
+from .llm import LLM, LLMError, Reply, Usage, user_message
 from .models import (
     CompletionReason,
     FormatMode,
@@ -35,6 +39,7 @@ from .models import (
     Synthesis,
     ThinkingSession,
     Thought,
+    ThoughtType,
 )
 
 logger = logging.getLogger(__name__)
@@ -68,6 +73,7 @@ class Meter:
 class Focus:
     text: str
     sub_question_id: int | None = None
+    priority: int = 0
 
 
 # --- storing ---------------------------------------------------------------------------
@@ -89,23 +95,26 @@ def reasoning_text(reply: Reply) -> str:
     return "\n\n".join(parts)
 
 
-def _record_call(session: ThinkingSession, purpose: str, reply: Reply) -> None:
-    ModelCall.objects.create(
-        session=session,
-        purpose=purpose,
-        model=reply.model or session.model_id,
-        thinking_mode=reply.thinking_mode,
-        stop_reason=reply.stop_reason or "",
-        duration_ms=reply.duration_ms,
-        input_tokens=reply.usage.input_tokens,
-        output_tokens=reply.usage.output_tokens,
-        cache_read_tokens=reply.usage.cache_read_tokens,
-        cache_write_tokens=reply.usage.cache_write_tokens,
-        content=reply.content,
+def _record_calls(session: ThinkingSession, purpose: str, replies: Sequence[Reply]) -> None:
+    ModelCall.objects.bulk_create(
+        ModelCall(
+            session=session,
+            purpose=purpose,
+            model=reply.model or session.model_id,
+            thinking_mode=reply.thinking_mode,
+            stop_reason=reply.stop_reason or "",
+            duration_ms=reply.duration_ms,
+            input_tokens=reply.usage.input_tokens,
+            output_tokens=reply.usage.output_tokens,
+            cache_read_tokens=reply.usage.cache_read_tokens,
+            cache_write_tokens=reply.usage.cache_write_tokens,
+            content=reply.content,
+        )
+        for reply in replies
     )
 
 
-def _checkpoint(session: ThinkingSession, *, meter: Meter, reply: Reply | None) -> dict:
+def _checkpoint(session: ThinkingSession, *, meter: Meter, replies: Sequence[Reply] = ()) -> dict:
     """The fields every stored step updates alongside its rows."""
     now = timezone.now()
     changes: dict = {
@@ -114,12 +123,13 @@ def _checkpoint(session: ThinkingSession, *, meter: Meter, reply: Reply | None) 
         "heartbeat_at": now,
         "revision": F("revision") + 1,
     }
-    if reply is not None:
+    if replies:
+        usage = sum((reply.usage for reply in replies), Usage())
         changes.update(
-            input_tokens=F("input_tokens") + reply.usage.input_tokens,
-            output_tokens=F("output_tokens") + reply.usage.output_tokens,
-            cache_read_tokens=F("cache_read_tokens") + reply.usage.cache_read_tokens,
-            cache_write_tokens=F("cache_write_tokens") + reply.usage.cache_write_tokens,
+            input_tokens=F("input_tokens") + usage.input_tokens,
+            output_tokens=F("output_tokens") + usage.output_tokens,
+            cache_read_tokens=F("cache_read_tokens") + usage.cache_read_tokens,
+            cache_write_tokens=F("cache_write_tokens") + usage.cache_write_tokens,
         )
     return changes
 
@@ -165,7 +175,7 @@ def stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> Thin
     """Pause or cancel seen at a step boundary: keep the time spent, stop the clock."""
     with transaction.atomic():
         session = _locked(session_id, worker_id)
-        changes = _checkpoint(session, meter=meter, reply=None)
+        changes = _checkpoint(session, meter=meter)
         changes.update(
             running_since=None,
             worker_id="",
@@ -188,7 +198,7 @@ def fail(
             return None
         if session.is_finished:
             return session
-        changes = _checkpoint(session, meter=meter, reply=None)
+        changes = _checkpoint(session, meter=meter)
         changes.update(
             status=Status.FAILED,
             completion_reason=CompletionReason.ERROR,
@@ -207,7 +217,7 @@ def fail(
 
 
 def _recent(session: ThinkingSession, count: int) -> list[prompts.ThoughtLine]:
-    rows = list(session.thoughts.order_by("-sequence")[:count])
+    rows = list(session.thoughts.exclude(type=ThoughtType.SCRATCHPAD).order_by("-sequence")[:count])
     return [prompts.ThoughtLine(t.type, t.text, t.confidence) for t in reversed(rows)]
 
 
@@ -228,7 +238,7 @@ def select_focus(*, session: ThinkingSession) -> Focus:
     )
     if candidate is None:
         return Focus(text=session.question)
-    return Focus(text=candidate.text, sub_question_id=candidate.pk)
+    return Focus(text=candidate.text, sub_question_id=candidate.pk, priority=candidate.priority)
 
 
 # --- steps -----------------------------------------------------------------------------
@@ -292,7 +302,9 @@ def _set_waiting(session_id: uuid.UUID, worker_id: str, reason: str) -> str:
 async def ask(
     *,
     session: ThinkingSession,
-    prompt: prompts.Prompt,
+    prompt: prompts.Prompt | None = None,
+    messages: list[dict] | None = None,
+    tools: list[dict] | None = None,
     purpose: str,
     llm: LLM,
     publish: Publish,
@@ -315,8 +327,9 @@ async def ask(
         await live.start()
         try:
             reply = await llm.stream(
-                [user_message(prompt.stable, prompt.variable)],
+                messages or [user_message(prompt.stable, prompt.variable)],  # type: ignore[union-attr]
                 system=prompts.SYSTEM,
+                tools=tools,
                 model=session.model_id,
                 thinking=session.thinking_settings,
                 on_thinking=live.on_thinking,
@@ -374,29 +387,115 @@ async def generate_thoughts(
     meter: Meter,
     worker_id: str,
     publish: Publish,
+    research: evidence.Research,
 ) -> tuple[ThinkingSession, SessionEvent]:
-    context = await database_sync_to_async(
-        lambda: (_recent(session, RECENT_THOUGHTS), _latest_synthesis_text(session))
+    """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
+    then writes 3-5 thoughts about the focus."""
+    recent, understanding, sources = await database_sync_to_async(
+        lambda: (
+            _recent(session, RECENT_THOUGHTS),
+            _latest_synthesis_text(session),
+            list(session.sources.order_by("number")),
+        )
     )()
+    pack = await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
     mode, spec = _reading_mode(session)
+    offered = _tools_for(session, research)
     prompt = prompts.thoughts_prompt(
         question=session.question,
         focus=focus.text,
-        recent=context[0],
-        understanding=context[1],
+        recent=recent,
+        understanding=understanding,
         reply_format=prompts.thought_format(mode, spec),
+        evidence=evidence.evidence_pack(pack),
+        tool_guidance=tools.THINK_TOOL_GUIDANCE
+        if any(t["name"] == "think" for t in offered)
+        else "",
+        known_sources=len(sources),
     )
-    reply = await ask(
-        session=session,
-        prompt=prompt,
-        purpose="thoughts",
-        llm=llm,
-        publish=publish,
-        meter=meter,
-        worker_id=worker_id,
-    )
-    reading = parsing.read_thought_reply(reply.text, mode=mode, custom=spec)
-    return await _store_thoughts(session, focus, reading, reply, meter, worker_id)
+    messages = [user_message(prompt.stable, prompt.variable)]
+    replies: list[Reply] = []
+    scratch: list[str] = []
+    findings: list[str] = []
+    for _round in range(settings.DEEPTHINK_MAX_TOOL_ROUNDS):
+        reply = await ask(
+            session=session,
+            messages=messages,
+            tools=offered or None,
+            purpose="thoughts",
+            llm=llm,
+            publish=publish,
+            meter=meter,
+            worker_id=worker_id,
+        )
+        replies.append(reply)
+        uses = reply.tool_uses
+        if not uses or not offered:
+            break
+        outcomes = await asyncio.gather(
+            *(
+                tools.run_tool(
+                    use.get("name", ""), use.get("input"), session_id=session.pk, research=research
+                )
+                for use in uses
+            )
+        )
+        for outcome in outcomes:
+            if outcome.sources or outcome.progress:
+                await _publish(
+                    publish,
+                    SessionEvent(
+                        session.pk, sources=bool(outcome.sources), plan=bool(outcome.progress)
+                    ),
+                )
+            if outcome.scratchpad:
+                scratch.append(outcome.scratchpad)
+            if outcome.sources:
+                findings.append(outcome.content)
+        # The assistant turn goes back exactly as streamed (thinking blocks and signatures
+        # included), followed by one result per tool call.
+        messages = [
+            *messages,
+            {"role": "assistant", "content": reply.content},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": use.get("id", ""),
+                        "content": outcome.content,
+                        **({"is_error": True} if outcome.is_error else {}),
+                    }
+                    for use, outcome in zip(uses, outcomes, strict=True)
+                ],
+            },
+        ]
+    if offered and not replies[-1].text.strip():
+        # The tool loop ended without thoughts: one pass without tools writes them.
+        extra = "\n\n".join(findings)[-6000:] or "(no new sources)"
+        retry = prompts.Prompt(
+            prompt.stable, f"{prompt.variable}\n\nWhat your searches found this cycle:\n{extra}"
+        )
+        replies.append(
+            await ask(
+                session=session,
+                prompt=retry,
+                purpose="thoughts",
+                llm=llm,
+                publish=publish,
+                meter=meter,
+                worker_id=worker_id,
+            )
+        )
+    reading = parsing.read_thought_reply(replies[-1].text, mode=mode, custom=spec)
+    return await _store_thoughts(session, focus, reading, replies, scratch, meter, worker_id)
+
+
+def _tools_for(session: ThinkingSession, research: evidence.Research) -> list[dict]:
+    if not (settings.DEEPTHINK_TOOLS and session.tools_enabled):
+        return []
+    think = settings.DEEPTHINK_THINK_TOOL and session.think_tool
+    return tools.definitions(web=research.web is not None, think=think)
 
 
 def _stop_note(session: ThinkingSession, reading: parsing.ThoughtReply) -> str:
@@ -415,7 +514,8 @@ def _store_thoughts(
     session: ThinkingSession,
     focus: Focus,
     reading: parsing.ThoughtReply,
-    reply: Reply,
+    replies: list[Reply],
+    scratch: list[str],
     meter: Meter,
     worker_id: str,
 ) -> tuple[ThinkingSession, SessionEvent]:
@@ -423,9 +523,24 @@ def _store_thoughts(
         session = _locked(session.pk, worker_id)
         if session.status == Status.CANCELLED:
             raise Stopped(session.pk)
-        changes = _checkpoint(session, meter=meter, reply=reply)
+        changes = _checkpoint(session, meter=meter, replies=replies)
         offset = session.active_seconds
         start = session.next_thought_sequence()
+        reasoning = "\n\n".join(filter(None, (reasoning_text(r) for r in replies)))
+        notes = Thought.objects.bulk_create(
+            Thought(
+                session=session,
+                sequence=start + index,
+                cycle=session.cycles,
+                text=text,
+                type=ThoughtType.SCRATCHPAD,
+                confidence=0.0,
+                time_offset_seconds=round(offset, 2),
+                sub_question_id=focus.sub_question_id,
+            )
+            for index, text in enumerate(t for t in scratch if t)
+        )
+        start += len(notes)
         rows = Thought.objects.bulk_create(
             Thought(
                 session=session,
@@ -435,13 +550,13 @@ def _store_thoughts(
                 type=thought.type,
                 confidence=thought.confidence,
                 parts=reading.parts,
-                reasoning=reasoning_text(reply) if index == 0 else "",
+                reasoning=reasoning if index == 0 else "",
                 time_offset_seconds=round(offset, 2),
                 sub_question_id=focus.sub_question_id,
             )
             for index, thought in enumerate(reading.thoughts)
         )
-        _record_call(session, "thoughts", reply)
+        _record_calls(session, "thoughts", replies)
         routes = dict(session.parse_routes)
         routes[reading.route] = routes.get(reading.route, 0) + 1
         changes["parse_routes"] = routes
@@ -461,7 +576,9 @@ def _store_thoughts(
         changes.update(cycles=F("cycles") + 1, focus=focus.text)
         session = _save(session, changes)
     event = SessionEvent(
-        session.pk, thoughts=tuple(r.sequence for r in rows), questions=questions_changed
+        session.pk,
+        thoughts=tuple(r.sequence for r in [*notes, *rows]),
+        questions=questions_changed,
     )
     return session, event
 
@@ -533,8 +650,8 @@ def _store_questions(
                 )
             )
         SubQuestion.objects.bulk_create(new)
-        _record_call(session, "questions", reply)
-        changes = _checkpoint(session, meter=meter, reply=reply)
+        _record_calls(session, "questions", [reply])
+        changes = _checkpoint(session, meter=meter, replies=[reply])
         changes["thoughts_at_last_questions"] = session.thoughts.count()
         session = _save(session, changes)
     return session, SessionEvent(session.pk, questions=bool(new))
@@ -565,13 +682,24 @@ async def synthesise(
         )
 
     recent, explored, previous, all_syntheses = await database_sync_to_async(gather)()
+    pack = evidence.evidence_pack(
+        await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
+    )
     if final:
         prompt = prompts.final_prompt(
-            question=session.question, recent=recent, explored=explored, syntheses=all_syntheses
+            question=session.question,
+            recent=recent,
+            explored=explored,
+            syntheses=all_syntheses,
+            evidence=pack,
         )
     else:
         prompt = prompts.synthesis_prompt(
-            question=session.question, recent=recent, explored=explored, previous=previous
+            question=session.question,
+            recent=recent,
+            explored=explored,
+            previous=previous,
+            evidence=pack,
         )
     purpose = "final" if final else "synthesis"
     reply = await ask(
@@ -601,7 +729,7 @@ def _store_synthesis(
         session = _locked(session.pk, worker_id)
         if session.status == Status.CANCELLED:
             raise Stopped(session.pk)
-        changes = _checkpoint(session, meter=meter, reply=reply)
+        changes = _checkpoint(session, meter=meter, replies=[reply])
         synthesis = Synthesis.objects.create(
             session=session,
             sequence=session.next_synthesis_sequence(),
@@ -613,9 +741,21 @@ def _store_synthesis(
             is_final=final,
             reasoning=reasoning_text(reply),
         )
-        _record_call(session, "final" if final else "synthesis", reply)
+        _record_calls(session, "final" if final else "synthesis", [reply])
         changes["confidence_evolution"] = [*session.confidence_evolution, parsed.confidence]
+        numbers = set(session.sources.values_list("number", flat=True))
+        unknown = [n for n in evidence.cited_numbers(parsed.text) if n not in numbers]
+        if unknown:
+            changes["unknown_citations"] = F("unknown_citations") + len(unknown)
         if final:
+            # Later sessions learn from this one: the answer joins the owner's knowledge base.
+            knowledge.add_item(
+                owner=session.owner,
+                title=f"Deep Think: {session.question}"[:200],
+                body=parsed.text,
+                source=KnowledgeSource.SESSION,
+                origin=f"session:{session.pk}",
+            )
             changes.update(
                 status=Status.COMPLETED,
                 completion_reason=reason,
@@ -632,6 +772,100 @@ def _store_synthesis(
             )
         session = _save(session, changes)
     return session, SessionEvent(session.pk, synthesis=synthesis.sequence, finished=final)
+
+
+# --- research ---------------------------------------------------------------------------
+
+
+@database_sync_to_async
+def _save_plan(
+    session_id: uuid.UUID, worker_id: str, plan: planner.Plan, replies: Sequence[Reply],
+    meter: Meter, *, focus_id: int | None = None,
+) -> ThinkingSession:  # fmt: skip
+    with transaction.atomic():
+        session = _locked(session_id, worker_id)
+        changes = _checkpoint(session, meter=meter, replies=replies)
+        if focus_id is None:
+            changes["plan"] = plan.to_json()
+        else:
+            # A fresh plan for a high-priority sub-question keeps the session's main plan.
+            researched = [*session.plan.get("researched", []), focus_id]
+            changes["plan"] = {**session.plan, "researched": researched}
+        if plan.note and plan.note not in session.research_notes:
+            changes["research_notes"] = [*session.research_notes, plan.note][-20:]
+        _record_calls(session, "plan", replies)
+        return _save(session, changes)
+
+
+async def plan_research(
+    *,
+    session: ThinkingSession,
+    llm: LLM,
+    meter: Meter,
+    worker_id: str,
+    publish: Publish,
+    research: evidence.Research,
+    focus: Focus | None = None,
+) -> ThinkingSession:
+    """Plan (the model, else a heuristic), then search memory and the web in parallel."""
+    subject = focus.text if focus else session.question
+    stable, variable = planner.plan_prompt(
+        session.question, focus=focus.text if focus and focus.sub_question_id else ""
+    )
+    replies: list[Reply] = []
+    try:
+        reply = await ask(
+            session=session,
+            prompt=prompts.Prompt(stable, variable),
+            purpose="plan",
+            llm=llm,
+            publish=publish,
+            meter=meter,
+            worker_id=worker_id,
+        )
+        replies.append(reply)
+        plan = planner.parse_plan(reply.text) or planner.heuristic_plan(subject)
+    except LLMError as error:
+        if error.kind in ("auth", "not_configured"):
+            raise  # no point thinking without a model
+        plan = planner.heuristic_plan(
+            subject, reason=f"Planning with the model failed ({error}); a simple plan was used."
+        )
+    session = await _save_plan(
+        session.pk,
+        worker_id,
+        plan,
+        replies,
+        meter,
+        focus_id=focus.sub_question_id if focus else None,
+    )
+    await _publish(publish, SessionEvent(session.pk, plan=True))
+
+    async def show(sources: list) -> None:
+        await _publish(publish, SessionEvent(session.pk, sources=True))
+
+    await evidence.gather(
+        session_id=session.pk,
+        research=research,
+        web_queries=plan.web_queries,
+        memory_queries=plan.memory_queries,
+        on_sources=show,
+    )
+    await _publish(publish, SessionEvent(session.pk, plan=True, sources=True))
+    return await database_sync_to_async(lambda: ThinkingSession.objects.get(pk=session.pk))()
+
+
+def replan_due(session: ThinkingSession, focus: Focus) -> bool:
+    """A high-priority sub-question that becomes the focus gets its own research, a few times
+    per session."""
+    if focus.sub_question_id is None:
+        return False
+    researched = session.plan.get("researched", [])
+    return (
+        len(researched) < settings.DEEPTHINK_REPLANS
+        and focus.sub_question_id not in researched
+        and focus.priority >= settings.DEEPTHINK_REPLAN_PRIORITY
+    )
 
 
 # --- the loop --------------------------------------------------------------------------
@@ -657,6 +891,51 @@ async def _publish(publish: Publish, event: SessionEvent) -> None:
         logger.exception("Could not publish an update for session %s", event.session_id)
 
 
+async def deliberate(
+    session: ThinkingSession,
+    *,
+    llm: LLM,
+    publish: Publish,
+    worker_id: str,
+    meter: Meter,
+    research: evidence.Research,
+) -> str:
+    """plan -> research -> [focus -> (research) -> thoughts -> questions? -> synthesis?]* ->
+    final. Returns the status the session stopped in."""
+    steps = {"llm": llm, "meter": meter, "worker_id": worker_id, "publish": publish}
+    if not session.plan:
+        session = await plan_research(session=session, research=research, **steps)
+    while True:
+        status = await current_status(session.pk, worker_id=worker_id)
+        if status in (Status.PAUSED, Status.CANCELLED):
+            session = await stop_running(session.pk, worker_id=worker_id, meter=meter)
+            await _publish(publish, SessionEvent(session.pk, finished=session.is_finished))
+            return session.status
+        if ending_reason(session):
+            break
+        focus = await select_focus(session=session)
+        if replan_due(session, focus):
+            session = await plan_research(session=session, research=research, focus=focus, **steps)
+        session, event = await generate_thoughts(
+            session=session, focus=focus, research=research, **steps
+        )
+        await _publish(publish, event)
+        thought_count = await database_sync_to_async(session.thoughts.count)()
+        if questions_due(session, thought_count):
+            session, event = await generate_questions(session=session, focus=focus, **steps)
+            await _publish(publish, event)
+        if ending_reason(session):
+            break
+        if synthesis_due(session):
+            session, event = await synthesise(session=session, **steps)
+            await _publish(publish, event)
+    session, event = await synthesise(
+        session=session, final=True, reason=ending_reason(session), **steps
+    )
+    await _publish(publish, event)
+    return session.status
+
+
 async def run_session(
     session_id: uuid.UUID, *, llm: LLM, publish: Publish, worker_id: str
 ) -> str | None:
@@ -670,54 +949,16 @@ async def run_session(
     if session is None:
         return None
     await _publish(publish, SessionEvent(session.pk))
+    research = evidence.Research.for_session(session)
     try:
-        while True:
-            status = await current_status(session.pk, worker_id=worker_id)
-            if status in (Status.PAUSED, Status.CANCELLED):
-                session = await stop_running(session.pk, worker_id=worker_id, meter=meter)
-                await _publish(publish, SessionEvent(session.pk, finished=session.is_finished))
-                return session.status
-            if ending_reason(session):
-                break
-            focus = await select_focus(session=session)
-            session, event = await generate_thoughts(
-                session=session,
-                focus=focus,
-                llm=llm,
-                meter=meter,
-                worker_id=worker_id,
-                publish=publish,
-            )
-            await _publish(publish, event)
-            thought_count = await database_sync_to_async(session.thoughts.count)()
-            if questions_due(session, thought_count):
-                session, event = await generate_questions(
-                    session=session,
-                    focus=focus,
-                    llm=llm,
-                    meter=meter,
-                    worker_id=worker_id,
-                    publish=publish,
-                )
-                await _publish(publish, event)
-            if ending_reason(session):
-                break
-            if synthesis_due(session):
-                session, event = await synthesise(
-                    session=session, llm=llm, meter=meter, worker_id=worker_id, publish=publish
-                )
-                await _publish(publish, event)
-        session, event = await synthesise(
-            session=session,
+        return await deliberate(
+            session,
             llm=llm,
-            meter=meter,
-            worker_id=worker_id,
             publish=publish,
-            final=True,
-            reason=ending_reason(session),
+            worker_id=worker_id,
+            meter=meter,
+            research=research,
         )
-        await _publish(publish, event)
-        return session.status
     except LeaseLost:
         logger.warning("Session %s was taken over by another worker; stopping", session_id)
         return None
@@ -735,6 +976,8 @@ async def run_session(
             meter=meter,
             message="Deep Think hit an internal error; the details are in the server log.",
         )
+    finally:
+        await research.close()
     if failed is None:
         return None
     await _publish(publish, SessionEvent(failed.pk, finished=True))

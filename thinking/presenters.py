@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import ThinkingSession
+from .models import SourceKind, Status, ThinkingSession, ThoughtType
 
 # WebSocket routes are not in Django's URLconf; routing.py builds its pattern from this.
 WS_SESSIONS = "ws/sessions/"
@@ -47,13 +47,49 @@ def chart_context(session: ThinkingSession) -> dict[str, Any]:
     }
 
 
+def plan_steps(session: ThinkingSession) -> list[dict[str, Any]]:
+    """The plan as a checklist. The current step is the one the model last reported with the
+    progress tool, else estimated from the time used."""
+    steps = session.plan.get("steps") or []
+    if not steps:
+        return []
+    if session.status == Status.COMPLETED:
+        current = len(steps)
+    elif session.progress.get("plan_step"):
+        current = session.plan.get("current", 0)
+    else:
+        estimated = int(session.progress_percent() / 100 * len(steps))
+        current = max(session.plan.get("current", 0), min(estimated, len(steps) - 1))
+    return [
+        {
+            "text": text,
+            "state": "done" if index < current else "current" if index == current else "todo",
+        }
+        for index, text in enumerate(steps)
+    ]
+
+
+def sources_context(session: ThinkingSession) -> dict[str, Any]:
+    sources = list(session.sources.all())
+    return {
+        "sources": sources,
+        "source_numbers": {s.number for s in sources},
+        "web_count": sum(1 for s in sources if s.kind == SourceKind.WEB),
+        "memory_count": sum(1 for s in sources if s.kind == SourceKind.MEMORY),
+    }
+
+
 def session_context(session: ThinkingSession) -> dict[str, Any]:
     """Everything the session page's partials need."""
+    thoughts = list(session.thoughts.select_related("sub_question"))
     return {
         "session": session,
         "ws_path": session_ws_path(session.pk),
-        "thoughts": list(session.thoughts.select_related("sub_question")),
+        "thoughts": [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD],
+        "scratchpad": [t for t in thoughts if t.type == ThoughtType.SCRATCHPAD],
         "sub_questions": list(session.sub_questions.all()),
         "syntheses": list(session.syntheses.all()),
+        "plan_steps": plan_steps(session),
+        **sources_context(session),
         **chart_context(session),
     }

@@ -69,6 +69,10 @@ Set stop_signal to true only when your understanding is already sufficient for a
 final answer and more thinking would add little; otherwise false."""
 
 
+def _evidence(evidence: str) -> str:
+    return f"\n\n{evidence}" if evidence else ""
+
+
 def thoughts_prompt(
     *,
     question: str,
@@ -76,14 +80,20 @@ def thoughts_prompt(
     recent: Sequence[ThoughtLine],
     understanding: str,
     reply_format: str = "",
+    evidence: str = "",
+    tool_guidance: str = "",
+    known_sources: int = 0,
 ) -> Prompt:
+    guidance = f"\n\n{tool_guidance}" if tool_guidance else ""
     stable = f"""Question: {question}
 
 Each turn you get a current focus. Generate 3-5 distinct thoughts about it. Do not repeat
-earlier thoughts; build on them, challenge them or connect them.
+earlier thoughts; build on them, challenge them or connect them. Where a thought rests on a
+source, cite it as [n].{guidance}
 
-{reply_format or "Format:\n" + THOUGHT_LINES}"""
-    variable = f"""Current focus: {focus}
+{reply_format or "Format:\n" + THOUGHT_LINES}{_evidence(evidence)}"""
+    sources_line = f"\nSources found so far: {known_sources}." if known_sources else ""
+    variable = f"""Current focus: {focus}{sources_line}
 
 Current understanding:
 {understanding or "(no synthesis yet)"}
@@ -122,10 +132,12 @@ def synthesis_prompt(
     recent: Sequence[ThoughtLine],
     explored: Sequence[tuple[str, str]],
     previous: str,
+    evidence: str = "",
 ) -> Prompt:
     stable = f"""Original Question: {question}
 
-Synthesize your current understanding from the material below, in this format:
+Synthesize your current understanding from the material below. Cite sources as [n].
+Format:
 
 SYNTHESIS: [summary of understanding]
 INSIGHTS:
@@ -134,7 +146,7 @@ INSIGHTS:
 CONFIDENCE: [0.0-1.0]
 REMAINING:
 - [unanswered question 1]
-- [unanswered question 2]"""
+- [unanswered question 2]{_evidence(evidence)}"""
     explored_lines = _list([f"{q} -> {a}" if a else q for q, a in explored])
     variable = f"""Previous synthesis:
 {previous or "(none yet)"}
@@ -153,18 +165,20 @@ def final_prompt(
     recent: Sequence[ThoughtLine],
     explored: Sequence[tuple[str, str]],
     syntheses: Sequence[str],
+    evidence: str = "",
 ) -> Prompt:
     stable = f"""Original Question: {question}
 
 Your thinking time is over. Review everything below and give your final, comprehensive
-answer, in this format:
+answer. Support claims with the sources, cited as [n]; cite only numbers that exist.
+Format:
 
 ANSWER: [a comprehensive answer to the original question; paragraphs are fine]
 INSIGHTS:
 - [key insight]
 CONFIDENCE: [0.0-1.0]
 REMAINING:
-- [what is still uncertain]"""
+- [what is still uncertain]{_evidence(evidence)}"""
     explored_lines = _list([f"{q} -> {a}" if a else q for q, a in explored])
     variable = f"""Syntheses along the way:
 {_list(syntheses)}

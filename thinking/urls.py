@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from . import account_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -12,4 +12,6 @@ urlpatterns = [
     path("sessions/<uuid:pk>/pause/", views.session_pause, name="session-pause"),
     path("sessions/<uuid:pk>/resume/", views.session_resume, name="session-resume"),
     path("sessions/<uuid:pk>/cancel/", views.session_cancel, name="session-cancel"),
+    path("settings/tokens/", account_views.token_list, name="api-tokens"),
+    path("settings/tokens/<int:pk>/revoke/", account_views.token_revoke, name="api-token-revoke"),
 ]

@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -160,6 +160,7 @@ class MindState:
     questions: int = 0
     thoughts: int = 0
     plain: int = 0
+    plans: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def bump(self, kind: str) -> tuple[int, int]:
@@ -173,7 +174,7 @@ class MindState:
     def clear(self) -> None:
         with self.lock:
             self.calls = self.answers = self.syntheses = self.questions = self.thoughts = 0
-            self.plain = 0
+            self.plain = self.plans = 0
 
 
 _DEFAULT_MIND = MindState()
@@ -233,11 +234,18 @@ def _shorten(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _final_block(label: str, subject: str, n: int, confidence: float) -> str:
+_SOURCE_RE = re.compile(r'<source n="(\d+)"')
+
+
+def _final_block(
+    label: str, subject: str, n: int, confidence: float, sources: Sequence[str] = ()
+) -> str:
     quoted = f"\u201c{subject}\u201d"
+    cite = "".join(f" [{number}]" for number in sources[:2])
     return (
         f"{label}: On the question {quoted}, the evidence gathered so far points to a "
-        f"consistent picture: the outcome depends mainly on context and scale (pass {n}).\n"
+        f"consistent picture: the outcome depends mainly on context and scale{cite} "
+        f"(pass {n}).\n"
         "\n"
         f"In short, the most defensible position on {quoted} is a qualified one: the main "
         "claims hold in typical cases, with clear exceptions at the extremes.\n"
@@ -258,10 +266,18 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
     without it a module-level state is used.
     """
     state = _DEFAULT_MIND if state is None else state
-    prompt = _last_user_text(body)
+    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    rounds = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+    # Inside a tool loop the last user turn holds tool results: the task is in the first one.
+    prompt = _block_text(messages[0].get("content")) if rounds else _last_user_text(body)
     focus, question = _find_focus(body, prompt)
     subject = _shorten(question or focus or "the question at hand")
     topic = f"\u201c{_shorten(focus or question or 'the question at hand')}\u201d"
+    tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    if "THOUGHT:" in prompt and tools and "ANSWER:" not in prompt:
+        used = _use_tools(state, tools, rounds, subject)
+        if used is not None:
+            return used
 
     thinking: str | None = None
     config = body.get("thinking")
@@ -272,13 +288,22 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
             else f"Let me consider {topic} carefully before answering."
         )
 
-    if "ANSWER:" in prompt:
+    if "WEB QUERIES:" in prompt and "PLAN:" in prompt:
+        _, n = state.bump("plans")
+        text = (
+            f"PLAN:\n1. Clarify what {topic} asks\n2. Gather evidence from notes and the web\n"
+            "3. Test the strongest explanation against counterexamples\n4. Synthesise\n"
+            f"TERMS: {', '.join(w for w in subject.split()[:4])}\n"
+            f"WEB QUERIES:\n- {subject}\n- {subject} evidence (plan {n})\n"
+            f"MEMORY QUERIES:\n- {subject}"
+        )
+    elif "ANSWER:" in prompt:
         _, n = state.bump("answers")
-        text = _final_block("ANSWER", subject, n, 0.78)
+        text = _final_block("ANSWER", subject, n, 0.78, _SOURCE_RE.findall(prompt))
     elif "SYNTHESIS:" in prompt:
         _, n = state.bump("syntheses")
         confidence = min(0.9, round(0.45 + 0.1 * (n - 1), 2))
-        text = _final_block("SYNTHESIS", subject, n, confidence)
+        text = _final_block("SYNTHESIS", subject, n, confidence, _SOURCE_RE.findall(prompt))
     elif "QUESTION:" in prompt:
         _, n = state.bump("questions")
         count = 3 if n % 2 else 2
@@ -311,6 +336,32 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
         _, n = state.bump("plain")
         text = f"Noted. A brief reflection on {topic}: it is worth approaching step by step (#{n})."
     return Reply(text=text, thinking=thinking)
+
+
+def _use_tools(state: MindState, tools: set, rounds: int, subject: str) -> Reply | None:
+    """Every third thought cycle, search (and report progress), then use the scratchpad,
+    then write the thoughts: a real tool loop for demos and end-to-end tests."""
+    if (state.thoughts + 1) % 3 != 1:
+        return None
+    search = "web_search" if "web_search" in tools else "memory_search"
+    if rounds == 0 and search in tools:
+        uses = [{"name": search, "input": {"query": subject, "max_results": 3}}]
+        if "progress" in tools:
+            uses.append(
+                {
+                    "name": "progress",
+                    "input": {
+                        "stage": "research",
+                        "message": f"Looking for evidence on {_shorten(subject, 60)}",
+                        "plan_step": 2,
+                    },
+                }
+            )
+        return Reply(text="Let me look for evidence first.", tool_uses=uses)
+    if rounds == 1 and "think" in tools:
+        note = f"Which of the sources found bear directly on {_shorten(subject, 60)}? Check [1]."
+        return Reply(tool_uses=[{"name": "think", "input": {"thought": note}}])
+    return None
 
 
 def _tagged(lines: str, topic: str, n: int, *, enhanced: bool) -> str:

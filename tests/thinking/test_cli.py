@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import HttpError, Reply
 from thinking.models import ThinkingSession
 
@@ -76,8 +77,17 @@ def test_bad_budget_is_refused(fake_claude: Any, alice: Any):
 
 
 def test_a_failed_session_exits_non_zero_with_its_reason(fake_claude: Any, alice: Any):
-    fake_claude.enqueue(Reply(text="THOUGHT: kept\nTYPE: insight"))
-    fake_claude.responder = lambda body: HttpError(status=401, type="authentication_error")
+    answered: list[str] = []
+
+    def plan_then_one_cycle_then_a_bad_key(body: dict) -> Reply | HttpError:
+        if "WEB QUERIES:" in prompt_of({"body": body}):
+            return fake_claude.scripted_mind(body)
+        if not answered:
+            answered.append("thoughts")
+            return Reply(text="THOUGHT: kept\nTYPE: insight")
+        return HttpError(status=401, type="authentication_error")
+
+    fake_claude.responder = plan_then_one_cycle_then_a_bad_key
     with pytest.raises(SystemExit) as exit_info:
         think("Q?", "--minutes", "1", "--owner", "alice")
     assert exit_info.value.code == 1

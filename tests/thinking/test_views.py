@@ -97,6 +97,8 @@ def test_start_over_htmx_redirects_the_browser(alice_client: Any, fake_claude: A
         ({"question": "Q", "minutes": "0"}, "at least 0.05 minutes"),
         ({"question": "Q", "minutes": "100000"}, "longest budget"),
         ({"question": "Q", "minutes": "1", "synthesis_minutes": "-2"}, "more than zero"),
+        ({"question": "Q", "minutes": "1", "synthesis_minutes": "1e308"}, "longest interval"),
+        ({"question": "Q", "minutes": "1", "token_ceiling": str(2**64)}, "less than or equal"),
     ],
 )
 def test_bad_input_is_explained_on_the_form(

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import re
+from collections.abc import Container
+
 from django import template
+from django.utils.html import conditional_escape, linebreaks
+from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
 
@@ -52,3 +57,32 @@ def part_items(parts: dict[str, str] | None) -> list[tuple[str, str]]:
     return [
         (name.replace("_", " ").replace(".", " / ").capitalize(), parts[name]) for name in ordered
     ]
+
+
+_CITATION = re.compile(r"\[(\d{1,4})\]")
+
+
+@register.filter(needs_autoescape=True)
+def cited(text: str | None, numbers: Container[int] | None, autoescape: bool = True) -> SafeString:
+    """Paragraphs of model text with [n] linked to source n when that source exists.
+
+    The text is escaped first, so the only markup in the result is what this adds: links
+    whose target is a number we generated. A citation with no such source stays plain text.
+    """
+    escaped = linebreaks(conditional_escape(text or ""))
+    known = numbers or ()
+
+    def link(match: re.Match[str]) -> str:
+        number = int(match.group(1))
+        if number not in known:
+            return match.group(0)
+        return f'<a class="cite" href="#source-{number}">[{number}]</a>'
+
+    return mark_safe(_CITATION.sub(link, escaped))  # noqa: S308 - escaped above
+
+
+@register.filter
+def web_href(url: str | None) -> str:
+    """A link target only for http(s) URLs; anything else (javascript:, data:) is dropped."""
+    url = (url or "").strip()
+    return url if url.lower().startswith(("http://", "https://")) else ""

@@ -1,0 +1,323 @@
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+from markdown_it import MarkdownIt
+
+from thinking.export import session_document, session_markdown
+from thinking.models import (
+    CompletionReason,
+    ModelCall,
+    Source,
+    Status,
+    SubQuestion,
+    Synthesis,
+    ThinkingSession,
+    Thought,
+)
+from thinking.tokens import create_token
+
+pytestmark = pytest.mark.django_db
+
+SIGNATURE = "EqQBCkYIARgCKkBsignature-that-must-never-leave-the-server"
+
+
+@pytest.fixture
+def finished(make_session: Any) -> ThinkingSession:
+    """A completed session with something of everything, and a model call whose stored
+    content carries a thinking signature."""
+    session = make_session(
+        question="Why do we dream?",
+        status=Status.COMPLETED,
+        completion_reason=CompletionReason.BUDGET,
+        completion_note="The budget ran out.",
+        active_seconds=60.0,
+        cycles=3,
+        confidence_evolution=[0.4, 0.75],
+        final_answer="Memory consolidation [1] and threat simulation [2]; see also [9].",
+        final_confidence=0.75,
+        input_tokens=1200,
+        output_tokens=300,
+        model_id="claude-opus-5-5",
+        plan={"steps": ["survey", "weigh"], "current": 1, "source": "model"},
+        worker_id="worker-secret-lease",
+    )
+    root = SubQuestion.objects.create(
+        session=session, text="What does REM do?", priority=5, explored=True, answer="Replays."
+    )
+    SubQuestion.objects.create(
+        session=session, text="Which memories?", priority=3, parent=root, why="Detail."
+    )
+    SubQuestion.objects.create(session=session, text="Do animals dream?", priority=4)
+    for seq, (kind, text) in enumerate(
+        [
+            ("exploration", "Dreams replay memories [1]."),
+            ("critique", "<script>alert('x')</script> is not evidence."),
+            ("insight", "Both theories fit [2]. [evil](javascript:alert(1))"),
+        ]
+    ):
+        Thought.objects.create(
+            session=session,
+            sequence=seq,
+            cycle=seq,
+            text=text,
+            type=kind,
+            confidence=0.5 + seq / 10,
+            time_offset_seconds=seq * 10.0,
+            parts={"analysis": "a"},
+            reasoning="Let me think." if seq == 0 else "",
+            sub_question=root if seq == 0 else None,
+        )
+    Synthesis.objects.create(
+        session=session,
+        sequence=0,
+        text="So far: consolidation [1].",
+        key_insights=["REM replays"],
+        confidence=0.4,
+        remaining_questions=["Animals?"],
+        time_offset_seconds=30.0,
+    )
+    Synthesis.objects.create(
+        session=session,
+        sequence=1,
+        text="Memory consolidation [1] and threat simulation [2].",
+        confidence=0.75,
+        time_offset_seconds=60.0,
+        is_final=True,
+    )
+    Source.objects.create(
+        session=session,
+        number=1,
+        kind="web",
+        title="Sleep and memory",
+        url="https://example.org/sleep?a=1&b=(2)",
+        snippet="REM sleep...",
+        score=0.9,
+        query="dreams memory",
+        key="https://example.org/sleep",
+    )
+    Source.objects.create(
+        session=session,
+        number=2,
+        kind="memory",
+        title="My notes <b>on threat</b>",
+        key="item-7",
+    )
+    ModelCall.objects.create(
+        session=session,
+        purpose="thoughts",
+        model="claude-opus-5-5",
+        thinking_mode="adaptive",
+        input_tokens=1200,
+        output_tokens=300,
+        content=[
+            {"type": "thinking", "thinking": "Let me think.", "signature": SIGNATURE},
+            {"type": "text", "text": "..."},
+        ],
+    )
+    return session
+
+
+# --- JSON --------------------------------------------------------------------------------
+
+
+def test_the_json_document_has_every_stored_row(finished: ThinkingSession):
+    doc = session_document(finished)
+    assert [t["sequence"] for t in doc["thoughts"]] == [0, 1, 2]
+    assert [s["sequence"] for s in doc["syntheses"]] == [0, 1]
+    assert [s["number"] for s in doc["sources"]] == [1, 2]
+    assert {q["id"] for q in doc["sub_questions"]} == set(
+        finished.sub_questions.values_list("pk", flat=True)
+    )
+    child = next(q for q in doc["sub_questions"] if q["text"] == "Which memories?")
+    assert child["parent"] == "What does REM do?"
+    assert child["parent_id"] == finished.sub_questions.get(text="What does REM do?").pk
+    assert doc["thoughts"][0]["sub_question_id"] == child["parent_id"]
+    assert doc["sources"][0] == {
+        "number": 1,
+        "kind": "web",
+        "title": "Sleep and memory",
+        "url": "https://example.org/sleep?a=1&b=(2)",
+        "snippet": "REM sleep...",
+        "score": 0.9,
+        "query": "dreams memory",
+        "created_at": doc["sources"][0]["created_at"],
+    }
+    assert doc["plan"] == {"steps": ["survey", "weigh"], "current": 1, "source": "model"}
+    assert len(doc["model_calls"]) == 1 and doc["model_calls"][0]["input_tokens"] == 1200
+    assert doc["usage"]["estimated_cost_usd"] == pytest.approx(0.0108)
+
+
+def test_the_json_document_is_json(finished: ThinkingSession):
+    assert json.loads(json.dumps(session_document(finished)))["id"] == str(finished.pk)
+
+
+def test_the_json_document_keeps_the_fields_the_cli_promised(finished: ThinkingSession):
+    promised = {
+        "id",
+        "status",
+        "completion_reason",
+        "question",
+        "thoughts",
+        "sub_questions",
+        "syntheses",
+        "final_answer",
+        "final_confidence",
+        "confidence_evolution",
+        "usage",
+    }
+    assert promised <= set(session_document(finished))
+
+
+def test_nothing_server_private_is_exported(finished: ThinkingSession):
+    text = json.dumps(session_document(finished)) + session_markdown(finished)
+    assert SIGNATURE not in text
+    assert "worker-secret-lease" not in text
+    assert '"content"' not in text
+
+
+def test_no_api_response_carries_a_signature(finished: ThinkingSession, alice: Any):
+    api = Client(headers={"Authorization": f"Bearer {create_token(alice, 't')[1]}"})
+    base = f"/api/sessions/{finished.pk}"
+    routes = [
+        "/api/sessions",
+        base,
+        f"{base}/thoughts",
+        f"{base}/sub-questions",
+        f"{base}/syntheses",
+        f"{base}/sources",
+        f"{base}/export",
+        f"{base}/export?format=md",
+    ]
+    for route in routes:
+        response = api.get(route)
+        assert response.status_code == 200, route
+        assert SIGNATURE.encode() not in response.content, route
+    response = api.post(f"{base}/cancel")  # 409, with the session's reason
+    assert SIGNATURE.encode() not in response.content
+
+
+def test_the_api_export_is_the_cli_document(finished: ThinkingSession):
+    # `think --json` prints session_document (test_cli.py); the export is the same document.
+    browser = Client()
+    browser.force_login(finished.owner)
+    body = browser.get(f"/api/sessions/{finished.pk}/export").json()
+    assert body == json.loads(json.dumps(session_document(finished)))
+
+
+# --- Markdown ----------------------------------------------------------------------------
+
+
+def test_the_report_has_the_answer_with_linked_citations(finished: ThinkingSession):
+    report = session_markdown(finished)
+    assert report.startswith("# Why do we dream?\n")
+    assert "**Confidence: 75%**" in report
+    # [1] and [2] are real sources: links via the definitions; [9] is not: plain text.
+    assert "Memory consolidation [1] and threat simulation [2]; see also \\[9\\]." in report
+    assert "\n[1]: <https://example.org/sleep?a=1&b=(2)>" in report
+    assert "\n[2]:" not in report  # a knowledge-base note has no URL to link
+
+
+def test_the_report_lists_the_references_with_their_numbers(finished: ThinkingSession):
+    report = session_markdown(finished)
+    references = report.split("## References")[1].split("##")[0]
+    assert "- \\[1\\] [Sleep and memory](<https://example.org/sleep?a=1&b=(2)>) (web)" in references
+    assert "- \\[2\\] My notes &lt;b>on threat&lt;/b> (knowledge base)" in references
+
+
+def test_the_report_has_the_synthesis_timeline(finished: ThinkingSession):
+    report = session_markdown(finished)
+    timeline = report.split("## Synthesis timeline")[1].split("\n## ")[0]
+    assert "Confidence: 40% → 75%" in timeline
+    assert "### 1. Synthesis at 0:30 · confidence 40%" in timeline
+    assert "### 2. Final synthesis at 1:00 · confidence 75%" in timeline
+    assert "- REM replays" in timeline and "- Animals?" in timeline
+
+
+def test_the_report_has_the_sub_question_tree(finished: ThinkingSession):
+    report = session_markdown(finished)
+    tree = report.split("## Sub-questions")[1].split("\n## ")[0]
+    assert tree.strip().splitlines() == [
+        "- **P5** What does REM do? · explored",
+        "  - *Answer:* Replays.",
+        "  - **P3** Which memories?",
+        "- **P4** Do animals dream?",
+    ]
+
+
+def test_the_report_has_thinking_stats(finished: ThinkingSession):
+    stats = session_markdown(finished).split("## Thinking stats")[1].split("\n## ")[0]
+    assert "- Thoughts: 3 (exploration 1, critique 1, insight 1)" in stats
+    assert "- Active thinking time: 1:00 of 1:00" in stats
+    assert "- Tokens: 1500 (input 1200, output 300" in stats
+    assert "- Estimated cost: $0.0108" in stats
+    assert "- Completion: Time budget used. The budget ran out." in stats
+
+
+def test_html_in_model_text_is_neutralised(finished: ThinkingSession):
+    report = session_markdown(finished)
+    assert "<script>" not in report
+    assert "&lt;script>alert('x')&lt;/script> is not evidence." in report
+    assert "<b>" not in report
+
+
+def test_links_in_model_text_are_not_links(finished: ThinkingSession):
+    report = session_markdown(finished)
+    # Escaped brackets render as themselves: text, not a link.
+    assert not re.search(r"(?<!\\)\]\(javascript:", report)
+    assert "\\[evil\\](javascript:alert(1))" in report
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[1](javascript:alert(1))",
+        "[1]: javascript:alert(1)",
+        "\\[1](javascript:alert(1))",
+        "![x](https://tracker.example/pixel)",
+        "<img src=x onerror=alert(1)>",
+        "<javascript:alert(1)>",
+    ],
+)
+def test_model_text_cannot_make_links_images_or_html(finished: ThinkingSession, text: str):
+    finished.final_answer = text
+    answer = session_markdown(finished).split("## Answer")[1].split("## References")[0]
+    assert "](" not in answer.replace("\\](", "")
+    assert "<" not in answer
+    assert "[1]:" not in answer
+
+
+def permissive_html(markdown: str) -> str:
+    """Render like the least careful CommonMark renderer: raw HTML on, any link scheme."""
+    renderer = MarkdownIt("commonmark", {"html": True})
+    renderer.validateLink = lambda url: True
+    return renderer.render(markdown)
+
+
+def test_the_rendered_report_links_only_to_sources(finished: ThinkingSession):
+    finished.final_answer += " [1](javascript:alert(1)) <img src=x onerror=alert(1)>"
+    html = permissive_html(session_markdown(finished))
+    hrefs = re.findall(r'href="([^"]*)"', html)
+    assert len(hrefs) >= 3  # the answer's [1], the reference's title, the timeline's [1]
+    assert set(hrefs) == {"https://example.org/sleep?a=1&amp;b=(2)"}
+    assert "<script" not in html and "<img" not in html and "<b>" not in html
+    assert "&lt;script&gt;alert('x')&lt;/script&gt; is not evidence." in html
+
+
+def test_a_source_url_that_is_not_http_is_not_linked(finished: ThinkingSession):
+    Source.objects.filter(number=1).update(url="javascript:alert(1)")
+    report = session_markdown(finished)
+    references = report.split("## References")[1].split("\n## ")[0]
+    assert "- \\[1\\] Sleep and memory (web)" in references
+    assert "javascript:" not in references
+    assert "\n[1]:" not in report
+
+
+def test_an_unfinished_session_says_so(make_session: Any):
+    report = session_markdown(make_session(status=Status.THINKING))
+    assert "*No final answer (thinking).*" in report
+    assert "*No sources.*" in report and "*No sub-questions.*" in report

@@ -1,0 +1,602 @@
+"""The JSON API under /api/ (django-ninja): start, follow, pause, resume, cancel and export
+sessions. Same rules as the pages: sessions are looked up through `access`, a session the
+caller may not see is a 404, starting validates with StartSessionForm, and state changes are
+the model's verbs, published to open pages like the views do.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+import ninja
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import Field, NinjaAPI, Query, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer, SessionAuth
+
+from . import llm, tokens
+from .access import get_session_for
+from .broadcast import publish_sync
+from .events import SessionEvent
+from .export import session_document, session_markdown
+from .forms import StartSessionForm
+from .models import (
+    CompletionReason,
+    Effort,
+    FormatMode,
+    IllegalTransition,
+    SourceKind,
+    Status,
+    ThinkingMode,
+    ThinkingSession,
+    ThoughtType,
+)
+from .worker import request_start
+
+# Column limits, so an out-of-range number is a 422 rather than a database error.
+MAX_INT = 2**31 - 1
+MAX_BIGINT = 2**63 - 1
+
+DESCRIPTION = """
+Start a deliberation, follow it while it thinks, steer it and keep the result.
+
+**Authentication.** Send a personal API token (create one under *API tokens* in the app, or
+with `python manage.py create_api_token USERNAME`) as `Authorization: Bearer <token>`. A
+logged-in browser may use its session cookie instead; unsafe methods then need the CSRF
+token (`X-CSRFToken` header). Without either: `401`.
+
+**Errors** are JSON. `401`, `403`, `404` and `409` have `{"detail": "<reason>"}`. A
+session that does not exist and one you may not see are both `404`. Validation errors are
+`422` with one entry per problem: `{"detail": [{"loc": ["body", "payload", "minutes"],
+"msg": "...", "type": "..."}]}`; `loc` names where the problem is (`body`, `query` or
+`path`, then the field), for the request's types and for the start form's rules alike.
+
+**Polling.** `GET /api/sessions/{id}` has the status, progress and counts;
+`/thoughts?after=SEQ`, `/syntheses?after=SEQ` and `/sources?after=NUMBER` return only rows
+newer than the last one you have. `revision` changes whenever anything stored changes.
+"""
+
+
+class BearerToken(HttpBearer):
+    """A personal API token: `Authorization: Bearer dt_…`."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any | None:
+        user = tokens.verify_token(token)
+        if user is not None:
+            request.user = user
+        return user
+
+
+class SessionCookie(SessionAuth):
+    """The browser's login session. ninja checks CSRF on unsafe methods here; only once the
+    cookie has identified someone, so a request with no credentials at all is a 401."""
+
+    def __call__(self, request: HttpRequest) -> Any | None:
+        if not request.user.is_authenticated or not request.user.is_active:
+            return None
+        return super().__call__(request)
+
+
+class DeepThinkAPI(NinjaAPI):
+    def get_openapi_operation_id(self, operation: Any) -> str:
+        # `start_session`, not `thinking_api_start_session`: names for generated clients.
+        return str(operation.view_func.__name__)
+
+
+api = DeepThinkAPI(
+    title="Deep Think API",
+    version="1",
+    description=DESCRIPTION,
+    urls_namespace="api",
+    auth=[BearerToken(), SessionCookie()],
+)
+
+
+# --- errors -----------------------------------------------------------------------------
+
+
+class ErrorOut(Schema):
+    detail: str
+
+
+class FieldError(Schema):
+    loc: list[str | int] = Field(description="Where: body / query / path, then the field.")
+    msg: str
+    type: str
+
+
+class ValidationErrorOut(Schema):
+    detail: list[FieldError]
+
+
+ERRORS: dict[int, Any] = {401: ErrorOut, 404: ErrorOut, 422: ValidationErrorOut}
+# Unsafe methods also fail with 403 when a cookie-authenticated request lacks its CSRF token.
+CHANGE_ERRORS: dict[int, Any] = {**ERRORS, 403: ErrorOut}
+
+
+@api.exception_handler(ValidationError)
+def validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    # Only loc, msg and type: the same shape as the start form's errors, and never the input.
+    detail = [
+        {
+            "loc": list(error.get("loc", ())),
+            "msg": str(error.get("msg", "Invalid.")),
+            "type": str(error.get("type", "invalid")),
+        }
+        for error in exc.errors
+    ]
+    return api.create_response(request, {"detail": detail}, status=422)
+
+
+@api.exception_handler(Http404)
+def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    # One message whether or not the session exists: no existence leak.
+    return api.create_response(request, {"detail": "Not found."}, status=404)
+
+
+@api.exception_handler(AuthenticationError)
+def unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = api.create_response(
+        request,
+        {"detail": "Authentication required: send Authorization: Bearer <token>."},
+        status=401,
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="deep-think"'
+    return response
+
+
+def form_errors(form: StartSessionForm) -> ValidationError:
+    """The start form's errors in the shape of ninja's own 422s."""
+    errors = []
+    for field, messages in form.errors.get_json_data().items():
+        loc = ["body", "payload"] if field == "__all__" else ["body", "payload", field]
+        for message in messages:
+            errors.append(
+                {"loc": loc, "msg": message["message"], "type": message["code"] or "invalid"}
+            )
+    return ValidationError(errors)
+
+
+# --- sessions ---------------------------------------------------------------------------
+
+
+class StartIn(Schema):
+    """The start form's fields. Empty advanced settings take the deployment's defaults."""
+
+    question: str
+    minutes: float = Field(description="Active thinking time; pauses do not count.")
+    synthesis_minutes: float | None = Field(
+        None, description="Synthesis interval; empty: a quarter of the budget, at most 5."
+    )
+    thinking_mode: ThinkingMode | None = None
+    thinking_budget: int | None = Field(None, ge=0, le=MAX_INT)
+    effort: Effort | None = None
+    max_tokens: int | None = Field(None, ge=0, le=MAX_INT)
+    token_ceiling: int | None = Field(None, ge=0, le=MAX_BIGINT)
+    format_mode: FormatMode | None = None
+    format_spec: list[dict[str, Any]] | str | None = Field(
+        None, description="For the custom format: the tag spec, as JSON or a JSON string."
+    )
+
+    def form_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for name, value in self.model_dump().items():
+            if value is None:
+                data[name] = ""
+            elif name == "format_spec" and not isinstance(value, str):
+                data[name] = json.dumps(value)
+            else:
+                data[name] = value
+        return data
+
+
+class SessionSettingsOut(Schema):
+    model: str
+    synthesis_interval_seconds: float
+    thinking_mode: ThinkingMode
+    thinking_budget: int | None
+    effort: Effort
+    max_tokens: int
+    token_ceiling: int | None
+    format_mode: FormatMode
+
+
+class CountsOut(Schema):
+    thoughts: int
+    sub_questions: int
+    syntheses: int
+    sources: int
+
+
+class UsageOut(Schema):
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    total_tokens: int
+    estimated_cost_usd: float | None = Field(description="From list prices; null if unknown.")
+
+
+class WaitingOut(Schema):
+    since: datetime
+    reason: str
+
+
+class SessionSummaryOut(Schema):
+    id: uuid.UUID
+    url: str = Field(description="The session's page.")
+    question: str
+    status: Status
+    completion_reason: CompletionReason | None
+    progress_percent: float
+    final_confidence: float | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class SessionOut(SessionSummaryOut):
+    completion_note: str | None
+    error: str | None
+    revision: int = Field(description="Changes whenever anything stored changes.")
+    budget_seconds: float
+    elapsed_seconds: float
+    remaining_seconds: float
+    started_at: datetime | None
+    focus: str | None
+    waiting: WaitingOut | None = Field(description="Set while the model provider is away.")
+    settings: SessionSettingsOut
+    counts: CountsOut
+    confidence_evolution: list[float]
+    usage: UsageOut
+    final_answer: str | None
+
+
+class SessionPageOut(Schema):
+    count: int = Field(description="Sessions matching the filter, on all pages.")
+    limit: int
+    offset: int
+    items: list[SessionSummaryOut]
+
+
+class ListParams(Schema):
+    status: Status | None = Field(None, description="Only sessions in this status.")
+    limit: int = Field(25, ge=1, le=100, description="Page size, newest first.")
+    offset: int = Field(0, ge=0, le=MAX_INT, description="Sessions to skip.")
+
+
+def summary(session: ThinkingSession) -> dict[str, Any]:
+    return {
+        "id": session.pk,
+        "url": session.get_absolute_url(),
+        "question": session.question,
+        "status": session.status,
+        "completion_reason": session.completion_reason or None,
+        "progress_percent": round(session.progress_percent(), 2),
+        "final_confidence": session.final_confidence,
+        "created_at": session.created_at,
+        "finished_at": session.finished_at,
+    }
+
+
+def detail(session: ThinkingSession) -> dict[str, Any]:
+    waiting = None
+    if session.waiting_since and not session.is_finished:
+        waiting = {"since": session.waiting_since, "reason": session.waiting_reason}
+    return {
+        **summary(session),
+        "completion_note": session.completion_note or None,
+        "error": session.error_message or None,
+        "revision": session.revision,
+        "budget_seconds": session.budget_seconds,
+        "elapsed_seconds": round(session.elapsed_seconds(), 3),
+        "remaining_seconds": round(session.remaining_seconds(), 3),
+        "started_at": session.started_at,
+        "focus": session.focus or None,
+        "waiting": waiting,
+        "settings": {
+            "model": session.model_id,
+            "synthesis_interval_seconds": session.synthesis_interval_seconds,
+            "thinking_mode": session.thinking_mode,
+            "thinking_budget": session.thinking_budget,
+            "effort": session.effort,
+            "max_tokens": session.max_tokens,
+            "token_ceiling": session.token_ceiling,
+            "format_mode": session.format_mode,
+        },
+        "counts": {
+            "thoughts": session.thoughts.count(),
+            "sub_questions": session.sub_questions.count(),
+            "syntheses": session.syntheses.count(),
+            "sources": session.sources.count(),
+        },
+        "confidence_evolution": session.confidence_evolution,
+        "usage": {
+            "input_tokens": session.input_tokens,
+            "output_tokens": session.output_tokens,
+            "cache_read_tokens": session.cache_read_tokens,
+            "cache_write_tokens": session.cache_write_tokens,
+            "total_tokens": session.total_tokens,
+            "estimated_cost_usd": session.estimated_cost,
+        },
+        "final_answer": session.final_answer or None,
+    }
+
+
+@api.post(
+    "/sessions",
+    response={201: SessionOut, 400: ErrorOut, **CHANGE_ERRORS},
+    tags=["sessions"],
+    summary="Start a session",
+)
+def start_session(request: HttpRequest, payload: StartIn) -> ninja.Status[dict[str, Any]]:
+    """Validated like the start page; returns at once with status `created` while a worker
+    picks the session up."""
+    form = StartSessionForm(payload.form_data())
+    if not llm.is_configured():
+        form.add_error(None, llm.NOT_CONFIGURED)
+    if not form.is_valid():
+        raise form_errors(form)
+    with transaction.atomic():
+        session = form.create_session(owner=request.auth)
+        transaction.on_commit(lambda: request_start(session.pk))
+    return ninja.Status(201, detail(session))
+
+
+@api.get("/sessions", response={200: SessionPageOut, **ERRORS}, tags=["sessions"])
+def list_sessions(request: HttpRequest, params: Query[ListParams]) -> dict[str, Any]:
+    """The sessions you may see, newest first, `limit` at a time."""
+    sessions = ThinkingSession.objects.visible_to(request.auth)
+    if params.status:
+        sessions = sessions.filter(status=params.status)
+    page = sessions[params.offset : params.offset + params.limit]
+    return {
+        "count": sessions.count(),
+        "limit": params.limit,
+        "offset": params.offset,
+        "items": [summary(s) for s in page],
+    }
+
+
+@api.get("/sessions/{session_id}", response={200: SessionOut, **ERRORS}, tags=["sessions"])
+def get_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+    return detail(get_session_for(request.auth, session_id))
+
+
+# --- steering -------------------------------------------------------------------------
+
+TRANSITION = {**CHANGE_ERRORS, 200: SessionOut, 409: ErrorOut}
+
+
+def change_state(request: HttpRequest, session_id: uuid.UUID, action: str) -> dict[str, Any]:
+    session = get_session_for(request.auth, session_id)
+    try:
+        if action == "pause":
+            session.pause()
+        elif action == "resume":
+            session.resume()
+            # The worker that paused let go of it: ring for a fresh claim once committed.
+            transaction.on_commit(lambda: request_start(session.pk))
+        else:
+            session.cancel()
+    except IllegalTransition as error:
+        raise HttpError(409, str(error)) from None
+    publish_sync(SessionEvent(session.pk, finished=session.is_finished))
+    return detail(session)
+
+
+@api.post("/sessions/{session_id}/pause", response=TRANSITION, tags=["steering"])
+def pause_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+    """Only a thinking session can be paused; otherwise 409 with the reason."""
+    return change_state(request, session_id, "pause")
+
+
+@api.post("/sessions/{session_id}/resume", response=TRANSITION, tags=["steering"])
+def resume_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+    """Only a paused session can be resumed; otherwise 409 with the reason."""
+    return change_state(request, session_id, "resume")
+
+
+@api.post("/sessions/{session_id}/cancel", response=TRANSITION, tags=["steering"])
+def cancel_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+    """A finished session cannot be cancelled (409). What it stored stays."""
+    return change_state(request, session_id, "cancel")
+
+
+# --- incremental reads ----------------------------------------------------------------
+
+
+class AfterParams(Schema):
+    after: int | None = Field(
+        None, ge=-1, le=MAX_INT, description="Only rows with a greater sequence number."
+    )
+    limit: int = Field(
+        500, ge=1, le=1000, description="At most this many, oldest first; ask again for more."
+    )
+
+
+class ThoughtOut(Schema):
+    sequence: int
+    cycle: int
+    type: ThoughtType
+    text: str
+    confidence: float
+    parts: dict[str, Any] = Field(description="Structured parts: analysis, plan, reasoning, …")
+    reasoning: str | None = Field(description="The model's summarized thinking, if any.")
+    time_offset_seconds: float = Field(description="Active thinking time when stored.")
+    sub_question_id: int | None
+    created_at: datetime
+
+
+class SubQuestionOut(Schema):
+    id: int
+    parent_id: int | None
+    text: str
+    priority: int
+    why: str
+    explored: bool
+    explored_at: datetime | None
+    answer: str | None
+    created_at: datetime
+
+
+class SynthesisOut(Schema):
+    sequence: int
+    text: str
+    key_insights: list[Any]
+    confidence: float
+    remaining_questions: list[Any]
+    time_offset_seconds: float
+    is_final: bool
+    reasoning: str | None
+    created_at: datetime
+
+
+class SourceOut(Schema):
+    number: int = Field(description="The citation number [n], stable for the session.")
+    kind: SourceKind
+    title: str
+    url: str | None
+    snippet: str
+    score: float
+    query: str
+    created_at: datetime
+
+
+def newer(rows: Any, field: str, params: AfterParams) -> list[Any]:
+    if params.after is not None:
+        rows = rows.filter(**{f"{field}__gt": params.after})
+    return list(rows.order_by(field)[: params.limit])
+
+
+@api.get(
+    "/sessions/{session_id}/thoughts", response={200: list[ThoughtOut], **ERRORS}, tags=["reads"]
+)
+def list_thoughts(
+    request: HttpRequest, session_id: uuid.UUID, params: Query[AfterParams]
+) -> list[dict[str, Any]]:
+    session = get_session_for(request.auth, session_id)
+    return [
+        {
+            "sequence": t.sequence,
+            "cycle": t.cycle,
+            "type": t.type,
+            "text": t.text,
+            "confidence": t.confidence,
+            "parts": t.parts if isinstance(t.parts, dict) else {},
+            "reasoning": t.reasoning or None,
+            "time_offset_seconds": t.time_offset_seconds,
+            "sub_question_id": t.sub_question_id,
+            "created_at": t.created_at,
+        }
+        for t in newer(session.thoughts.all(), "sequence", params)
+    ]
+
+
+@api.get(
+    "/sessions/{session_id}/sub-questions",
+    response={200: list[SubQuestionOut], **ERRORS},
+    tags=["reads"],
+)
+def list_sub_questions(request: HttpRequest, session_id: uuid.UUID) -> list[dict[str, Any]]:
+    """All of them, each time: exploring one changes it. Unexplored first, by priority."""
+    session = get_session_for(request.auth, session_id)
+    return [
+        {
+            "id": q.pk,
+            "parent_id": q.parent_id,
+            "text": q.text,
+            "priority": q.priority,
+            "why": q.why,
+            "explored": q.explored,
+            "explored_at": q.explored_at,
+            "answer": q.answer or None,
+            "created_at": q.created_at,
+        }
+        for q in session.sub_questions.all()
+    ]
+
+
+@api.get(
+    "/sessions/{session_id}/syntheses",
+    response={200: list[SynthesisOut], **ERRORS},
+    tags=["reads"],
+)
+def list_syntheses(
+    request: HttpRequest, session_id: uuid.UUID, params: Query[AfterParams]
+) -> list[dict[str, Any]]:
+    session = get_session_for(request.auth, session_id)
+    return [
+        {
+            "sequence": s.sequence,
+            "text": s.text,
+            "key_insights": s.key_insights,
+            "confidence": s.confidence,
+            "remaining_questions": s.remaining_questions,
+            "time_offset_seconds": s.time_offset_seconds,
+            "is_final": s.is_final,
+            "reasoning": s.reasoning or None,
+            "created_at": s.created_at,
+        }
+        for s in newer(session.syntheses.all(), "sequence", params)
+    ]
+
+
+@api.get(
+    "/sessions/{session_id}/sources", response={200: list[SourceOut], **ERRORS}, tags=["reads"]
+)
+def list_sources(
+    request: HttpRequest, session_id: uuid.UUID, params: Query[AfterParams]
+) -> list[dict[str, Any]]:
+    """Evidence the session found; `after` is a citation number here."""
+    session = get_session_for(request.auth, session_id)
+    return [
+        {
+            "number": s.number,
+            "kind": s.kind,
+            "title": s.title,
+            "url": s.url or None,
+            "snippet": s.snippet,
+            "score": s.score,
+            "query": s.query,
+            "created_at": s.created_at,
+        }
+        for s in newer(session.sources.all(), "number", params)
+    ]
+
+
+# --- export -----------------------------------------------------------------------------
+
+
+class ExportParams(Schema):
+    format: Literal["json", "md"] = Field(
+        "json", description="json: everything stored (the CLI's --json); md: a report."
+    )
+
+
+@api.get(
+    "/sessions/{session_id}/export",
+    response={200: dict[str, Any], **ERRORS},
+    tags=["export"],
+    openapi_extra={
+        "responses": {200: {"content": {"text/markdown": {"schema": {"type": "string"}}}}}
+    },
+)
+def export_session(
+    request: HttpRequest, session_id: uuid.UUID, params: Query[ExportParams]
+) -> HttpResponse:
+    """A download: the JSON document, or the Markdown report with `format=md`."""
+    session = get_session_for(request.auth, session_id)
+    if params.format == "md":
+        response = HttpResponse(
+            session_markdown(session), content_type="text/markdown; charset=utf-8"
+        )
+    else:
+        response = api.create_response(request, session_document(session), status=200)
+    response["Content-Disposition"] = (
+        f'attachment; filename="deep-think-{session.pk}.{params.format}"'
+    )
+    return response

@@ -1,0 +1,175 @@
+"""The tools the model may use while it thinks (Anthropic tool use): web_search,
+memory_search, think (a scratchpad) and progress (a status line for the page).
+
+Tool inputs come from the model and are untrusted: every field is checked and clipped here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.db import transaction
+from django.db.models import F
+
+from . import evidence
+from .models import Source, SourceKind, ThinkingSession
+
+STAGES = ("planning", "research", "analysis", "synthesis", "reflection", "note")
+
+WEB_SEARCH = {
+    "name": "web_search",
+    "description": "Search the web. Returns numbered sources you can cite as [n].",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What to search for."},
+            "max_results": {"type": "integer", "minimum": 1, "maximum": 10},
+        },
+        "required": ["query"],
+    },
+}
+MEMORY_SEARCH = {
+    "name": "memory_search",
+    "description": (
+        "Search the team's knowledge base: its notes, documents and earlier Deep Think "
+        "answers. Returns numbered sources you can cite as [n]."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What to look for (3+ characters)."},
+            "max_results": {"type": "integer", "minimum": 1, "maximum": 40},
+        },
+        "required": ["query"],
+    },
+}
+# From Anthropic's think-tool post; its usage guidance goes in the prompt, not here.
+THINK = {
+    "name": "think",
+    "description": (
+        "Use the tool to think about something. It will not obtain new information or change "
+        "the database, but just append the thought to the log. Use it when complex reasoning "
+        "or some cache memory is needed."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {"thought": {"type": "string", "description": "A thought to think about."}},
+        "required": ["thought"],
+    },
+}
+PROGRESS = {
+    "name": "progress",
+    "description": "Tell the person watching what you are doing now, in one short sentence.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "stage": {"type": "string", "enum": list(STAGES)},
+            "label": {"type": "string"},
+            "message": {"type": "string"},
+            "plan_step": {"type": "integer", "minimum": 1},
+            "total_steps": {"type": "integer", "minimum": 1},
+            "confidence": {"type": "string"},
+        },
+        "required": ["stage", "message"],
+    },
+}
+
+THINK_TOOL_GUIDANCE = """## Using the think tool
+After you receive tool results, and before you write your thoughts, use the think tool as a
+scratchpad to: check which results actually bear on the focus, note contradictions between
+sources, and decide what is still missing."""
+
+
+def definitions(*, web: bool, think: bool) -> list[dict[str, Any]]:
+    """The tools offered to the model; the same list for a whole session."""
+    tools = [MEMORY_SEARCH, PROGRESS]
+    if web:
+        tools.insert(0, WEB_SEARCH)
+    if think:
+        tools.append(THINK)
+    return tools
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    content: str  # the tool_result text the model reads
+    is_error: bool = False
+    scratchpad: str = ""  # a think-tool thought to store
+    sources: tuple[Source, ...] = ()
+    progress: dict[str, Any] | None = None
+
+
+def _text(value: object, limit: int) -> str:
+    return " ".join(str(value).split())[:limit] if isinstance(value, str | int | float) else ""
+
+
+def _count(value: object, default: int, maximum: int) -> int:
+    return max(1, min(maximum, value)) if isinstance(value, int) else default
+
+
+def format_sources(sources: list[Source], *, found_before: int = 0) -> str:
+    if not sources:
+        if found_before:
+            return f"No new sources ({found_before} already in the list above were found again)."
+        return "No sources found."
+    lines = [f"[{s.number}] {s.title} ({s.url or 'knowledge base'})\n{s.snippet}" for s in sources]
+    return evidence.EVIDENCE_PREAMBLE + "\n\n" + evidence._data("\n\n".join(lines))
+
+
+async def run_tool(
+    name: str,
+    arguments: object,
+    *,
+    session_id: uuid.UUID,
+    research: evidence.Research,
+) -> ToolOutcome:
+    """Execute one tool call. Never raises: a bad call is an error result the model reads."""
+    args = arguments if isinstance(arguments, dict) else {}
+    if name in ("web_search", "memory_search"):
+        query = _text(args.get("query"), 400)
+        if len(query) < 3:
+            return ToolOutcome("The query must be at least 3 characters.", is_error=True)
+        kind = SourceKind.WEB if name == "web_search" else SourceKind.MEMORY
+        if kind == SourceKind.WEB and research.web is None:
+            return ToolOutcome("Web search is not available here.", is_error=True)
+        limit = _count(args.get("max_results"), 5, 10 if kind == SourceKind.WEB else 40)
+        sources = await evidence.search_one(
+            session_id=session_id, research=research, kind=kind, query=query, limit=limit
+        )
+        return ToolOutcome(format_sources(sources), sources=tuple(sources))
+    if name == "think":
+        # An empty thought is accepted: the tool only appends to the log.
+        return ToolOutcome("Noted.", scratchpad=_text(args.get("thought"), 8000))
+    if name == "progress":
+        stage = args.get("stage") if args.get("stage") in STAGES else "note"
+        progress = {
+            "stage": stage,
+            "label": _text(args.get("label"), 80),
+            "message": _text(args.get("message"), 300),
+            "plan_step": _count(args.get("plan_step"), 0, 50) if args.get("plan_step") else None,
+            "total_steps": _count(args.get("total_steps"), 0, 50)
+            if args.get("total_steps")
+            else None,
+            "confidence": _text(args.get("confidence"), 40),
+        }
+        await save_progress(session_id, progress)
+        return ToolOutcome("Shown.", progress=progress)
+    return ToolOutcome(f"There is no tool named {_text(name, 60)!r}.", is_error=True)
+
+
+@database_sync_to_async
+def save_progress(session_id: uuid.UUID, progress: dict[str, Any]) -> None:
+    with transaction.atomic():
+        session = ThinkingSession.objects.select_for_update().get(pk=session_id)
+        changes: dict[str, Any] = {"progress": progress, "revision": F("revision") + 1}
+        if progress.get("plan_step") and session.plan.get("steps"):
+            last = len(session.plan["steps"]) - 1
+            changes["plan"] = {**session.plan, "current": min(last, progress["plan_step"] - 1)}
+        ThinkingSession.objects.filter(pk=session_id).update(**changes)
+
+
+ToolRunner = Callable[[str, object], Awaitable[ToolOutcome]]

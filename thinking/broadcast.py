@@ -101,10 +101,10 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
     return {"type": "session.update", "parts": parts}
 
 
-def render_snapshot(session_id: uuid.UUID) -> tuple[str, int, int]:
+def render_snapshot(session_id: uuid.UUID) -> tuple[str, set[int], set[int]]:
     """Every live region, replaced wholesale: for a page that may have missed updates.
 
-    Returns the HTML and the last thought and synthesis sequences it contains.
+    Returns the HTML and the thought and synthesis sequences it contains.
     """
     session = ThinkingSession.objects.get(pk=session_id)
     context = {**session_context(session), "oob": True}
@@ -123,9 +123,8 @@ def render_snapshot(session_id: uuid.UUID) -> tuple[str, int, int]:
             "_answer.html",
         )
     )
-    last_thought = context["thoughts"][-1].sequence if context["thoughts"] else -1
-    last_synthesis = context["syntheses"][-1].sequence if context["syntheses"] else -1
-    return html, last_thought, last_synthesis
+    thoughts = {t.sequence for t in [*context["thoughts"], *context["scratchpad"]]}
+    return html, thoughts, {s.sequence for s in context["syntheses"]}
 
 
 async def publish(event: SessionEvent) -> None:

@@ -22,8 +22,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
     """One per open session page. Clients only listen; anything they send is ignored."""
 
     group: str | None = None
-    last_thought = -1
-    last_synthesis = -1
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Sequences the page already shows. A set, not a high-water mark: a person's
+        # steering thought and the worker's thoughts can be published out of order.
+        self.seen: dict[str, set[int]] = {"thought": set(), "synthesis": set()}
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -48,10 +52,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return None
 
     async def _catch_up(self, session: ThinkingSession, client_revision: int | None) -> None:
-        html, last_thought, last_synthesis = await database_sync_to_async(render_snapshot)(
-            session.pk
-        )
-        self.last_thought, self.last_synthesis = last_thought, last_synthesis
+        html, thoughts, syntheses = await database_sync_to_async(render_snapshot)(session.pk)
+        self.seen = {"thought": thoughts, "synthesis": syntheses}
         current = await database_sync_to_async(
             lambda: ThinkingSession.objects.values_list("revision", flat=True).get(pk=session.pk)
         )()
@@ -68,14 +70,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def session_update(self, message: dict[str, Any]) -> None:
         html = []
         for part in message["parts"]:
-            if part["kind"] == "thought":
-                if part["seq"] <= self.last_thought:
+            seen = self.seen.get(part["kind"])
+            if seen is not None:
+                if part["seq"] in seen:
                     continue
-                self.last_thought = part["seq"]
-            elif part["kind"] == "synthesis":
-                if part["seq"] <= self.last_synthesis:
-                    continue
-                self.last_synthesis = part["seq"]
+                seen.add(part["seq"])
             html.append(part["html"])
         if html:
             await self.send(text_data="".join(html))

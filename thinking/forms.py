@@ -202,3 +202,18 @@ class StartSessionForm(forms.Form):
             max_tokens=thinking.max_tokens,
             token_ceiling=self.cleaned_data.get("token_ceiling"),
         )
+
+
+class SteerForm(forms.Form):
+    """A person steering a running session: a hint, or a sub-question to explore next."""
+
+    kind = forms.ChoiceField(
+        choices=[("hint", "Hint"), ("question", "Sub-question")], initial="hint"
+    )
+    text = forms.CharField(
+        max_length=1000,
+        strip=True,
+        widget=forms.Textarea(
+            attrs={"rows": 2, "placeholder": "Steer the thinking: a hint or a question"}
+        ),
+    )

@@ -216,8 +216,12 @@ def fail(
 # --- reading ---------------------------------------------------------------------------
 
 
+MODEL_TYPES = ("exploration", "critique", "connection", "insight")
+RECENT_HINTS = 5
+
+
 def _recent(session: ThinkingSession, count: int) -> list[prompts.ThoughtLine]:
-    rows = list(session.thoughts.exclude(type=ThoughtType.SCRATCHPAD).order_by("-sequence")[:count])
+    rows = list(session.thoughts.filter(type__in=MODEL_TYPES).order_by("-sequence")[:count])
     return [prompts.ThoughtLine(t.type, t.text, t.confidence) for t in reversed(rows)]
 
 
@@ -233,8 +237,11 @@ def _latest_synthesis_text(session: ThinkingSession) -> str:
 @database_sync_to_async
 def select_focus(*, session: ThinkingSession) -> Focus:
     """The highest-priority unexplored sub-question, else the original question."""
+    # A person's question first (they asked for it now), then by priority, oldest first.
     candidate = (
-        session.sub_questions.filter(explored=False).order_by("-priority", "created_at").first()
+        session.sub_questions.filter(explored=False)
+        .order_by(F("added_by").desc(nulls_last=True), "-priority", "created_at")
+        .first()
     )
     if candidate is None:
         return Focus(text=session.question)
@@ -391,11 +398,16 @@ async def generate_thoughts(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus."""
-    recent, understanding, sources = await database_sync_to_async(
+    recent, understanding, sources, hints = await database_sync_to_async(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             _latest_synthesis_text(session),
             list(session.sources.order_by("number")),
+            list(
+                session.thoughts.filter(type=ThoughtType.HINT)
+                .order_by("-sequence")
+                .values_list("text", flat=True)[:RECENT_HINTS]
+            ),
         )
     )()
     pack = await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
@@ -412,6 +424,7 @@ async def generate_thoughts(
         if any(t["name"] == "think" for t in offered)
         else "",
         known_sources=len(sources),
+        hints=list(reversed(hints)),
     )
     messages = [user_message(prompt.stable, prompt.variable)]
     replies: list[Reply] = []

@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.db.models import F, Max, Q
 from django.urls import reverse
 from django.utils import timezone
@@ -315,6 +315,36 @@ class ThinkingSession(models.Model):
         top = self.thoughts.aggregate(top=Max("sequence"))["top"]
         return 0 if top is None else top + 1
 
+    STEERABLE = (Status.CREATED, Status.THINKING, Status.PAUSED)
+
+    def steer(self, *, user: object, kind: str, text: str) -> Thought:
+        """A person's hint (included in the next prompts) or sub-question (explored next, at
+        top priority). Both are stored in the thought stream as theirs."""
+        if self.status not in self.STEERABLE:
+            raise IllegalTransition(self, "steer")
+        with transaction.atomic():
+            # The row lock orders this insert with the worker's, which also takes it before
+            # numbering thoughts, so sequences stay unique and gapless.
+            locked = type(self).objects.select_for_update().get(pk=self.pk)
+            sub_question = None
+            if kind == ThoughtType.QUESTION:
+                sub_question = SubQuestion.objects.create(
+                    session=locked, text=text, priority=10, why="Asked by a person", added_by=user
+                )
+            thought = Thought.objects.create(
+                session=locked,
+                sequence=locked.next_thought_sequence(),
+                cycle=locked.cycles,
+                text=text,
+                type=kind,
+                confidence=1.0,
+                time_offset_seconds=round(locked.elapsed_seconds(), 2),
+                sub_question=sub_question,
+            )
+            type(self).objects.filter(pk=self.pk).update(revision=F("revision") + 1)
+        self.refresh_from_db()
+        return thought
+
     def next_synthesis_sequence(self) -> int:
         top = self.syntheses.aggregate(top=Max("sequence"))["top"]
         return 0 if top is None else top + 1
@@ -327,6 +357,9 @@ class ThoughtType(models.TextChoices):
     INSIGHT = "insight", "Insight"
     # Written by the model with the think tool: internal, shown in a collapsible scratchpad.
     SCRATCHPAD = "scratchpad", "Scratchpad"
+    # Steering by a person: a hint for the next prompts, or the sub-question they added.
+    HINT = "hint", "Your hint"
+    QUESTION = "question", "Your question"
 
 
 class ThoughtQuerySet(models.QuerySet["Thought"]):
@@ -375,6 +408,10 @@ class SubQuestion(models.Model):
     why = models.TextField(blank=True)
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    # Asked by a person watching: it goes to the front of the queue.
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     explored = models.BooleanField(default=False)
     explored_at = models.DateTimeField(null=True, blank=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .forms import SteerForm
 from .models import SourceKind, Status, ThinkingSession, ThoughtType
 
 # WebSocket routes are not in Django's URLconf; routing.py builds its pattern from this.
@@ -90,6 +91,7 @@ def session_context(session: ThinkingSession) -> dict[str, Any]:
         "sub_questions": list(session.sub_questions.all()),
         "syntheses": list(session.syntheses.all()),
         "plan_steps": plan_steps(session),
+        "steer_form": SteerForm(),
         **sources_context(session),
         **chart_context(session),
     }

@@ -83,6 +83,7 @@ def thoughts_prompt(
     evidence: str = "",
     tool_guidance: str = "",
     known_sources: int = 0,
+    hints: Sequence[str] = (),
 ) -> Prompt:
     guidance = f"\n\n{tool_guidance}" if tool_guidance else ""
     stable = f"""Question: {question}
@@ -93,7 +94,11 @@ source, cite it as [n].{guidance}
 
 {reply_format or "Format:\n" + THOUGHT_LINES}{_evidence(evidence)}"""
     sources_line = f"\nSources found so far: {known_sources}." if known_sources else ""
-    variable = f"""Current focus: {focus}{sources_line}
+    guidance = ""
+    if hints:
+        # The person watching steers the session; their words guide, they do not replace it.
+        guidance = "\n\nGuidance from the person watching (take it into account):\n" + _list(hints)
+    variable = f"""Current focus: {focus}{sources_line}{guidance}
 
 Current understanding:
 {understanding or "(no synthesis yet)"}

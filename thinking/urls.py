@@ -12,6 +12,7 @@ urlpatterns = [
     path("sessions/<uuid:pk>/pause/", views.session_pause, name="session-pause"),
     path("sessions/<uuid:pk>/resume/", views.session_resume, name="session-resume"),
     path("sessions/<uuid:pk>/cancel/", views.session_cancel, name="session-cancel"),
+    path("sessions/<uuid:pk>/steer/", views.session_steer, name="session-steer"),
     path("settings/tokens/", account_views.token_list, name="api-tokens"),
     path("settings/tokens/<int:pk>/revoke/", account_views.token_revoke, name="api-token-revoke"),
 ]

@@ -16,7 +16,7 @@ from . import llm
 from .access import get_session_for
 from .broadcast import publish_sync
 from .events import SessionEvent
-from .forms import StartSessionForm
+from .forms import StartSessionForm, SteerForm
 from .models import IllegalTransition, Status, ThinkingSession
 from .presenters import session_context
 from .worker import request_start
@@ -117,3 +117,44 @@ def session_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 @require_POST
 def session_cancel(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     return _change_state(request, pk, ThinkingSession.cancel, "Cancelled.")
+
+
+@login_required
+@require_POST
+def session_steer(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """A hint for the next prompts, or a sub-question that becomes the next focus."""
+    session = get_session_for(request.user, pk)
+    form = SteerForm(request.POST)
+    notice = ""
+    if form.is_valid():
+        try:
+            thought = session.steer(
+                user=request.user,
+                kind=form.cleaned_data["kind"],
+                text=form.cleaned_data["text"],
+            )
+        except IllegalTransition as error:
+            form.add_error(None, str(error))
+        else:
+            publish_sync(
+                SessionEvent(
+                    session.pk,
+                    thoughts=(thought.sequence,),
+                    questions=thought.type == "question",
+                )
+            )
+            notice = (
+                "Added: it will be explored next."
+                if thought.type == "question"
+                else "Noted: the next prompts include your hint."
+            )
+            form = SteerForm(initial={"kind": form.cleaned_data["kind"]})
+    status = 200 if not form.errors else 422
+    if request.htmx:
+        context = {"session": session, "steer_form": form, "notice": notice}
+        return render(request, "thinking/_steer.html", context, status=status)
+    if form.errors:
+        messages.error(request, " ".join(" ".join(e) for e in form.errors.values()))
+    elif notice:
+        messages.success(request, notice)
+    return redirect(session)

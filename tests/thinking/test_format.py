@@ -247,4 +247,5 @@ def test_the_cli_takes_a_format_and_a_spec_file(fake_claude: Any, alice: Any, tm
     call_command("think", "Q?", "--minutes", "0.05", "--format", "standard", "--json", stdout=out)
     doc = json.loads(out.getvalue())
     assert doc["parse_routes"].get("tags", 0) >= 1
-    assert doc["thoughts"][0]["parts"].keys() == {"thinking"}
+    first = next(t for t in doc["thoughts"] if t["type"] != "scratchpad")
+    assert first["parts"].keys() == {"thinking"}

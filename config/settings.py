@@ -148,7 +148,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNELS_PREFIX", "deepthink")},
+            "CONFIG": {
+                # redis-py 8 reads with a 5 s socket timeout by default, which breaks the
+                # layer's blocking pops: idle workers and WebSockets would die every few
+                # seconds (channels_redis#422). The server-side pop timeout bounds them.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "prefix": env_str("CHANNELS_PREFIX", "deepthink"),
+            },
         }
     }
 else:

@@ -187,6 +187,16 @@ def stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> Thin
 
 
 @database_sync_to_async
+def release_lease(session_id: uuid.UUID, *, worker_id: str) -> None:
+    ThinkingSession.objects.filter(pk=session_id, worker_id=worker_id).update(
+        worker_id="",
+        heartbeat_at=None,
+        running_since=None,
+        revision=F("revision") + 1,
+    )
+
+
+@database_sync_to_async
 def fail(
     session_id: uuid.UUID, *, worker_id: str, meter: Meter, message: str
 ) -> ThinkingSession | None:
@@ -972,6 +982,12 @@ async def run_session(
             meter=meter,
             research=research,
         )
+    except asyncio.CancelledError:
+        # The worker is shutting down: the step in flight is dropped (its rows were not
+        # committed) and the lease released, so another worker continues at once from the
+        # last stored step.
+        await asyncio.shield(release_lease(session_id, worker_id=worker_id))
+        raise
     except LeaseLost:
         logger.warning("Session %s was taken over by another worker; stopping", session_id)
         return None

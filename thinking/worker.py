@@ -9,8 +9,10 @@ Each session runs as its own asyncio task, so the consumer's handler returns at 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import socket
 import uuid
 import weakref
@@ -145,6 +147,18 @@ class Supervisor:
         if self._background is None or self._background.done():
             self._background = asyncio.create_task(self.run_forever(), name="thinking-supervisor")
 
+    async def shutdown(self) -> list[uuid.UUID]:
+        """Stop every running session at once, releasing its lease; returns their ids so
+        the caller can ring another worker's doorbell."""
+        if self._background is not None:
+            self._background.cancel()
+        stopped = list(self.running)
+        tasks = list(self.running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return stopped
+
     async def wait_idle(self) -> None:
         """Wait until every running session's task has finished (tests, the CLI)."""
         while self.running:
@@ -180,11 +194,37 @@ class ThinkingWorkerConsumer(AsyncConsumer):
 
 
 class ThinkingWorker(Worker):
-    """`runworker thinking`: the channel listener plus this process's supervisor."""
+    """`runworker thinking`: the channel listener plus this process's supervisor.
+
+    On SIGTERM (a deploy, a scale-down) it stops listening, releases the leases of the
+    sessions it runs and rings the doorbell for each, so another worker takes them over at
+    once instead of after the lease goes stale.
+    """
 
     async def handle(self) -> None:
-        get_supervisor().ensure_background()
-        await super().handle()
+        supervisor = get_supervisor()
+        supervisor.ensure_background()
+        stop = asyncio.Event()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        listening = asyncio.create_task(super().handle())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({listening, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not stop.is_set():
+            stopping.cancel()
+            await listening  # the listener failed: let its error surface
+            return
+        logger.info("Worker %s: SIGTERM, handing sessions over", supervisor.worker_id)
+        listening.cancel()
+        await asyncio.gather(listening, return_exceptions=True)
+        stopped = await supervisor.shutdown()
+        layer = get_channel_layer()
+        if hasattr(layer, "close_pools"):
+            # A cancelled blocking pop stays blocked on the Redis server, which would hand
+            # our own doorbell back to this dying process. Closing the connections ends it.
+            await layer.close_pools()
+        for session_id in stopped:
+            await layer.send(CHANNEL, {"type": "session.start", "id": str(session_id)})
 
 
 def request_start(session_id: uuid.UUID) -> None:

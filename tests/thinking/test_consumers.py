@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from typing import Any
@@ -204,7 +205,10 @@ async def test_the_same_through_redis_and_postgresql(
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [os.environ["REDIS_URL"]], "prefix": f"test-{os.getpid()}"},
+            "CONFIG": {
+                "hosts": [{"address": os.environ["REDIS_URL"], "socket_timeout": None}],
+                "prefix": f"test-{os.getpid()}",
+            },
         }
     }
     from django.db import connection
@@ -212,3 +216,33 @@ async def test_the_same_through_redis_and_postgresql(
     assert connection.vendor == "postgresql"
     fake_claude.delay = 0.02
     await watch_a_session_from_the_browser(alice, settings)
+
+
+@pytest.mark.services
+async def test_an_idle_live_page_stays_connected_over_redis(
+    make_session: Any, alice: Any, settings: Any
+):
+    ok, reason = services_available()
+    if not ok:
+        pytest.skip(reason)
+    import os
+
+    from thinking.broadcast import publish
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [{"address": os.environ["REDIS_URL"], "socket_timeout": None}],
+                "prefix": f"idle-{os.getpid()}",
+            },
+        }
+    }
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    comm = communicator(session.pk, await login(alice), rev=0)
+    assert (await comm.connect())[0]
+    await asyncio.sleep(7)  # longer than redis-py 8's default 5 s socket timeout
+    await add_thought(session, 0, "still listening")
+    await publish(SessionEvent(session.pk, thoughts=(0,)))
+    assert "still listening" in await comm.receive_from(timeout=5)
+    await comm.disconnect()

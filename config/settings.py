@@ -75,6 +75,21 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
+# Transport security: on by default whenever DEBUG is off; each can be turned off for a
+# deployment that terminates TLS elsewhere and says so (SECURE_PROXY_SSL_HEADER).
+SECURE = not DEBUG
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", SECURE)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", SECURE)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", SECURE)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if SECURE else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", SECURE)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+if env_bool("SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
 INSTALLED_APPS = [
     "daphne",  # first, so runserver is the ASGI one
     "thinking",  # before channels: our runworker adds the session supervisor
@@ -159,6 +174,18 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Cache (login throttling): shared through Redis when there is one, else this process's memory.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env_str("CHANNELS_PREFIX", "deepthink"),
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -294,6 +321,14 @@ DEEPTHINK_REPLAN_PRIORITY = env_int("DEEPTHINK_REPLAN_PRIORITY", 8, minimum=1)
 DEEPTHINK_QUESTIONS_EVERY = env_int("DEEPTHINK_QUESTIONS_EVERY", 5, minimum=1)
 DEEPTHINK_MAX_MINUTES = env_float("DEEPTHINK_MAX_MINUTES", 600.0, minimum=0.05)
 DEEPTHINK_MAX_QUESTION_CHARS = env_int("DEEPTHINK_MAX_QUESTION_CHARS", 4000, minimum=100)
+
+# Failed logins allowed per address and username in the window (five times that per address).
+DEEPTHINK_LOGIN_ATTEMPTS = env_int("DEEPTHINK_LOGIN_ATTEMPTS", 10, minimum=1)
+DEEPTHINK_LOGIN_WINDOW_SECONDS = env_int("DEEPTHINK_LOGIN_WINDOW_SECONDS", 900, minimum=1)
+# The session page's WebSocket: pages send nothing, so anything large is refused.
+DEEPTHINK_WS_MAX_FRAME_BYTES = env_int("DEEPTHINK_WS_MAX_FRAME_BYTES", 4096, minimum=64)
+# How often an open page re-checks that its user may still see the session (logout, access).
+DEEPTHINK_WS_RECHECK_SECONDS = env_float("DEEPTHINK_WS_RECHECK_SECONDS", 5.0, minimum=0.0)
 
 # Workers. On embedded defaults the web process runs the worker itself.
 DEEPTHINK_INPROCESS_WORKER = env_bool("DEEPTHINK_INPROCESS_WORKER", not REDIS_URL)

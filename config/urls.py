@@ -3,10 +3,13 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from thinking.account_views import ThrottledLoginView
 from thinking.api import api
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Before Django's auth URLs, so the throttled login answers /accounts/login/.
+    path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", api.urls),
     path("knowledge/", include("research.urls")),

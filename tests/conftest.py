@@ -25,6 +25,9 @@ def _isolated_settings(settings: Any) -> None:
     settings.DEEPTHINK_PROVIDER_MAX_BACKOFF_SECONDS = 0.2
     settings.DEEPTHINK_PROVIDER_GIVE_UP_SECONDS = 3.0
     settings.DEEPTHINK_INPROCESS_WORKER = False
+    from django.core.cache import cache
+
+    cache.clear()  # login throttling counts must not leak between tests
     # A fresh channel layer per test (the in-memory one is bound to an event loop).
     settings.CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels.layers.InMemoryChannelLayer"},

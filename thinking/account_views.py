@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
+from . import throttle
 from .models import ApiToken
 from .tokens import create_token, revoke_token
 
@@ -54,3 +59,38 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     revoke_token(token)
     messages.success(request, f"Revoked “{token.name}”: requests with it are now refused.")
     return redirect("api-tokens")
+
+
+class ThrottledLoginView(LoginView):
+    """Django's login, refusing further attempts for a while after repeated failures, per
+    client address and username and per client address alone."""
+
+    def _client(self) -> str:
+        return self.request.META.get("REMOTE_ADDR", "") or "unknown"
+
+    def _keys(self) -> list[tuple[str, ...]]:
+        username = (self.request.POST.get("username") or "").strip().lower()[:150]
+        return [("login", self._client(), username), ("login-ip", self._client())]
+
+    def _limits(self) -> list[int]:
+        return [settings.DEEPTHINK_LOGIN_ATTEMPTS, settings.DEEPTHINK_LOGIN_ATTEMPTS * 5]
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if any(
+            throttle.too_many(*key, limit=limit)
+            for key, limit in zip(self._keys(), self._limits(), strict=True)
+        ):
+            form = self.get_form()
+            minutes = max(1, settings.DEEPTHINK_LOGIN_WINDOW_SECONDS // 60)
+            form.add_error(None, f"Too many failed logins. Try again in {minutes} minutes.")
+            return self.render_to_response(self.get_context_data(form=form), status=429)
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        for key in self._keys():
+            throttle.count(*key, window_seconds=settings.DEEPTHINK_LOGIN_WINDOW_SECONDS)
+        return super().form_invalid(form)
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        throttle.reset(*self._keys()[0])
+        return super().form_valid(form)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY
+from django.contrib.sessions.backends.db import SessionStore
 
 from .access import find_session_for
 from .broadcast import group_name, render_snapshot
@@ -16,6 +20,19 @@ from .models import ThinkingSession
 logger = logging.getLogger(__name__)
 
 CLOSE_NOT_FOUND = 4404
+CLOSE_TOO_BIG = 1009
+CLOSE_GONE = 4403  # logged out, or no longer allowed to see the session
+
+
+def still_allowed(user: Any, session_key: str | None, session_id: Any) -> bool:
+    """Channels fixes the user at connect: a later logout or lost access must still end the
+    stream. The login's session row must exist and still name this user."""
+    if not session_key or not getattr(user, "is_authenticated", False):
+        return False
+    stored = SessionStore(session_key=session_key).load()
+    if str(stored.get(SESSION_KEY)) != str(user.pk):
+        return False
+    return find_session_for(user, session_id) is not None
 
 
 class SessionConsumer(AsyncWebsocketConsumer):
@@ -38,6 +55,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self.group = group_name(session.pk)
+        self.session_id = session.pk
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        self.checked_at = time.monotonic()
         # Join first, then read: an update committed in between arrives as a live message
         # and is dropped below by sequence, so nothing is missed and nothing doubles.
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -65,9 +85,20 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        return None
+        # Pages only listen; a large frame is abuse, and ends the connection.
+        size = len(text_data.encode()) if text_data else len(bytes_data or b"")
+        if size > settings.DEEPTHINK_WS_MAX_FRAME_BYTES:
+            await self.close(code=CLOSE_TOO_BIG)
 
     async def session_update(self, message: dict[str, Any]) -> None:
+        if time.monotonic() - self.checked_at >= settings.DEEPTHINK_WS_RECHECK_SECONDS:
+            self.checked_at = time.monotonic()
+            allowed = await database_sync_to_async(still_allowed)(
+                self.scope.get("user"), self.session_key, self.session_id
+            )
+            if not allowed:
+                await self.close(code=CLOSE_GONE)
+                return
         html = []
         for part in message["parts"]:
             seen = self.seen.get(part["kind"])

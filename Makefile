@@ -27,7 +27,7 @@ run: migrate
 	@echo "  Model provider: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL for a local server,"
 	@echo "  e.g. 'make fake-claude' in another terminal and ANTHROPIC_BASE_URL=http://127.0.0.1:8765)."
 	@echo ""
-	DEBUG=$${DEBUG:-1} $(BIN)/daphne -b $(HOST) -p $(PORT) config.asgi:application
+	DEBUG=$${DEBUG:-1} $(BIN)/daphne -b $(HOST) -p $(PORT) --websocket-max-message-size 65536 config.asgi:application
 
 # An offline stand-in for the Claude API (the same fake the tests use).
 fake-claude: install

@@ -1,0 +1,137 @@
+"""The authorization matrix: every route, generated from the URL configurations, for every
+kind of caller. A new route is covered automatically; a route that takes an object id must
+answer 404 to anyone who may not see that object (no existence leak).
+
+Roles: anonymous; bob (another user); staff (an administrator, who gets no special access
+to people's sessions outside the admin); alice (the owner). Team members join with #6's
+teams.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from research.knowledge import add_item
+from tests.thinking.test_consumers import communicator, login
+from thinking.models import Status
+from thinking.routing import websocket_urlpatterns
+from thinking.tokens import create_token
+
+# Public by design: signing in, resetting a password, the API's schema and docs.
+PUBLIC = re.compile(r"^(accounts/|api/openapi\.json$|api/docs$|api/$)")
+
+
+def routes() -> Iterator[str]:
+    def walk(patterns: list, prefix: str) -> Iterator[str]:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                if pattern.namespace == "admin":
+                    continue
+                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            elif isinstance(pattern, URLPattern):
+                yield prefix + str(pattern.pattern)
+
+    seen: set[str] = set()
+    for route in walk(get_resolver().url_patterns, ""):
+        if route not in seen and not PUBLIC.match(route):
+            seen.add(route)
+            yield route
+
+
+ROUTES = sorted(routes())
+
+
+@pytest.fixture
+def world(alice: Any, bob: Any, django_user_model: Any, make_session: Any) -> dict[str, Any]:
+    staff = django_user_model.objects.create_superuser("root", password="root-pass-123")
+    session = make_session(status=Status.THINKING)
+    return {
+        "session": session,
+        "item": add_item(owner=alice, title="Private note", body="alice only"),
+        "token": create_token(alice, name="script")[0],
+        "users": {"alice": alice, "bob": bob, "staff": staff},
+    }
+
+
+def url_for(route: str, world: dict[str, Any]) -> str:
+    """The route with the owner's objects filled in."""
+    objects = {
+        "knowledge/": world["item"].pk,
+        "settings/tokens/": world["token"].pk,
+    }
+    path = route
+    for placeholder in re.findall(r"<[^>]+>", route):
+        name = placeholder.strip("<>").split(":")[-1]
+        if name in ("pk",) and not route.startswith(("sessions/",)):
+            value = next(v for prefix, v in objects.items() if route.startswith(prefix))
+        else:
+            value = world["session"].pk
+        path = path.replace(placeholder, str(value))
+    return "/" + path
+
+
+def takes_an_object(route: str) -> bool:
+    return "<" in route
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("route", ROUTES)
+def test_anonymous_callers_are_sent_to_log_in(client: Any, world: dict, route: str):
+    url = url_for(route, world)
+    for method in (client.get, client.post):
+        response = method(url)
+        if route.startswith("api/"):
+            assert response.status_code in (401, 405), (method, url, response.status_code)
+        else:
+            assert response.status_code in (302, 405), (method, url, response.status_code)
+            if response.status_code == 302:
+                assert response.url.startswith("/accounts/login/")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("role", ["bob", "staff"])
+@pytest.mark.parametrize("route", [r for r in ROUTES if takes_an_object(r)])
+def test_someone_elses_objects_are_not_found(client: Any, world: dict, route: str, role: str):
+    client.force_login(world["users"][role])
+    url = url_for(route, world)
+    statuses = {method: getattr(client, method)(url).status_code for method in ("get", "post")}
+    assert set(statuses.values()) <= {404, 405}, (url, statuses)
+    assert 404 in statuses.values(), (url, statuses)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("route", ROUTES)
+def test_the_owner_gets_through(client: Any, world: dict, route: str):
+    client.force_login(world["users"]["alice"])
+    url = url_for(route, world)
+    statuses = {method: getattr(client, method)(url).status_code for method in ("get", "post")}
+    assert not {401, 403, 404, 500} & set(statuses.values()), (url, statuses)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("route", [str(p.pattern) for p in websocket_urlpatterns])
+@pytest.mark.parametrize(
+    ("role", "connects"), [(None, False), ("bob", False), ("staff", False), ("alice", True)]
+)
+async def test_websocket_routes(world_async: dict, route: str, role: str | None, connects: bool):
+    cookie = await login(world_async["users"][role]) if role else None
+    comm = communicator(world_async["session"].pk, cookie, rev=0)
+    connected, _ = await comm.connect()
+    assert connected is connects
+    if connected:
+        await comm.disconnect()
+
+
+@pytest.fixture
+async def world_async(alice: Any, bob: Any, django_user_model: Any, make_session: Any) -> dict:
+    staff = await sync_to_async(django_user_model.objects.create_superuser)(
+        "root", password="root-pass-123"
+    )
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    return {"session": session, "users": {"alice": alice, "bob": bob, "staff": staff}}

@@ -322,6 +322,10 @@ DEEPTHINK_QUESTIONS_EVERY = env_int("DEEPTHINK_QUESTIONS_EVERY", 5, minimum=1)
 DEEPTHINK_MAX_MINUTES = env_float("DEEPTHINK_MAX_MINUTES", 600.0, minimum=0.05)
 DEEPTHINK_MAX_QUESTION_CHARS = env_int("DEEPTHINK_MAX_QUESTION_CHARS", 4000, minimum=100)
 
+# Limits per person: sessions thinking at once, and sessions started per hour.
+DEEPTHINK_MAX_CONCURRENT_SESSIONS = env_int("DEEPTHINK_MAX_CONCURRENT_SESSIONS", 3, minimum=1)
+DEEPTHINK_SESSIONS_PER_HOUR = env_int("DEEPTHINK_SESSIONS_PER_HOUR", 20, minimum=1)
+
 # Failed logins allowed per address and username in the window (five times that per address).
 DEEPTHINK_LOGIN_ATTEMPTS = env_int("DEEPTHINK_LOGIN_ATTEMPTS", 10, minimum=1)
 DEEPTHINK_LOGIN_WINDOW_SECONDS = env_int("DEEPTHINK_LOGIN_WINDOW_SECONDS", 900, minimum=1)

@@ -76,21 +76,26 @@ def websearch_query(terms: Sequence[str]) -> str:
     return " or ".join(terms)
 
 
-def search_memory(*, owner_ids: Sequence[int], query: str, limit: int = 10) -> list[MemoryResult]:
-    """The knowledge items of these owners that best match `query`, best first.
+def search_memory(
+    *, owner_ids: Sequence[int], query: str, limit: int = 10, team_ids: Sequence[int] = ()
+) -> list[MemoryResult]:
+    """The knowledge items of these owners, or shared with these teams, that best match
+    `query`, best first.
 
     Any text is a valid query: one without words (empty, punctuation, emoji) matches
     nothing and returns [].
     """
     owners = [int(owner_id) for owner_id in owner_ids]
+    # -1 matches no team and keeps the SQL a plain IN (...) when there are none.
+    teams = [int(team_id) for team_id in team_ids] or [-1]
     terms = query_terms(query)
     limit = max(0, min(int(limit), MAX_LIMIT))
     if not owners or not terms or limit == 0:
         return []
     if connection.vendor == "sqlite":
-        rows = _search_sqlite(owners, terms, limit)
+        rows = _search_sqlite(owners, teams, terms, limit)
     elif connection.vendor == "postgresql":
-        rows = _search_postgresql(owners, terms, limit)
+        rows = _search_postgresql(owners, teams, terms, limit)
     else:  # no full-text index was made for this database
         return []
     return [
@@ -107,17 +112,21 @@ def search_memory(*, owner_ids: Sequence[int], query: str, limit: int = 10) -> l
 
 
 async def asearch_memory(
-    *, owner_ids: Sequence[int], query: str, limit: int = 10
+    *, owner_ids: Sequence[int], query: str, limit: int = 10, team_ids: Sequence[int] = ()
 ) -> list[MemoryResult]:
     """`search_memory` for async code (the deliberation loop)."""
-    return await sync_to_async(search_memory)(owner_ids=owner_ids, query=query, limit=limit)
+    return await sync_to_async(search_memory)(
+        owner_ids=owner_ids, query=query, limit=limit, team_ids=team_ids
+    )
 
 
 def _placeholders(values: Sequence[object]) -> str:
     return ", ".join(["%s"] * len(values))
 
 
-def _search_sqlite(owners: list[int], terms: list[str], limit: int) -> list[tuple]:
+def _search_sqlite(
+    owners: list[int], teams: list[int], terms: list[str], limit: int
+) -> list[tuple]:
     # bm25() is lower-is-better and negative for matches; negate it for "higher is better".
     # The excerpt is a short body whole, else its best-matching window of up to 24 tokens.
     sql = f"""
@@ -127,17 +136,20 @@ def _search_sqlite(owners: list[int], terms: list[str], limit: int) -> list[tupl
                -bm25(research_knowledgeitem_fts, %s, %s) AS score
         FROM research_knowledgeitem_fts
         JOIN research_knowledgeitem AS k ON k.id = research_knowledgeitem_fts.rowid
-        WHERE research_knowledgeitem_fts MATCH %s AND k.owner_id IN ({_placeholders(owners)})
+        WHERE research_knowledgeitem_fts MATCH %s
+          AND (k.owner_id IN ({_placeholders(owners)}) OR k.team_id IN ({_placeholders(teams)}))
         ORDER BY score DESC, k.id DESC
         LIMIT %s
     """  # noqa: S608 - only placeholders are interpolated
-    params = [SNIPPET_CHARS, *SQLITE_WEIGHTS, fts5_query(terms), *owners, limit]
+    params = [SNIPPET_CHARS, *SQLITE_WEIGHTS, fts5_query(terms), *owners, *teams, limit]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
 
 
-def _search_postgresql(owners: list[int], terms: list[str], limit: int) -> list[tuple]:
+def _search_postgresql(
+    owners: list[int], teams: list[int], terms: list[str], limit: int
+) -> list[tuple]:
     # Rank first, then build excerpts only for the rows that will be shown (ts_headline
     # re-parses the whole body); a short body is its own excerpt. Normalisation 1 divides
     # by 1 + log(length), so a long body that repeats a word does not bury a short item
@@ -148,7 +160,9 @@ def _search_postgresql(owners: list[int], terms: list[str], limit: int) -> list[
             SELECT k.id, k.title, k.body, k.url, k.source,
                    ts_rank_cd(%s::float4[], {PG_DOCUMENT}, q.query, 1) AS score
             FROM research_knowledgeitem AS k, q
-            WHERE k.owner_id IN ({_placeholders(owners)}) AND ({PG_DOCUMENT}) @@ q.query
+            WHERE (k.owner_id IN ({_placeholders(owners)})
+                   OR k.team_id IN ({_placeholders(teams)}))
+              AND ({PG_DOCUMENT}) @@ q.query
             ORDER BY score DESC, k.id DESC
             LIMIT %s
         )
@@ -161,7 +175,15 @@ def _search_postgresql(owners: list[int], terms: list[str], limit: int) -> list[
         FROM ranked, q
         ORDER BY ranked.score DESC, ranked.id DESC
     """  # noqa: S608 - only placeholders and constants are interpolated
-    params = [websearch_query(terms), PG_WEIGHTS, *owners, limit, SNIPPET_CHARS, PG_LT_STANDIN]
+    params = [
+        websearch_query(terms),
+        PG_WEIGHTS,
+        *owners,
+        *teams,
+        limit,
+        SNIPPET_CHARS,
+        PG_LT_STANDIN,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()

@@ -4,6 +4,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -12,7 +13,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from .forms import KnowledgeItemForm, SearchForm, UploadForm
 from .knowledge import add_item
 from .memory import MemoryResult, search_memory
-from .models import KnowledgeItem, Source
+from .models import KnowledgeItem, Source, team_ids_of
 
 SEARCH_LIMIT = 20
 PAGE_SIZE = 25
@@ -24,7 +25,9 @@ def get_item_for(user: object, pk: int) -> KnowledgeItem:
 
 
 def _search(user: Any, query: str) -> list[MemoryResult]:
-    results = search_memory(owner_ids=[user.pk], query=query, limit=SEARCH_LIMIT)
+    results = search_memory(
+        owner_ids=[user.pk], team_ids=team_ids_of(user), query=query, limit=SEARCH_LIMIT
+    )
     # Visibility has one definition (visible_to); results outside it are never shown, even
     # if search scopes and visibility drift apart when teams arrive.
     visible = set(
@@ -118,6 +121,9 @@ def knowledge_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def knowledge_delete(request: HttpRequest, pk: int) -> HttpResponse:
     item = get_item_for(request.user, pk)
+    if item.owner_id != request.user.pk:
+        # Teammates see shared items; only the person who added one may delete it.
+        raise PermissionDenied("Only the person who added this item can delete it.")
     if request.method == "GET":
         return render(request, "research/knowledge_confirm_delete.html", {"item": item})
     title = item.title

@@ -373,6 +373,9 @@ TRANSITION = {**CHANGE_ERRORS, 200: SessionOut, 409: ErrorOut}
 
 def change_state(request: HttpRequest, session_id: uuid.UUID, action: str) -> dict[str, Any]:
     session = get_session_for(request.auth, session_id)
+    if action == "cancel" and not session.is_owned_by(request.auth):
+        # Teammates may watch, pause and resume; ending someone's session is theirs alone.
+        raise HttpError(403, "Only the owner can cancel this session.")
     try:
         if action == "pause":
             session.pause()

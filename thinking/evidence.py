@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import F, Max
 
 from research.memory import MemoryResult, asearch_memory
+from research.models import team_ids_of
 from research.web import ResearchError, WebResult, WebSearch
 
 from .models import Source, SourceKind, ThinkingSession
@@ -39,10 +40,20 @@ class Research:
     web: WebSearch | None = None
     notes: list[str] = field(default_factory=list)
 
+    team_ids: list[int] = field(default_factory=list)
+
     @classmethod
     def for_session(cls, session: ThinkingSession) -> Research:
+        """The owner's knowledge and their teams'; web results cached for the session's team
+        (so teammates re-running a question do not pay twice), else for the owner."""
         web = WebSearch.from_settings() if WebSearch.is_configured() else None
-        return cls(owner_ids=[session.owner_id], scope=f"user:{session.owner_id}", web=web)
+        scope = f"team:{session.team_id}" if session.team_id else f"user:{session.owner_id}"
+        return cls(
+            owner_ids=[session.owner_id],
+            scope=scope,
+            web=web,
+            team_ids=team_ids_of(session.owner),
+        )
 
     async def close(self) -> None:
         if self.web is not None:
@@ -134,7 +145,12 @@ async def search_one(
             )
         else:
             results = await asyncio.wait_for(
-                asearch_memory(owner_ids=research.owner_ids, query=query, limit=limit),
+                asearch_memory(
+                    owner_ids=research.owner_ids,
+                    team_ids=research.team_ids,
+                    query=query,
+                    limit=limit,
+                ),
                 timeout=timeout,
             )
     except (ResearchError, TimeoutError) as error:

@@ -972,7 +972,7 @@ async def run_session(
     if session is None:
         return None
     await _publish(publish, SessionEvent(session.pk))
-    research = evidence.Research.for_session(session)
+    research = await database_sync_to_async(evidence.Research.for_session)(session)
     try:
         return await deliberate(
             session,

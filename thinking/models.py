@@ -74,10 +74,11 @@ class IllegalTransition(Exception):
 
 class SessionQuerySet(models.QuerySet["ThinkingSession"]):
     def visible_to(self, user: object) -> SessionQuerySet:
-        """Sessions this user may see. Teams (#6) widen this; every lookup goes through it."""
+        """Sessions this user may see: their own, and those shared with one of their teams.
+        Every page, API route and WebSocket looks sessions up through here."""
         if not getattr(user, "is_authenticated", False):
             return self.none()
-        return self.filter(owner=user)
+        return self.filter(Q(owner=user) | Q(team__memberships__user=user)).distinct()
 
     def runnable(self) -> SessionQuerySet:
         return self.filter(status__in=[Status.CREATED, Status.THINKING])
@@ -91,6 +92,14 @@ class ThinkingSession(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="thinking_sessions"
+    )
+    # Shared with this team: its members can watch, pause, resume, steer and export it.
+    team = models.ForeignKey(
+        "research.Team",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="thinking_sessions",
     )
     question = models.TextField()
     budget_seconds = models.FloatField(help_text="Thinking time budget, in seconds of active time.")
@@ -191,6 +200,10 @@ class ThinkingSession(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("session-detail", args=[self.pk])
+
+    def is_owned_by(self, user: object) -> bool:
+        """Only the owner may cancel; teammates may watch, pause, resume, steer, export."""
+        return getattr(user, "pk", None) == self.owner_id
 
     # --- reading ---------------------------------------------------------------------
 

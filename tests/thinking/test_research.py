@@ -95,7 +95,7 @@ async def test_all_queries_run_at_once(
         return await real_search(**kwargs)
 
     monkeypatch.setattr(evidence, "asearch_memory", slow_memory)
-    research = evidence.Research.for_session(session)
+    research = await sync_to_async(evidence.Research.for_session)(session)
     shown: list[float] = []
     started = time.monotonic()
 

@@ -1,0 +1,142 @@
+"""Teams: sharing sessions and knowledge with teammates, and nobody else; limits."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from asgiref.sync import sync_to_async
+from django.urls import reverse
+from django.utils import timezone
+
+from research.knowledge import add_item
+from research.memory import search_memory
+from research.models import KnowledgeItem, Membership, Role, Team
+from tests.thinking.test_consumers import add_thought, communicator, login
+from thinking import limits
+from thinking.broadcast import publish
+from thinking.events import SessionEvent
+from thinking.models import Status, ThinkingSession
+
+
+@pytest.fixture
+def carol(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user("carol", password="carol-pass-123")
+
+
+@pytest.fixture
+def team(alice: Any, carol: Any) -> Team:
+    team = Team.objects.create(name="Lab")
+    Membership.objects.create(team=team, user=alice, role=Role.OWNER)
+    Membership.objects.create(team=team, user=carol, role=Role.MEMBER)
+    return team
+
+
+@pytest.mark.django_db
+def test_a_shared_session_is_visible_to_the_team_and_nobody_else(
+    make_session: Any, team: Team, alice: Any, bob: Any, carol: Any
+):
+    shared = make_session(question="Shared", team=team)
+    private = make_session(question="Private")
+    assert set(ThinkingSession.objects.visible_to(carol)) == {shared}
+    assert set(ThinkingSession.objects.visible_to(alice)) == {shared, private}
+    assert not ThinkingSession.objects.visible_to(bob).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("who", "status"), [("carol", 200), ("bob", 404)])
+def test_teammates_can_open_and_pause_a_shared_session(
+    client: Any, make_session: Any, team: Team, request: Any, who: str, status: int
+):
+    session = make_session(team=team, status=Status.THINKING)
+    client.force_login(request.getfixturevalue(who))
+    assert client.get(session.get_absolute_url()).status_code == status
+    response = client.post(reverse("session-pause", args=[session.pk]))
+    session.refresh_from_db()
+    assert (session.status == Status.PAUSED) is (status == 200)
+    assert response.status_code in ((302,) if status == 200 else (404,))
+
+
+@pytest.mark.django_db
+def test_a_teammate_cannot_cancel_someone_elses_session(
+    client: Any, make_session: Any, team: Team, carol: Any
+):
+    session = make_session(team=team, status=Status.THINKING)
+    client.force_login(carol)
+    response = client.post(reverse("session-cancel", args=[session.pk]))
+    session.refresh_from_db()
+    assert session.status == Status.THINKING
+    assert response.status_code == 403
+
+
+@pytest.mark.django_db
+def test_shared_knowledge_is_found_by_teammates_sessions(
+    alice: Any, carol: Any, bob: Any, team: Team
+):
+    add_item(owner=carol, title="Octopus sleep notes", body="Octopuses change colour asleep.")
+    item = KnowledgeItem.objects.get()
+    assert not search_memory(owner_ids=[alice.pk], query="octopus")
+    item.team = team
+    item.save()
+    found = search_memory(owner_ids=[alice.pk], team_ids=[team.pk], query="octopus")
+    assert [r.title for r in found] == ["Octopus sleep notes"]
+    assert set(KnowledgeItem.objects.visible_to(alice)) == {item}
+    assert not KnowledgeItem.objects.visible_to(bob).exists()
+
+
+@pytest.mark.django_db
+def test_only_the_author_deletes_a_shared_item(client: Any, alice: Any, carol: Any, team: Team):
+    item = add_item(owner=carol, title="Carol's note", body="x")
+    item.team = team
+    item.save()
+    client.force_login(alice)
+    assert client.get(item.get_absolute_url()).status_code == 200
+    assert client.post(reverse("knowledge-delete", args=[item.pk])).status_code == 403
+    assert KnowledgeItem.objects.filter(pk=item.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_page_open_when_membership_ends_stops_receiving(
+    make_session: Any, team: Team, carol: Any, settings: Any
+):
+    settings.DEEPTHINK_WS_RECHECK_SECONDS = 0
+    session = await sync_to_async(make_session)(team=team, status=Status.THINKING)
+    comm = communicator(session.pk, await login(carol), rev=0)
+    assert (await comm.connect())[0]
+    await Membership.objects.filter(user=carol).adelete()
+
+    await add_thought(session, 0, "for the team only")
+    await publish(SessionEvent(session.pk, thoughts=(0,)))
+    output = await comm.receive_output(timeout=2)
+    assert output["type"] == "websocket.close" and output["code"] == 4403
+
+
+@pytest.mark.django_db
+def test_limits_refuse_with_reasons(alice: Any, make_session: Any, settings: Any, team: Team):
+    settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS = 2
+    settings.DEEPTHINK_SESSIONS_PER_HOUR = 3
+    assert limits.refuse_start(alice, minutes=5) == ""
+    make_session(status=Status.THINKING)
+    make_session(status=Status.CREATED)
+    assert "already have 2 sessions thinking" in limits.refuse_start(alice, minutes=5)
+
+    ThinkingSession.objects.update(status=Status.COMPLETED)
+    make_session(status=Status.COMPLETED)
+    assert "started 3 sessions in the past hour" in limits.refuse_start(alice, minutes=5)
+    with time_machine.travel(timezone.now() + timedelta(hours=2)):
+        assert limits.refuse_start(alice, minutes=5) == ""
+        assert "longest budget" in limits.refuse_start(alice, minutes=10**6)
+
+
+@pytest.mark.django_db
+def test_a_team_cannot_spend_past_its_monthly_budget(alice: Any, make_session: Any, team: Team):
+    team.monthly_token_budget = 10_000
+    team.save()
+    make_session(team=team, input_tokens=6_000, output_tokens=1_000, status=Status.COMPLETED)
+    assert limits.refuse_start(alice, minutes=5, team=team) == ""
+    assert limits.token_ceiling_for(team, None) == 3_000
+    assert limits.token_ceiling_for(team, 2_000) == 2_000
+    make_session(team=team, input_tokens=3_000, status=Status.COMPLETED)
+    assert "has used its 10000 tokens" in limits.refuse_start(alice, minutes=5, team=team)

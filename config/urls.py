@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from research.urls import team_urlpatterns
 from thinking.account_views import ThrottledLoginView
 from thinking.api import api
 
@@ -13,5 +14,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", api.urls),
     path("knowledge/", include("research.urls")),
+    path("teams/", include(team_urlpatterns)),
     path("", include("thinking.urls")),
 ]

@@ -18,6 +18,7 @@ from asgiref.sync import sync_to_async
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from research.knowledge import add_item
+from research.models import Membership, Role, Team
 from tests.thinking.test_consumers import communicator, login
 from thinking.models import Status
 from thinking.routing import websocket_urlpatterns
@@ -51,10 +52,13 @@ ROUTES = sorted(routes())
 def world(alice: Any, bob: Any, django_user_model: Any, make_session: Any) -> dict[str, Any]:
     staff = django_user_model.objects.create_superuser("root", password="root-pass-123")
     session = make_session(status=Status.THINKING)
+    team = Team.objects.create(name="Alice's team")
+    Membership.objects.create(team=team, user=alice, role=Role.OWNER)
     return {
         "session": session,
         "item": add_item(owner=alice, title="Private note", body="alice only"),
         "token": create_token(alice, name="script")[0],
+        "team": team,
         "users": {"alice": alice, "bob": bob, "staff": staff},
     }
 
@@ -64,11 +68,14 @@ def url_for(route: str, world: dict[str, Any]) -> str:
     objects = {
         "knowledge/": world["item"].pk,
         "settings/tokens/": world["token"].pk,
+        "teams/": world["team"].pk,
     }
     path = route
     for placeholder in re.findall(r"<[^>]+>", route):
         name = placeholder.strip("<>").split(":")[-1]
-        if name in ("pk",) and not route.startswith(("sessions/",)):
+        if name == "user_id":
+            value = world["users"]["alice"].pk
+        elif name == "pk" and not route.startswith("sessions/"):
             value = next(v for prefix, v in objects.items() if route.startswith(prefix))
         else:
             value = world["session"].pk

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from research.models import Membership, Role, Team
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def carol(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user("carol", password="carol-pass-123")
+
+
+@pytest.fixture
+def lab(alice: Any) -> Team:
+    team = Team.objects.create(name="Lab")
+    Membership.objects.create(team=team, user=alice, role=Role.OWNER)
+    return team
+
+
+def test_creating_a_team_makes_you_its_owner(client: Any, alice: Any):
+    client.force_login(alice)
+    response = client.post(reverse("team-list"), {"name": "Dream team"})
+    team = Team.objects.get()
+    assert response.status_code == 302 and response.url == team.get_absolute_url()
+    assert team.role_of(alice) == Role.OWNER
+
+
+def test_a_duplicate_team_name_is_explained(client: Any, alice: Any, lab: Team):
+    client.force_login(alice)
+    response = client.post(reverse("team-list"), {"name": "lab"})
+    assert response.status_code == 422 and "already a team with that name" in response.text
+
+
+def test_an_owner_adds_members_by_username(client: Any, alice: Any, carol: Any, lab: Team):
+    client.force_login(alice)
+    client.post(lab.get_absolute_url(), {"username": "carol", "role": "member"})
+    assert lab.role_of(carol) == Role.MEMBER
+    response = client.post(lab.get_absolute_url(), {"username": "nobody", "role": "member"})
+    assert response.status_code == 422 and "no user with that name" in response.text
+
+
+def test_members_cannot_change_the_team(client: Any, carol: Any, bob: Any, lab: Team):
+    Membership.objects.create(team=lab, user=carol)
+    client.force_login(carol)
+    assert client.get(lab.get_absolute_url()).status_code == 200
+    response = client.post(lab.get_absolute_url(), {"username": "bob", "role": "owner"})
+    assert response.status_code == 403 and lab.role_of(bob) is None
+
+
+def test_outsiders_do_not_see_the_team(client: Any, bob: Any, lab: Team):
+    client.force_login(bob)
+    assert client.get(lab.get_absolute_url()).status_code == 404
+    assert "Lab" not in client.get(reverse("team-list")).text
+
+
+def test_members_can_leave_but_the_last_owner_cannot(
+    client: Any, alice: Any, carol: Any, lab: Team
+):
+    Membership.objects.create(team=lab, user=carol)
+    client.force_login(carol)
+    client.post(reverse("team-remove-member", args=[lab.pk, carol.pk]))
+    assert lab.role_of(carol) is None
+    client.force_login(alice)
+    response = client.post(reverse("team-remove-member", args=[lab.pk, alice.pk]), follow=True)
+    assert "A team needs an owner" in response.text and lab.role_of(alice) == Role.OWNER

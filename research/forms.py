@@ -14,7 +14,7 @@ from .knowledge import (
     title_from_filename,
     title_from_text,
 )
-from .models import KnowledgeItem
+from .models import KnowledgeItem, Team
 
 
 class SearchForm(forms.Form):
@@ -42,6 +42,18 @@ class KnowledgeItemForm(forms.ModelForm):
             ),
         }
         error_messages = {"body": {"required": "Write something to remember."}}
+
+    def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        teams = Team.objects.of(user) if user is not None else Team.objects.none()
+        if teams.exists():
+            self.fields["team"] = forms.ModelChoiceField(
+                queryset=teams,
+                required=False,
+                empty_label="Only me",
+                label="Shared with",
+                help_text="Team members' sessions can draw on it too.",
+            )
 
     def clean_body(self) -> str:
         body = clean_text(self.cleaned_data.get("body", ""))

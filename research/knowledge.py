@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from .models import KnowledgeItem, Source
+from .models import KnowledgeItem, Source, Team
 
 TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown"})
 TITLE_MAX = KnowledgeItem._meta.get_field("title").max_length or 300
@@ -102,6 +102,7 @@ def save_item(
     url: str = "",
     source: str = Source.NOTE,
     origin: str = "",
+    team: Team | None = None,
 ) -> Saved:
     """Add an item, or, when `origin` names one this owner already has, update it in place
     (or leave it alone if nothing changed)."""
@@ -110,7 +111,7 @@ def save_item(
     url = safe_url(url)
     if not origin:
         item = KnowledgeItem.objects.create(
-            owner=owner, title=title, body=body, url=url, source=source
+            owner=owner, title=title, body=body, url=url, source=source, team=team
         )
         return Saved(item, Change.CREATED)
     with transaction.atomic():
@@ -122,13 +123,25 @@ def save_item(
         )
         if existing is None:
             item = KnowledgeItem.objects.create(
-                owner=owner, title=title, body=body, url=url, source=source, origin=origin
+                owner=owner,
+                title=title,
+                body=body,
+                url=url,
+                source=source,
+                origin=origin,
+                team=team,
             )
             return Saved(item, Change.CREATED)
-        if (existing.title, existing.body, existing.url) == (title, body, url):
+        if (existing.title, existing.body, existing.url, existing.team_id) == (
+            title,
+            body,
+            url,
+            team.pk if team else None,
+        ):
             return Saved(existing, Change.UNCHANGED)
         existing.title, existing.body, existing.url, existing.source = title, body, url, source
-        existing.save(update_fields=["title", "body", "url", "source", "updated_at"])
+        existing.team = team
+        existing.save(update_fields=["title", "body", "url", "source", "team", "updated_at"])
         return Saved(existing, Change.UPDATED)
 
 
@@ -140,11 +153,12 @@ def add_item(
     url: str = "",
     source: str = Source.NOTE,
     origin: str = "",
+    team: Team | None = None,
 ) -> KnowledgeItem:
     """Add a knowledge item. With an `origin` ("session:<uuid>", a file path), adding the
     same origin again updates that item instead of making a second one."""
     return save_item(
-        owner=owner, title=title, body=body, url=url, source=source, origin=origin
+        owner=owner, title=title, body=body, url=url, source=source, origin=origin, team=team
     ).item
 
 

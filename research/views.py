@@ -61,7 +61,7 @@ def _list_page(
         "query": query,
         "results": _with_relevance(_search(request.user, query)) if query else [],
         "page": page,
-        "item_form": item_form or KnowledgeItemForm(),
+        "item_form": item_form or KnowledgeItemForm(user=request.user),
         "upload_form": upload_form or UploadForm(),
         "total": page.paginator.count,
     }
@@ -80,7 +80,7 @@ def knowledge_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def knowledge_add(request: HttpRequest) -> HttpResponse:
-    form = KnowledgeItemForm(request.POST)
+    form = KnowledgeItemForm(request.POST, user=request.user)
     if not form.is_valid():
         return _list_page(request, item_form=form, status=422)
     item = add_item(
@@ -89,6 +89,7 @@ def knowledge_add(request: HttpRequest) -> HttpResponse:
         body=form.cleaned_data["body"],
         url=form.cleaned_data["url"],
         source=Source.NOTE,
+        team=form.cleaned_data.get("team"),
     )
     messages.success(request, f"Added “{item.title}”.")
     return redirect("knowledge-list")

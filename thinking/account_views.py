@@ -7,9 +7,12 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth import login as auth_login
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.views import LoginView
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
@@ -94,3 +97,24 @@ class ThrottledLoginView(LoginView):
     def form_valid(self, form: Any) -> HttpResponse:
         throttle.reset(*self._keys()[0])
         return super().form_valid(form)
+
+
+class SignupForm(UserCreationForm):
+    class Meta(UserCreationForm.Meta):
+        model = get_user_model()
+        fields = ("username", "email")
+
+
+@require_http_methods(["GET", "POST"])
+def signup(request: HttpRequest) -> HttpResponse:
+    """Self-signup, only where the deployment allows it (DEEPTHINK_SIGNUP)."""
+    if not settings.DEEPTHINK_SIGNUP:
+        raise Http404("Sign-up is closed here; ask an administrator for an account.")
+    form = SignupForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        auth_login(request, user)
+        return redirect("home")
+    return render(
+        request, "registration/signup.html", {"form": form}, status=422 if form.errors else 200
+    )

@@ -778,6 +778,7 @@ def _store_synthesis(
                 body=parsed.text,
                 source=KnowledgeSource.SESSION,
                 origin=f"session:{session.pk}",
+                team=session.team,  # a shared session teaches the whole team
             )
             changes.update(
                 status=Status.COMPLETED,

@@ -68,3 +68,45 @@ def test_members_can_leave_but_the_last_owner_cannot(
     client.force_login(alice)
     response = client.post(reverse("team-remove-member", args=[lab.pk, alice.pk]), follow=True)
     assert "A team needs an owner" in response.text and lab.role_of(alice) == Role.OWNER
+
+
+def test_a_note_can_be_shared_with_one_of_my_teams(client: Any, alice: Any, lab: Team):
+    from research.models import KnowledgeItem
+
+    client.force_login(alice)
+    page = client.get(reverse("knowledge-list")).text
+    assert "Shared with" in page and "Only me" in page
+    client.post(reverse("knowledge-add"), {"title": "T", "body": "B", "team": lab.pk})
+    assert KnowledgeItem.objects.get().team == lab
+
+
+def test_a_note_cannot_be_shared_with_someone_elses_team(client: Any, bob: Any, lab: Team):
+    from research.models import KnowledgeItem
+
+    Team.objects.create(name="Bob's")
+    client.force_login(bob)
+    response = client.post(reverse("knowledge-add"), {"title": "T", "body": "B", "team": lab.pk})
+    assert not KnowledgeItem.objects.filter(team=lab).exists()
+    assert response.status_code in (302, 422)
+
+
+def test_signup_is_closed_unless_turned_on(client: Any, settings: Any, django_user_model: Any):
+    assert client.get(reverse("signup")).status_code == 404
+    settings.DEEPTHINK_SIGNUP = True
+    response = client.post(
+        reverse("signup"),
+        {"username": "dana", "email": "d@example.com",
+         "password1": "a-long-pass-phrase-9", "password2": "a-long-pass-phrase-9"},
+    )  # fmt: skip
+    assert (
+        response.status_code == 302 and django_user_model.objects.filter(username="dana").exists()
+    )
+
+
+def test_password_reset_pages_match_the_app(client: Any, alice: Any, mailoutbox: Any):
+    alice.email = "alice@example.com"
+    alice.save()
+    page = client.get(reverse("password_reset")).text
+    assert "Reset your password" in page and "Deep Think" in page
+    client.post(reverse("password_reset"), {"email": "alice@example.com"})
+    assert len(mailoutbox) == 1 and "/accounts/reset/" in mailoutbox[0].body

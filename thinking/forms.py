@@ -26,6 +26,12 @@ class StartSessionForm(forms.Form):
         "token_ceiling",
         "format_mode",
         "format_spec",
+        "tools",
+    )
+    TOOLS = (
+        ("all", "Search and scratchpad"),
+        ("search", "Search only"),
+        ("none", "None: the model's own knowledge"),
     )
 
     question = forms.CharField(
@@ -74,7 +80,7 @@ class StartSessionForm(forms.Form):
         help_text="Adaptive lets the model decide how much to think; its reasoning streams live.",
     )
     thinking_budget = forms.IntegerField(
-        label="Thinking budget (tokens)",
+        label="Thinking tokens (manual mode)",
         required=False,
         max_value=1_000_000,
         help_text="For manual thinking: at least 1024 and less than max tokens.",
@@ -100,6 +106,13 @@ class StartSessionForm(forms.Form):
         help_text="After this many tokens in all, the session writes its final answer.",
     )
 
+    tools = forms.ChoiceField(
+        label="Tools while thinking",
+        choices=TOOLS,
+        required=False,
+        help_text="Web and knowledge-base search, and a scratchpad the model writes to itself.",
+    )
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["format_mode"].initial = settings.DEEPTHINK_FORMAT
@@ -112,6 +125,36 @@ class StartSessionForm(forms.Form):
         self.fields["question"].max_length = limit
         self.fields["question"].validators.append(forms.CharField(max_length=limit).validators[0])
         self.fields["question"].widget.attrs["maxlength"] = str(limit)
+        self.fields["tools"].initial = self.default_tools()
+        for name, default in self.defaults().items():
+            field = self.fields[name]
+            field.help_text = f"{field.help_text} Default: {default}."
+
+    @staticmethod
+    def default_tools() -> str:
+        if not settings.DEEPTHINK_TOOLS:
+            return "none"
+        return "all" if settings.DEEPTHINK_THINK_TOOL else "search"
+
+    def defaults(self) -> dict[str, str]:
+        """What an empty advanced field means on this deployment, in words for the form."""
+
+        def label(name: str, value: object) -> str:
+            choices = dict(self.fields[name].choices)  # type: ignore[attr-defined]
+            return str(choices.get(value, value)).split(" (")[0].split(":")[0].lower()
+
+        ceiling = settings.DEEPTHINK_TOKEN_CEILING
+        return {
+            "thinking_mode": label("thinking_mode", settings.DEEPTHINK_THINKING),
+            "thinking_budget": f"{settings.DEEPTHINK_THINKING_BUDGET} tokens",
+            "effort": label("effort", settings.DEEPTHINK_EFFORT)
+            if settings.DEEPTHINK_EFFORT
+            else "the model's own",
+            "max_tokens": str(settings.DEEPTHINK_MAX_TOKENS),
+            "token_ceiling": f"{ceiling} tokens" if ceiling else "none",
+            "format_mode": label("format_mode", settings.DEEPTHINK_FORMAT),
+            "tools": label("tools", self.default_tools()),
+        }
 
     def clean_minutes(self) -> float:
         minutes = self.cleaned_data["minutes"]
@@ -201,14 +244,24 @@ class StartSessionForm(forms.Form):
             effort=thinking.effort,
             max_tokens=thinking.max_tokens,
             token_ceiling=self.cleaned_data.get("token_ceiling"),
+            **self._tool_fields(),
         )
+
+    def _tool_fields(self) -> dict[str, bool]:
+        """An empty choice keeps the model's defaults (the deployment's settings decide)."""
+        tools = self.cleaned_data.get("tools")
+        if not tools:
+            return {}
+        return {"tools_enabled": tools != "none", "think_tool": tools == "all"}
 
 
 class SteerForm(forms.Form):
     """A person steering a running session: a hint, or a sub-question to explore next."""
 
     kind = forms.ChoiceField(
-        choices=[("hint", "Hint"), ("question", "Sub-question")], initial="hint"
+        choices=[("hint", "Hint"), ("question", "Sub-question")],
+        initial="hint",
+        widget=forms.RadioSelect,
     )
     text = forms.CharField(
         max_length=1000,

@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
@@ -58,16 +59,37 @@ def session_create(request: HttpRequest) -> HttpResponse:
     return redirect(session)
 
 
+SEARCH_MAX_CHARS = 200
+
+
 @login_required
 @require_GET
 def session_list(request: HttpRequest) -> HttpResponse:
+    """My sessions, newest first: search in the question, filter by status, 25 a page."""
     sessions = ThinkingSession.objects.visible_to(request.user)
+    query = " ".join(request.GET.get("q", "").split())[:SEARCH_MAX_CHARS]
+    if query:
+        sessions = sessions.filter(question__icontains=query)
     status = request.GET.get("status", "")
     if status in Status.values:
         sessions = sessions.filter(status=status)
+    else:
+        status = ""
     page = Paginator(sessions, 25).get_page(request.GET.get("page"))
-    context = {"page": page, "rows": page.object_list, "status": status, "statuses": Status.choices}
-    template = "thinking/_session_rows.html" if request.htmx else "thinking/session_list.html"
+    context = {
+        "page": page,
+        "rows": page.object_list,
+        "query": query,
+        "status": status,
+        "status_label": Status(status).label if status else "",
+        "statuses": Status.choices,
+    }
+    if request.htmx and request.htmx.target == "session-results":
+        template = "thinking/_session_results.html"  # the search form: rows, count and pager
+    elif request.htmx:
+        template = "thinking/_session_rows.html"
+    else:
+        template = "thinking/session_list.html"
     return render(request, template, context)
 
 
@@ -85,15 +107,21 @@ def _change_state(
     request: HttpRequest, pk: uuid.UUID, change: Callable[[ThinkingSession], None], done: str
 ) -> HttpResponse:
     session = get_session_for(request.user, pk)
+    problem = ""
     try:
         change(session)
     except IllegalTransition as error:
-        messages.error(request, str(error))
+        problem = str(error)
     else:
-        messages.success(request, done)
         publish_sync(SessionEvent(session.pk, finished=session.is_finished))
     if request.htmx:
-        return render(request, "thinking/_header.html", {"session": session})
+        # The swapped header shows the new state, or why it could not change, in place: a
+        # flash message would only surface on some later page.
+        return render(request, "thinking/_header.html", {"session": session, "problem": problem})
+    if problem:
+        messages.error(request, problem)
+    else:
+        messages.success(request, done)
     return redirect(session)
 
 
@@ -116,6 +144,9 @@ def session_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 @login_required
 @require_POST
 def session_cancel(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    if not get_session_for(request.user, pk).is_owned_by(request.user):
+        # Teammates may watch, pause and steer; ending someone's session is theirs alone.
+        raise PermissionDenied("Only the owner can cancel this session.")
     return _change_state(request, pk, ThinkingSession.cancel, "Cancelled.")
 
 

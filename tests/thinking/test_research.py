@@ -215,6 +215,8 @@ async def test_the_model_can_search_report_progress_and_use_its_scratchpad(
         Reply(tool_uses=[{"name": "think", "input": {"thought": ""}}]),  # empty is accepted
         Reply(text="THOUGHT: Octopuses show REM-like sleep [1]\nTYPE: insight\nCONFIDENCE: 0.8"),
     )
+    # Any later cycle answers without tools, so the only scratchpad note is the scripted one.
+    fake_claude.responder = lambda body: fake_claude.scripted_mind({**body, "tools": []})
     await run(session)
 
     await session.arefresh_from_db()

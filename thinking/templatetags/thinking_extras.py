@@ -1,11 +1,18 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Container
+from collections.abc import Container, Sequence
+from typing import Any
 
 from django import template
-from django.utils.html import conditional_escape, linebreaks
 from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
+from markdown_it.rules_core import StateCore
+from markdown_it.token import Token
+
+from thinking import presenters
+from thinking.models import SubQuestion
 
 register = template.Library()
 
@@ -60,25 +67,83 @@ def part_items(parts: dict[str, str] | None) -> list[tuple[str, str]]:
 
 
 _CITATION = re.compile(r"\[(\d{1,4})\]")
+_LINK_SCHEMES = ("http://", "https://")
 
 
-@register.filter(needs_autoescape=True)
-def cited(text: str | None, numbers: Container[int] | None, autoescape: bool = True) -> SafeString:
-    """Paragraphs of model text with [n] linked to source n when that source exists.
+def _validate_link(url: str) -> bool:
+    """Only web links from model text; javascript:, data:, relative paths stay plain text."""
+    return url.strip().lower().startswith(_LINK_SCHEMES)
 
-    The text is escaped first, so the only markup in the result is what this adds: links
-    whose target is a number we generated. A citation with no such source stays plain text.
+
+def _link_citations(state: StateCore) -> None:
+    """Turn [n] in plain text into a link to source n, when the page has source n."""
+    numbers = state.env.get("source_numbers") or ()
+    for block in state.tokens:
+        if block.type != "inline" or not block.children:
+            continue
+        tokens: list[Token] = []
+        depth = 0  # inside a model-written link: no nested citation links
+        for token in block.children:
+            depth += {"link_open": 1, "link_close": -1}.get(token.type, 0)
+            if token.type != "text" or depth or "[" not in token.content:
+                tokens.append(token)
+                continue
+            text, pos = token.content, 0
+            for match in _CITATION.finditer(text):
+                number = int(match.group(1))
+                if number not in numbers:
+                    continue
+                if match.start() > pos:
+                    tokens.append(_text(text[pos : match.start()]))
+                opening = Token("link_open", "a", 1)
+                opening.attrs = {"class": "cite", "href": f"#source-{number}"}
+                tokens += [opening, _text(match.group(0)), Token("link_close", "a", -1)]
+                pos = match.end()
+            if pos < len(text):
+                tokens.append(_text(text[pos:]))
+        block.children = tokens
+
+
+def _text(content: str) -> Token:
+    token = Token("text", "", 0)
+    token.content = content
+    return token
+
+
+def _render_link_open(
+    renderer: RendererHTML, tokens: Sequence[Token], idx: int, options: Any, env: Any
+) -> str:
+    token = tokens[idx]
+    if token.attrGet("class") != "cite":  # a web page the model named: leave the app safely
+        token.attrSet("rel", "noopener noreferrer nofollow")
+        token.attrSet("target", "_blank")
+    return renderer.renderToken(tokens, idx, options, env)
+
+
+def _markdown() -> MarkdownIt:
+    # html=False: raw HTML in model or web text is shown as text, never parsed. Images are
+    # off so model text cannot make the browser fetch anything.
+    md = MarkdownIt("commonmark", {"html": False, "breaks": True})
+    md.enable(["table", "strikethrough"]).disable("image")
+    md.validateLink = _validate_link
+    md.core.ruler.push("citations", _link_citations)
+    md.add_render_rule("link_open", _render_link_open)
+    return md
+
+
+_MARKDOWN = _markdown()
+
+
+@register.filter
+def cited(text: str | None, numbers: Container[int] | None) -> SafeString:
+    """Model text as Markdown, with [n] linked to source n when that source exists.
+
+    The renderer escapes all text and has raw HTML off, so the only markup in the result is
+    Markdown's own and links to http(s) pages or to a source number we generated. A citation
+    with no such source stays plain text.
     """
-    escaped = linebreaks(conditional_escape(text or ""))
-    known = numbers or ()
-
-    def link(match: re.Match[str]) -> str:
-        number = int(match.group(1))
-        if number not in known:
-            return match.group(0)
-        return f'<a class="cite" href="#source-{number}">[{number}]</a>'
-
-    return mark_safe(_CITATION.sub(link, escaped))  # noqa: S308 - escaped above
+    html = _MARKDOWN.render(str(text or ""), {"source_numbers": numbers or ()})
+    return mark_safe(html)  # noqa: S308 - markdown-it escaped every text and attribute
 
 
 @register.filter
@@ -86,3 +151,15 @@ def web_href(url: str | None) -> str:
     """A link target only for http(s) URLs; anything else (javascript:, data:) is dropped."""
     url = (url or "").strip()
     return url if url.lower().startswith(("http://", "https://")) else ""
+
+
+@register.filter
+def question_tree(questions: list[SubQuestion]) -> list[dict[str, Any]]:
+    """Sub-questions nested under the one they were asked about (see presenters)."""
+    return presenters.sub_question_tree(list(questions))
+
+
+@register.inclusion_tag("thinking/_sparkline.html")
+def sparkline(values: list[float] | None) -> dict[str, Any]:
+    """A session's confidence evolution as a small inline SVG line."""
+    return {"spark": presenters.sparkline(list(values or [])), "values": list(values or [])}

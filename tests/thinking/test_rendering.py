@@ -1,0 +1,71 @@
+"""Model-written Markdown: rendered, then sanitized; citations linked only to real sources."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from thinking.templatetags.thinking_extras import cited
+
+
+def render(text: str | None, sources: object = ()) -> str:
+    return str(cited(text, sources))
+
+
+PAYLOADS = [
+    "<script>window.__xss=1</script>",
+    '<img src=x onerror="window.__xss=1">',
+    "[click](javascript:window.__xss=1)",
+    '<a href="#" onclick="window.__xss=1">a</a>',
+    "<iframe src=https://evil.example></iframe>",
+    '<svg onload="window.__xss=1"></svg>',
+    "![tracker](https://evil.example/pixel.png)",
+    '<a href="data:text/html,<script>x</script>">d</a>',
+    "<style>body{display:none}</style>",
+]
+
+
+ACTIVE = re.compile(
+    r"<(script|img|svg|iframe|style|object|embed)\b"  # elements that run or load things
+    r"|<[^>]*\son\w+\s*="  # event-handler attributes
+    r"|\b(href|src)\s*=\s*[\"']?\s*(javascript|data|vbscript):",  # script URLs
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_payloads_are_inert(payload: str):
+    html = render(f"Answer text. {payload} More text.")
+    assert not ACTIVE.search(html), html
+    assert "Answer text." in html
+
+
+def test_markdown_formatting_is_kept():
+    html = str(render("## Findings\n\n**Sleep** helps *memory*.\n\n- one\n- two\n\n`code`"))
+    assert "Findings</h" in html
+    assert "<strong>Sleep</strong>" in html and "<em>memory</em>" in html
+    assert "<li>one</li>" in html and "<code>code</code>" in html
+
+
+def test_only_existing_sources_are_linked():
+    html = str(render("As shown [1] and [2], but not [7].", {1, 2}))
+    assert '<a class="cite" href="#source-1"' in html and 'href="#source-2"' in html
+    assert "[7]" in html and "#source-7" not in html
+
+
+def test_citations_in_code_stay_as_written():
+    html = str(render("Cite `[1]` like this [1].", {1}))
+    assert "<code>[1]</code>" in html and 'href="#source-1"' in html
+
+
+def test_web_links_are_kept_safely():
+    html = str(render("See [the study](https://example.org/study)."))
+    assert (
+        'href="https://example.org/study"' in html and 'rel="noopener noreferrer nofollow"' in html
+    )
+
+
+def test_empty_and_huge_inputs_are_fine():
+    assert str(render(None)).strip() == ""
+    assert render("word " * 50_000).count("word") == 50_000

@@ -181,6 +181,9 @@ class StartIn(Schema):
     format_spec: list[dict[str, Any]] | str | None = Field(
         None, description="For the custom format: the tag spec, as JSON or a JSON string."
     )
+    team: int | None = Field(
+        None, ge=1, le=MAX_BIGINT, description="Share with one of your teams (its id)."
+    )
 
     def form_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -335,7 +338,7 @@ def detail(session: ThinkingSession) -> dict[str, Any]:
 def start_session(request: HttpRequest, payload: StartIn) -> ninja.Status[dict[str, Any]]:
     """Validated like the start page; returns at once with status `created` while a worker
     picks the session up."""
-    form = StartSessionForm(payload.form_data())
+    form = StartSessionForm(payload.form_data(), user=request.auth)
     if not llm.is_configured():
         form.add_error(None, llm.NOT_CONFIGURED)
     if not form.is_valid():

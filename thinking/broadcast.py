@@ -98,6 +98,7 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
     if event.finished or session.is_finished:
         parts.append({"kind": "replace", "html": _render("_answer.html", base)})
         parts.append({"kind": "replace", "html": _render("_live.html", base)})
+        parts.append({"kind": "replace", "html": _render("_steer.html", base)})
     return {"type": "session.update", "parts": parts}
 
 

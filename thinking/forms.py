@@ -6,7 +6,9 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
-from . import tags
+from research.models import Team
+
+from . import limits, tags
 from .capabilities import ThinkingSettings, builtin_capabilities, validate
 from .models import Effort, FormatMode, ThinkingMode, ThinkingSession
 
@@ -27,6 +29,7 @@ class StartSessionForm(forms.Form):
         "format_mode",
         "format_spec",
         "tools",
+        "team",
     )
     TOOLS = (
         ("all", "Search and scratchpad"),
@@ -113,8 +116,20 @@ class StartSessionForm(forms.Form):
         help_text="Web and knowledge-base search, and a scratchpad the model writes to itself.",
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    team = forms.ModelChoiceField(
+        label="Shared with",
+        queryset=Team.objects.none(),
+        required=False,
+        empty_label="Only me",
+        help_text="Team members can watch, pause, steer and export it; it counts against the "
+        "team's monthly token budget.",
+    )
+
+    def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # The person starting the session: the teams they may share with, and their limits.
+        self.user = user
+        self.fields["team"].queryset = Team.objects.of(user)
         self.fields["format_mode"].initial = settings.DEEPTHINK_FORMAT
         self.fields["thinking_mode"].initial = settings.DEEPTHINK_THINKING
         self.fields["thinking_budget"].initial = settings.DEEPTHINK_THINKING_BUDGET
@@ -178,6 +193,10 @@ class StartSessionForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         self._clean_thinking(data)
+        if self.user is not None and data.get("minutes") is not None:
+            reason = limits.refuse_start(self.user, minutes=data["minutes"], team=data.get("team"))
+            if reason:
+                self.add_error(None, reason)
         mode = data.get("format_mode") or settings.DEEPTHINK_FORMAT
         data["format_mode"] = mode
         raw = (data.get("format_spec") or "").strip()
@@ -243,7 +262,10 @@ class StartSessionForm(forms.Form):
             thinking_budget=thinking.budget_tokens,
             effort=thinking.effort,
             max_tokens=thinking.max_tokens,
-            token_ceiling=self.cleaned_data.get("token_ceiling"),
+            team=self.cleaned_data.get("team"),
+            token_ceiling=limits.token_ceiling_for(
+                self.cleaned_data.get("team"), self.cleaned_data.get("token_ceiling")
+            ),
             **self._tool_fields(),
         )
 

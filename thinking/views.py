@@ -38,7 +38,7 @@ def _start_page(request: HttpRequest, form: StartSessionForm, status: int = 200)
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    return _start_page(request, StartSessionForm())
+    return _start_page(request, StartSessionForm(user=request.user))
 
 
 @login_required
@@ -46,7 +46,7 @@ def home(request: HttpRequest) -> HttpResponse:
 def session_create(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
         return redirect("home")
-    form = StartSessionForm(request.POST)
+    form = StartSessionForm(request.POST, user=request.user)
     if not llm.is_configured():
         form.add_error(None, llm.NOT_CONFIGURED)
     if not form.is_valid():

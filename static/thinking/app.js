@@ -159,6 +159,9 @@
     if (!style) {
       style = document.createElement("style");
       style.id = "stream-filter-style";
+      // The Content-Security-Policy admits this one style element by the page's nonce.
+      var nonce = document.querySelector('meta[name="csp-nonce"]');
+      if (nonce) style.nonce = nonce.getAttribute("content");
       document.head.appendChild(style);
     }
     return style;

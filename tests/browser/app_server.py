@@ -68,6 +68,9 @@ def _env(workdir: Path, claude: FakeAnthropic, exa: FakeExa) -> dict[str, str]:
         DEBUG="1",
         DEEPTHINK_SWEEP_SECONDS="0.5",
         DEEPTHINK_INPROCESS_WORKER="1",
+        # One login starts every test's session; the per-person limits are tested elsewhere.
+        DEEPTHINK_MAX_CONCURRENT_SESSIONS="50",
+        DEEPTHINK_SESSIONS_PER_HOUR="500",
         DJANGO_SUPERUSER_PASSWORD=PASSWORD,
         PYTHONUNBUFFERED="1",
     )

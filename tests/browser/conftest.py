@@ -69,8 +69,14 @@ def login_state(chromium: Any, app: AppServer) -> dict:
 
 @pytest.fixture
 def page(chromium: Any, app: AppServer, login_state: dict) -> Iterator[Any]:
-    """A logged-in tab. A JavaScript error on any page fails the test."""
-    context = chromium.new_context(base_url=app.url, viewport=DESKTOP, storage_state=login_state)
+    """A logged-in tab. A JavaScript error on any page fails the test.
+
+    Playwright's waits evaluate strings in the page, which our Content-Security-Policy
+    forbids, so these tabs bypass it; test_content_security_policy runs the page under it.
+    """
+    context = chromium.new_context(
+        base_url=app.url, viewport=DESKTOP, storage_state=login_state, bypass_csp=True
+    )
     context.set_default_timeout(20_000)
     tab = context.new_page()
     errors: list[str] = []

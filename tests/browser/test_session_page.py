@@ -262,7 +262,7 @@ def test_steering_adds_a_sub_question_and_a_hint(page: Any):
     expect(node).to_contain_text("asked by a person")
     expect(node.locator(".priority").first).to_have_text(re.compile(r"10"))
     # Explored next: the model's thoughts on it follow, tagged with its focus.
-    expect(node.locator(".state").first).to_have_text("✓ Explored", timeout=20_000)
+    expect(node.locator(".state").first).to_have_text("✓ Explored", timeout=45_000)
     focus = node.first.get_attribute("id").removeprefix("subq-")
     expect(
         page.locator(f'{THOUGHTS}[data-focus="{focus}"]:not(.type-question)').first
@@ -349,3 +349,30 @@ def test_the_sessions_list_searches_and_filters_in_place(page: Any, screenshot: 
     screenshot(page, "sessions-list-phone")
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, "the list fits a phone screen"
+
+
+def test_content_security_policy(chromium: Any, app: AppServer, login_state: dict):
+    """The live page works under its real Content-Security-Policy: no violations while a
+    session streams, the stream filter (its one nonce'd style) included."""
+    context = chromium.new_context(base_url=app.url, viewport=DESKTOP, storage_state=login_state)
+    context.set_default_timeout(20_000)
+    tab = context.new_page()
+    violations: list[str] = []
+    tab.on(
+        "console",
+        lambda message: (
+            "Content Security Policy" in message.text and violations.append(message.text)
+        ),
+    )
+    response = tab.goto("/")
+    policy = response.headers.get("content-security-policy", "")
+    assert "script-src 'self'" in policy and "object-src 'none'" in policy
+    assert "unsafe-eval" not in policy and "script-src 'self' 'unsafe-inline'" not in policy
+    start_session(tab, "Why is the sea salty?", minutes=0.15)
+    expect(tab.locator(THOUGHTS).first).to_be_visible()
+    expect(tab.locator("#sub-questions .subq-text").first).to_be_visible(timeout=30_000)
+    tab.locator("#sub-questions .subq-text").first.click()
+    expect(tab.locator("#stream-filter")).to_be_visible()
+    expect(tab.locator("#answer h2")).to_be_visible(timeout=60_000)
+    context.close()
+    assert not violations, violations

@@ -29,7 +29,7 @@ PAYLOADS = [
 ACTIVE = re.compile(
     r"<(script|img|svg|iframe|style|object|embed)\b"  # elements that run or load things
     r"|<[^>]*\son\w+\s*="  # event-handler attributes
-    r"|\b(href|src)\s*=\s*[\"']?\s*(javascript|data|vbscript):",  # script URLs
+    r"|<[^>]*\b(href|src)\s*=\s*[\"']?\s*(javascript|data|vbscript):",  # script URLs
     re.IGNORECASE,
 )
 

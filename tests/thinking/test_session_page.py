@@ -145,7 +145,7 @@ def test_the_list_shows_a_sparkline_of_each_sessions_confidence(
 def test_model_text_renders_as_markdown_with_citations():
     html = cited("**Yes** [1], mostly.\n\n- one\n- two [7]", {1})
     assert "<strong>Yes</strong>" in html and "<li>one</li>" in html
-    assert '<a class="cite" href="#source-1">[1]</a>' in html
+    assert '<a class="cite" href="#source-1" rel="noopener noreferrer nofollow">[1]</a>' in html
     assert "[7]" in html and "#source-7" not in html
 
 
@@ -154,7 +154,7 @@ def test_only_web_links_become_links_and_they_leave_safely():
         "[ok](https://example.org) [bad](javascript:alert(1)) [data](data:text/html,x)", ()
     )
     assert (
-        '<a href="https://example.org" rel="noopener noreferrer nofollow" target="_blank">ok</a>'
+        '<a href="https://example.org" target="_blank" rel="noopener noreferrer nofollow">ok</a>'
         in html
     )
     assert "javascript:" not in html.replace("[bad](javascript:alert(1))", "")

@@ -140,3 +140,36 @@ def test_a_team_cannot_spend_past_its_monthly_budget(alice: Any, make_session: A
     assert limits.token_ceiling_for(team, 2_000) == 2_000
     make_session(team=team, input_tokens=3_000, status=Status.COMPLETED)
     assert "has used its 10000 tokens" in limits.refuse_start(alice, minutes=5, team=team)
+
+
+@pytest.mark.django_db
+def test_the_start_form_shares_with_my_team_and_enforces_limits(
+    client: Any, alice: Any, bob: Any, team: Team, fake_claude: Any, settings: Any
+):
+    client.force_login(alice)
+    assert "Shared with" in client.get(reverse("home")).text
+    client.post(reverse("session-create"), {"question": "Team Q?", "minutes": "1", "team": team.pk})
+    assert ThinkingSession.objects.get().team == team
+
+    settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS = 1
+    response = client.post(reverse("session-create"), {"question": "Again?", "minutes": "1"})
+    assert response.status_code == 422 and "already have 1 sessions thinking" in response.text
+    assert ThinkingSession.objects.count() == 1
+
+    client.force_login(bob)  # not in the team: cannot share with it
+    response = client.post(
+        reverse("session-create"), {"question": "Sneak?", "minutes": "1", "team": team.pk}
+    )
+    assert response.status_code == 422 and not ThinkingSession.objects.filter(owner=bob).exists()
+
+
+@pytest.mark.django_db
+def test_a_shared_session_is_capped_by_what_is_left_of_the_team_budget(
+    client: Any, alice: Any, team: Team, make_session: Any, fake_claude: Any
+):
+    team.monthly_token_budget = 50_000
+    team.save()
+    make_session(team=team, input_tokens=45_000, status=Status.COMPLETED)
+    client.force_login(alice)
+    client.post(reverse("session-create"), {"question": "Q?", "minutes": "1", "team": team.pk})
+    assert ThinkingSession.objects.get(question="Q?").token_ceiling == 5_000

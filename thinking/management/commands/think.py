@@ -92,7 +92,9 @@ class Command(BaseCommand):
                 spec = options["format_spec"].read_text()
             except OSError as error:
                 raise CommandError(f"Cannot read {options['format_spec']}: {error}") from None
+        owner = self._owner(options["owner"])
         form = StartSessionForm(
+            user=owner,
             data={
                 "question": options["question"],
                 "minutes": options["minutes"],
@@ -104,12 +106,11 @@ class Command(BaseCommand):
                 "effort": options["effort"] or "",
                 "max_tokens": options["max_tokens"] or "",
                 "token_ceiling": options["token_ceiling"] or "",
-            }
+            },
         )
         if not form.is_valid():
             problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
             raise CommandError(problems)
-        owner = self._owner(options["owner"])
         with transaction.atomic():
             session = form.create_session(owner=owner)
         quiet = options["json"]

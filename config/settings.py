@@ -212,14 +212,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-# Password-reset mail: printed to the console on embedded defaults; set EMAIL_URL-style
-# settings for real delivery (EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, ...).
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
-EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
-EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
-EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+# Password-reset mail: printed to the console on embedded defaults. For real delivery set
+# EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend and EMAIL_HOST and friends.
+_SMTP = "django.core.mail.backends.smtp.EmailBackend"
+_EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+MAILERS = {
+    "default": {
+        "BACKEND": _EMAIL_BACKEND,
+        "OPTIONS": {
+            "host": env_str("EMAIL_HOST", "localhost"),
+            "port": env_int("EMAIL_PORT", 25, minimum=1),
+            "username": env_str("EMAIL_HOST_USER"),
+            "password": env_str("EMAIL_HOST_PASSWORD"),
+            "use_tls": env_bool("EMAIL_USE_TLS", False),
+        }
+        if _EMAIL_BACKEND == _SMTP
+        else {},
+    }
+}
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Deep Think <deepthink@localhost>")
 # Anyone may create an account only where this is on.
 DEEPTHINK_SIGNUP = env_bool("DEEPTHINK_SIGNUP", False)

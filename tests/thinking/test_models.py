@@ -87,7 +87,7 @@ def test_finished_sessions_cannot_be_claimed(make_session: Any):
 @pytest.mark.django_db(transaction=True)
 async def test_active_time_excludes_every_pause(fake_claude: Any, make_session: Any):
     """Three pauses of 0.4 s each: none of that wall time is counted as thinking."""
-    session = await sync_to_async(make_session)(budget_seconds=0.6, synthesis_interval_seconds=60)
+    session = await sync_to_async(make_session)(budget_seconds=600, synthesis_interval_seconds=600)
     calls = 0
 
     def pause_every_second_call(body: dict) -> Reply:
@@ -95,6 +95,8 @@ async def test_active_time_excludes_every_pause(fake_claude: Any, make_session: 
         calls += 1
         if calls in (2, 4, 6):
             ThinkingSession.objects.filter(pk=session.pk).update(status=Status.PAUSED)
+        if calls == 7:  # end by budget after the third pause, however fast the machine is
+            ThinkingSession.objects.filter(pk=session.pk).update(budget_seconds=0.001)
         time.sleep(0.05)
         return Reply(text="THOUGHT: step\nTYPE: insight\nCONFIDENCE: 0.6")
 
@@ -119,8 +121,8 @@ async def test_active_time_excludes_every_pause(fake_claude: Any, make_session: 
 
     await session.arefresh_from_db()
     assert pauses == 3 and session.status == Status.COMPLETED
-    assert session.active_seconds >= 0.6
-    assert session.active_seconds <= wall - 3 * 0.4 + 0.05
+    assert session.active_seconds >= 7 * 0.05, "every call's time counted"
+    assert session.active_seconds <= wall - 3 * 0.4 + 0.05, "no paused time counted"
 
 
 async def _ignore(event: object) -> None:

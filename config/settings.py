@@ -212,10 +212,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-# Password-reset mail: printed to the console on embedded defaults. For real delivery set
-# EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend and EMAIL_HOST and friends.
+# Password-reset mail: printed to the console while DEBUG is on; otherwise sent over SMTP
+# (EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS).
 _SMTP = "django.core.mail.backends.smtp.EmailBackend"
-_EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+_EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend" if DEBUG else _SMTP
+)
 MAILERS = {
     "default": {
         "BACKEND": _EMAIL_BACKEND,

@@ -22,7 +22,14 @@ from . import llm, tokens
 from .access import get_session_for
 from .broadcast import publish_sync
 from .events import SessionEvent
-from .export import session_document, session_markdown
+from .export import (
+    session_document,
+    session_markdown,
+    source_row,
+    sub_question_row,
+    synthesis_row,
+    thought_row,
+)
 from .forms import StartSessionForm
 from .models import (
     CompletionReason,
@@ -485,21 +492,8 @@ def list_thoughts(
     request: HttpRequest, session_id: uuid.UUID, params: Query[AfterParams]
 ) -> list[dict[str, Any]]:
     session = get_session_for(request.auth, session_id)
-    return [
-        {
-            "sequence": t.sequence,
-            "cycle": t.cycle,
-            "type": t.type,
-            "text": t.text,
-            "confidence": t.confidence,
-            "parts": t.parts if isinstance(t.parts, dict) else {},
-            "reasoning": t.reasoning or None,
-            "time_offset_seconds": t.time_offset_seconds,
-            "sub_question_id": t.sub_question_id,
-            "created_at": t.created_at,
-        }
-        for t in newer(session.thoughts.all(), "sequence", params)
-    ]
+    thoughts = session.thoughts.select_related("sub_question")
+    return [thought_row(t) for t in newer(thoughts, "sequence", params)]
 
 
 @api.get(
@@ -510,20 +504,7 @@ def list_thoughts(
 def list_sub_questions(request: HttpRequest, session_id: uuid.UUID) -> list[dict[str, Any]]:
     """All of them, each time: exploring one changes it. Unexplored first, by priority."""
     session = get_session_for(request.auth, session_id)
-    return [
-        {
-            "id": q.pk,
-            "parent_id": q.parent_id,
-            "text": q.text,
-            "priority": q.priority,
-            "why": q.why,
-            "explored": q.explored,
-            "explored_at": q.explored_at,
-            "answer": q.answer or None,
-            "created_at": q.created_at,
-        }
-        for q in session.sub_questions.all()
-    ]
+    return [sub_question_row(q) for q in session.sub_questions.select_related("parent")]
 
 
 @api.get(
@@ -535,20 +516,7 @@ def list_syntheses(
     request: HttpRequest, session_id: uuid.UUID, params: Query[AfterParams]
 ) -> list[dict[str, Any]]:
     session = get_session_for(request.auth, session_id)
-    return [
-        {
-            "sequence": s.sequence,
-            "text": s.text,
-            "key_insights": s.key_insights,
-            "confidence": s.confidence,
-            "remaining_questions": s.remaining_questions,
-            "time_offset_seconds": s.time_offset_seconds,
-            "is_final": s.is_final,
-            "reasoning": s.reasoning or None,
-            "created_at": s.created_at,
-        }
-        for s in newer(session.syntheses.all(), "sequence", params)
-    ]
+    return [synthesis_row(s) for s in newer(session.syntheses.all(), "sequence", params)]
 
 
 @api.get(
@@ -559,19 +527,7 @@ def list_sources(
 ) -> list[dict[str, Any]]:
     """Evidence the session found; `after` is a citation number here."""
     session = get_session_for(request.auth, session_id)
-    return [
-        {
-            "number": s.number,
-            "kind": s.kind,
-            "title": s.title,
-            "url": s.url or None,
-            "snippet": s.snippet,
-            "score": s.score,
-            "query": s.query,
-            "created_at": s.created_at,
-        }
-        for s in newer(session.sources.all(), "number", params)
-    ]
+    return [source_row(s) for s in newer(session.sources.all(), "number", params)]
 
 
 # --- export -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from .models import SubQuestion, ThinkingSession, ThoughtType
+from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought, ThoughtType
 from .templatetags.thinking_extras import duration, percent
 
 MODEL_CALL_COLUMNS = (
@@ -27,6 +27,67 @@ MODEL_CALL_COLUMNS = (
     "cache_write_tokens",
     "created_at",
 )
+
+
+# One row function per kind, shared by the JSON document and the API's incremental reads.
+
+
+def thought_row(t: Thought) -> dict[str, Any]:
+    return {
+        "sequence": t.sequence,
+        "cycle": t.cycle,
+        "type": t.type,
+        "text": t.text,
+        "confidence": t.confidence,
+        "parts": t.parts if isinstance(t.parts, dict) else {},
+        "reasoning": t.reasoning or None,
+        "time_offset_seconds": t.time_offset_seconds,
+        "sub_question": t.sub_question.text if t.sub_question else None,
+        "sub_question_id": t.sub_question_id,
+        "created_at": t.created_at.isoformat(),
+    }
+
+
+def sub_question_row(q: SubQuestion) -> dict[str, Any]:
+    return {
+        "text": q.text,
+        "priority": q.priority,
+        "why": q.why,
+        "explored": q.explored,
+        "answer": q.answer or None,
+        "parent": q.parent.text if q.parent else None,
+        "id": q.pk,
+        "parent_id": q.parent_id,
+        "explored_at": q.explored_at.isoformat() if q.explored_at else None,
+        "created_at": q.created_at.isoformat(),
+    }
+
+
+def synthesis_row(s: Synthesis) -> dict[str, Any]:
+    return {
+        "sequence": s.sequence,
+        "text": s.text,
+        "key_insights": s.key_insights,
+        "confidence": s.confidence,
+        "remaining_questions": s.remaining_questions,
+        "time_offset_seconds": s.time_offset_seconds,
+        "is_final": s.is_final,
+        "reasoning": s.reasoning or None,
+        "created_at": s.created_at.isoformat(),
+    }
+
+
+def source_row(s: Source) -> dict[str, Any]:
+    return {
+        "number": s.number,
+        "kind": s.kind,
+        "title": s.title,
+        "url": s.url or None,
+        "snippet": s.snippet,
+        "score": s.score,
+        "query": s.query,
+        "created_at": s.created_at.isoformat(),
+    }
 
 
 def session_document(session: ThinkingSession) -> dict[str, Any]:
@@ -52,51 +113,11 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
         "created_at": session.created_at.isoformat(),
         "started_at": session.started_at.isoformat() if session.started_at else None,
         "finished_at": session.finished_at.isoformat() if session.finished_at else None,
-        "thoughts": [
-            {
-                "sequence": t.sequence,
-                "cycle": t.cycle,
-                "type": t.type,
-                "text": t.text,
-                "confidence": t.confidence,
-                "parts": t.parts,
-                "reasoning": t.reasoning or None,
-                "time_offset_seconds": t.time_offset_seconds,
-                "sub_question": t.sub_question.text if t.sub_question else None,
-                "sub_question_id": t.sub_question_id,
-                "created_at": t.created_at.isoformat(),
-            }
-            for t in session.thoughts.select_related("sub_question")
-        ],
+        "thoughts": [thought_row(t) for t in session.thoughts.select_related("sub_question")],
         "sub_questions": [
-            {
-                "text": q.text,
-                "priority": q.priority,
-                "why": q.why,
-                "explored": q.explored,
-                "answer": q.answer or None,
-                "parent": q.parent.text if q.parent else None,
-                "id": q.pk,
-                "parent_id": q.parent_id,
-                "explored_at": q.explored_at.isoformat() if q.explored_at else None,
-                "created_at": q.created_at.isoformat(),
-            }
-            for q in session.sub_questions.select_related("parent")
+            sub_question_row(q) for q in session.sub_questions.select_related("parent")
         ],
-        "syntheses": [
-            {
-                "sequence": s.sequence,
-                "text": s.text,
-                "key_insights": s.key_insights,
-                "confidence": s.confidence,
-                "remaining_questions": s.remaining_questions,
-                "time_offset_seconds": s.time_offset_seconds,
-                "is_final": s.is_final,
-                "reasoning": s.reasoning or None,
-                "created_at": s.created_at.isoformat(),
-            }
-            for s in session.syntheses.all()
-        ],
+        "syntheses": [synthesis_row(s) for s in session.syntheses.all()],
         "final_answer": session.final_answer or None,
         "final_confidence": session.final_confidence,
         "confidence_evolution": session.confidence_evolution,
@@ -113,19 +134,7 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
         "plan": session.plan,
         "research_notes": session.research_notes,
         "unknown_citations": session.unknown_citations,
-        "sources": [
-            {
-                "number": s.number,
-                "kind": s.kind,
-                "title": s.title,
-                "url": s.url or None,
-                "snippet": s.snippet,
-                "score": s.score,
-                "query": s.query,
-                "created_at": s.created_at.isoformat(),
-            }
-            for s in session.sources.all()
-        ],
+        "sources": [source_row(s) for s in session.sources.all()],
         # Usage per call, for accounting. Only these columns: `content` stays on the server.
         "model_calls": [
             {

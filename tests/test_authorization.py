@@ -3,8 +3,8 @@ kind of caller. A new route is covered automatically; a route that takes an obje
 answer 404 to anyone who may not see that object (no existence leak).
 
 Roles: anonymous; bob (another user); staff (an administrator, who gets no special access
-to people's sessions outside the admin); alice (the owner). Team members join with #6's
-teams.
+to people's sessions outside the admin); carol (in alice's team, which the session is
+shared with); alice (the owner).
 """
 
 from __future__ import annotations
@@ -51,15 +51,17 @@ ROUTES = sorted(routes())
 @pytest.fixture
 def world(alice: Any, bob: Any, django_user_model: Any, make_session: Any) -> dict[str, Any]:
     staff = django_user_model.objects.create_superuser("root", password="root-pass-123")
-    session = make_session(status=Status.THINKING)
     team = Team.objects.create(name="Alice's team")
     Membership.objects.create(team=team, user=alice, role=Role.OWNER)
+    carol = django_user_model.objects.create_user("carol", password="carol-pass-123")
+    Membership.objects.create(team=team, user=carol, role=Role.MEMBER)
+    session = make_session(status=Status.THINKING, team=team)  # shared with the team
     return {
         "session": session,
         "item": add_item(owner=alice, title="Private note", body="alice only"),
         "token": create_token(alice, name="script")[0],
         "team": team,
-        "users": {"alice": alice, "bob": bob, "staff": staff},
+        "users": {"alice": alice, "bob": bob, "staff": staff, "carol": carol},
     }
 
 
@@ -119,6 +121,30 @@ def test_the_owner_gets_through(client: Any, world: dict, route: str):
     url = url_for(route, world)
     statuses = {method: getattr(client, method)(url).status_code for method in ("get", "post")}
     assert not {401, 403, 404, 500} & set(statuses.values()), (url, statuses)
+
+
+def member_may(route: str) -> set[int]:
+    """What a team member gets on the owner's objects: the shared session (except cancelling
+    it), the team's page (but not managing it), and nothing private."""
+    if route.startswith(("sessions/", "api/sessions/")):
+        # 409: allowed to try, but the session's state refuses (resuming a running one).
+        return {403} if route.endswith(("cancel/", "cancel")) else {200, 302, 409}
+    if route == "teams/<int:pk>/":
+        return {200, 403}  # sees the team; adding people is for owners
+    if route.startswith("teams/"):
+        return {403}  # removing someone else is for owners
+    return {404}  # the owner's private note, the owner's token
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("route", [r for r in ROUTES if takes_an_object(r)])
+def test_a_team_member(client: Any, world: dict, route: str):
+    client.force_login(world["users"]["carol"])
+    url = url_for(route, world)
+    statuses = {method: getattr(client, method)(url).status_code for method in ("get", "post")}
+    allowed = member_may(route) | {405, 409, 422}
+    assert set(statuses.values()) <= allowed, (url, statuses)
+    assert member_may(route) & set(statuses.values()), (url, statuses)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format install migrate fake-claude fake-exa clean
+.PHONY: run test lint format install migrate fake-claude fake-exa bench clean
 
 $(STAMP): pyproject.toml
 	@py=$$(scripts/find-python) || exit 1; \
@@ -52,6 +52,12 @@ test: install lint
 	  echo "== again on DATABASE_URL=$${DATABASE_URL:-<unset>} REDIS_URL=$${REDIS_URL:-<unset>}"; \
 	  $(BIN)/pytest -m services; \
 	fi
+
+# Benchmarks (bench/README.md): a throwaway SQLite file, or a throwaway PostgreSQL database
+# and the Redis variants when DATABASE_URL / REDIS_URL are set. BENCH_QUICK=1 is the smoke run
+# CI does: it checks that the suite works, not its numbers.
+bench: install
+	$(BIN)/python -m bench.run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

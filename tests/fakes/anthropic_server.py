@@ -554,6 +554,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    # Small SSE chunks must not wait ~40 ms on Nagle's algorithm and delayed ACKs.
+    disable_nagle_algorithm = True
     protocol_version = "HTTP/1.1"
     server_version = "FakeAnthropic/1.0"
     server: _Server

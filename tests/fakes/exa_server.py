@@ -153,6 +153,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    # Small SSE chunks must not wait ~40 ms on Nagle's algorithm and delayed ACKs.
+    disable_nagle_algorithm = True
     server: _Server
     protocol_version = "HTTP/1.1"
 

@@ -111,6 +111,7 @@ INSTALLED_APPS = [
     "daphne",  # first, so runserver is the ASGI one
     "thinking",  # before channels: our runworker adds the session supervisor
     "research",
+    "accounts",
     "channels",
     "django_htmx",
     "ninja",  # serves the API docs' assets from our own static files, not a CDN
@@ -123,6 +124,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so everything after it (throttling, logs) sees the real client address.
+    "accounts.clients.TrustedProxyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -372,6 +375,10 @@ DEEPTHINK_SESSIONS_PER_HOUR = env_int("DEEPTHINK_SESSIONS_PER_HOUR", 20, minimum
 # Failed logins allowed per address and username in the window (five times that per address).
 DEEPTHINK_LOGIN_ATTEMPTS = env_int("DEEPTHINK_LOGIN_ATTEMPTS", 10, minimum=1)
 DEEPTHINK_LOGIN_WINDOW_SECONDS = env_int("DEEPTHINK_LOGIN_WINDOW_SECONDS", 900, minimum=1)
+# Reverse proxies in front of the app that append to X-Forwarded-For (nginx, Caddy: 1).
+# 0 ignores the header: without a trusted proxy anyone could pick the address they are
+# throttled and logged under.
+DEEPTHINK_TRUSTED_PROXY_COUNT = env_int("DEEPTHINK_TRUSTED_PROXY_COUNT", 0, minimum=0)
 # The session page's WebSocket: pages send nothing, so anything large is refused.
 DEEPTHINK_WS_MAX_FRAME_BYTES = env_int("DEEPTHINK_WS_MAX_FRAME_BYTES", 4096, minimum=64)
 # How often an open page re-checks that its user may still see the session (logout, access).

@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import KnowledgeItem, Membership, SearchCache, Team
+from .models import KnowledgeItem, SearchCache
 
 
 @admin.register(KnowledgeItem)
@@ -38,16 +38,3 @@ class SearchCacheAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-
-class MembershipInline(admin.TabularInline):
-    model = Membership
-    extra = 0
-    raw_id_fields = ("user",)
-
-
-@admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
-    list_display = ("name", "monthly_token_budget", "created_at")
-    search_fields = ("name",)
-    inlines = (MembershipInline,)

@@ -5,6 +5,8 @@ from typing import Any
 
 from django import forms
 
+from accounts.models import Team
+
 from .knowledge import (
     TEXT_SUFFIXES,
     UnreadableText,
@@ -14,7 +16,7 @@ from .knowledge import (
     title_from_filename,
     title_from_text,
 )
-from .models import KnowledgeItem, Team
+from .models import KnowledgeItem
 
 
 class SearchForm(forms.Form):

@@ -16,7 +16,9 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from .models import KnowledgeItem, Source, Team
+from accounts.models import Team
+
+from .models import KnowledgeItem, KnowledgeSource
 
 TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown"})
 TITLE_MAX = KnowledgeItem._meta.get_field("title").max_length or 300
@@ -100,7 +102,7 @@ def save_item(
     title: str,
     body: str,
     url: str = "",
-    source: str = Source.NOTE,
+    source: str = KnowledgeSource.NOTE,
     origin: str = "",
     team: Team | None = None,
 ) -> Saved:
@@ -151,7 +153,7 @@ def add_item(
     title: str,
     body: str,
     url: str = "",
-    source: str = Source.NOTE,
+    source: str = KnowledgeSource.NOTE,
     origin: str = "",
     team: Team | None = None,
 ) -> KnowledgeItem:
@@ -215,7 +217,11 @@ def import_folder(root: Path, *, owner: AbstractBaseUser) -> ImportSummary:
             continue
         title = title_from_text(body, fallback=title_from_filename(path.name))
         saved = save_item(
-            owner=owner, title=title, body=body, source=Source.IMPORT, origin=f"file:{path}"
+            owner=owner,
+            title=title,
+            body=body,
+            source=KnowledgeSource.IMPORT,
+            origin=f"file:{path}",
         )
         getattr(summary, saved.change.value).append(shown)
     return summary

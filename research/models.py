@@ -14,80 +14,16 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts.models import Team
 
-class Source(models.TextChoices):
+
+class KnowledgeSource(models.TextChoices):
+    """How a knowledge item got here (not a session's cited source: that is thinking's)."""
+
     NOTE = "note", "Note"
     UPLOAD = "upload", "Upload"
     IMPORT = "import", "Import"
     SESSION = "session", "Session"
-
-
-class Role(models.TextChoices):
-    OWNER = "owner", "Owner"
-    MEMBER = "member", "Member"
-
-
-class TeamQuerySet(models.QuerySet["Team"]):
-    def of(self, user: object) -> TeamQuerySet:
-        """The teams this user belongs to."""
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(memberships__user=user).distinct()
-
-    def owned_by(self, user: object) -> TeamQuerySet:
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(memberships__user=user, memberships__role=Role.OWNER).distinct()
-
-
-class Team(models.Model):
-    """People who share sessions and knowledge. Teams live in this leaf app so that both
-    apps can use them with dependencies pointing one way (thinking -> research)."""
-
-    name = models.CharField(max_length=100, unique=True)
-    monthly_token_budget = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Tokens the team's shared sessions may use per month."
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = TeamQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    def get_absolute_url(self) -> str:
-        return reverse("team-detail", args=[self.pk])
-
-    def role_of(self, user: object) -> str | None:
-        if not getattr(user, "is_authenticated", False):
-            return None
-        membership = self.memberships.filter(user=user).first()
-        return membership.role if membership else None
-
-
-class Membership(models.Model):
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_memberships"
-    )
-    role = models.CharField(max_length=8, choices=Role.choices, default=Role.MEMBER)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["team", "role", "user"]
-        constraints = [
-            models.UniqueConstraint(fields=["team", "user"], name="membership_unique"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.user} in {self.team} ({self.role})"
-
-
-def team_ids_of(user: object) -> list[int]:
-    return list(Team.objects.of(user).values_list("pk", flat=True))
 
 
 class KnowledgeItemQuerySet(models.QuerySet["KnowledgeItem"]):
@@ -96,7 +32,7 @@ class KnowledgeItemQuerySet(models.QuerySet["KnowledgeItem"]):
         Every view looks items up through it."""
         if not getattr(user, "is_authenticated", False):
             return self.none()
-        return self.filter(models.Q(owner=user) | models.Q(team__memberships__user=user)).distinct()
+        return self.filter(models.Q(owner=user) | models.Q(team__in=Team.objects.of(user)))
 
 
 class KnowledgeItem(models.Model):
@@ -110,7 +46,9 @@ class KnowledgeItem(models.Model):
     title = models.CharField(max_length=300)
     body = models.TextField()
     url = models.URLField(max_length=2000, blank=True)
-    source = models.CharField(max_length=16, choices=Source.choices, default=Source.NOTE)
+    source = models.CharField(
+        max_length=16, choices=KnowledgeSource.choices, default=KnowledgeSource.NOTE
+    )
     # Where the item came from (an imported file's path, "session:<uuid>"), so adding the
     # same thing again updates the item instead of duplicating it. Empty for notes.
     origin = models.CharField(max_length=1000, blank=True)

@@ -10,10 +10,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from accounts.models import team_ids_of
+
 from .forms import KnowledgeItemForm, SearchForm, UploadForm
 from .knowledge import add_item
 from .memory import MemoryResult, search_memory
-from .models import KnowledgeItem, Source, team_ids_of
+from .models import KnowledgeItem, KnowledgeSource
 
 SEARCH_LIMIT = 20
 PAGE_SIZE = 25
@@ -88,7 +90,7 @@ def knowledge_add(request: HttpRequest) -> HttpResponse:
         title=form.cleaned_data["title"],
         body=form.cleaned_data["body"],
         url=form.cleaned_data["url"],
-        source=Source.NOTE,
+        source=KnowledgeSource.NOTE,
         team=form.cleaned_data.get("team"),
     )
     messages.success(request, f"Added “{item.title}”.")
@@ -105,7 +107,7 @@ def knowledge_upload(request: HttpRequest) -> HttpResponse:
         owner=request.user,
         title=form.cleaned_data["title"],
         body=form.cleaned_data["body"],
-        source=Source.UPLOAD,
+        source=KnowledgeSource.UPLOAD,
     )
     messages.success(request, f"Uploaded “{form.cleaned_data['name']}” as “{item.title}”.")
     return redirect(item)

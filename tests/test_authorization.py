@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 
+from accounts.models import Membership, Role, Team
+from accounts.tokens import create_token
 from research.knowledge import add_item
-from research.models import Membership, Role, Team
 from tests.thinking.test_consumers import communicator, login
 from thinking.models import Status
 from thinking.routing import websocket_urlpatterns
-from thinking.tokens import create_token
 
 # Public by design: signing in, resetting a password, the API's schema and docs.
 PUBLIC = re.compile(r"^(accounts/|api/openapi\.json$|api/docs$|api/$)")
@@ -52,15 +53,20 @@ ROUTES = sorted(routes())
 def world(alice: Any, bob: Any, django_user_model: Any, make_session: Any) -> dict[str, Any]:
     staff = django_user_model.objects.create_superuser("root", password="root-pass-123")
     team = Team.objects.create(name="Alice's team")
-    Membership.objects.create(team=team, user=alice, role=Role.OWNER)
+    Membership.objects.create(accepted_at=timezone.now(), team=team, user=alice, role=Role.OWNER)
     carol = django_user_model.objects.create_user("carol", password="carol-pass-123")
-    Membership.objects.create(team=team, user=carol, role=Role.MEMBER)
+    Membership.objects.create(accepted_at=timezone.now(), team=team, user=carol, role=Role.MEMBER)
     session = make_session(status=Status.THINKING, team=team)  # shared with the team
+    # Bob's team invited alice; she has not answered yet.
+    bobs = Team.objects.create(name="Bob's team")
+    Membership.objects.create(accepted_at=timezone.now(), team=bobs, user=bob, role=Role.OWNER)
+    invitation = Membership.objects.create(team=bobs, user=alice, invited_by=bob)
     return {
         "session": session,
         "item": add_item(owner=alice, title="Private note", body="alice only"),
         "token": create_token(alice, name="script")[0],
         "team": team,
+        "invitation": invitation,
         "users": {"alice": alice, "bob": bob, "staff": staff, "carol": carol},
     }
 
@@ -77,6 +83,10 @@ def url_for(route: str, world: dict[str, Any]) -> str:
         name = placeholder.strip("<>").split(":")[-1]
         if name == "user_id":
             value = world["users"]["alice"].pk
+        elif name == "membership_id":
+            value = world["invitation"].pk
+        elif name == "answer":
+            value = "accept"
         elif name == "pk" and not route.startswith("sessions/"):
             value = next(v for prefix, v in objects.items() if route.startswith(prefix))
         else:
@@ -131,6 +141,8 @@ def member_may(route: str) -> set[int]:
         return {403} if route.endswith(("cancel/", "cancel")) else {200, 302, 409}
     if route == "teams/<int:pk>/":
         return {200, 403}  # sees the team; adding people is for owners
+    if route.startswith("teams/invitations/"):
+        return {404}  # answering someone else's invitation
     if route.startswith("teams/"):
         return {403}  # removing someone else is for owners
     return {404}  # the owner's private note, the owner's token

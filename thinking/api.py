@@ -18,7 +18,9 @@ from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
-from . import llm, tokens
+from accounts import tokens
+
+from . import limits, llm
 from .access import get_session_for
 from .broadcast import publish_sync
 from .events import SessionEvent
@@ -350,9 +352,13 @@ def start_session(request: HttpRequest, payload: StartIn) -> ninja.Status[dict[s
         form.add_error(None, llm.NOT_CONFIGURED)
     if not form.is_valid():
         raise form_errors(form)
-    with transaction.atomic():
-        session = form.create_session(owner=request.auth)
-        transaction.on_commit(lambda: request_start(session.pk))
+    try:
+        with transaction.atomic():
+            session = form.create_session(owner=request.auth)
+            transaction.on_commit(lambda: request_start(session.pk))
+    except limits.LimitRefused as refused:
+        form.add_error(None, str(refused))
+        raise form_errors(form) from None
     return ninja.Status(201, detail(session))
 
 
@@ -390,12 +396,12 @@ def change_state(request: HttpRequest, session_id: uuid.UUID, action: str) -> di
         if action == "pause":
             session.pause()
         elif action == "resume":
-            session.resume()
+            limits.resume(session)  # checked against the owner's limits, atomically
             # The worker that paused let go of it: ring for a fresh claim once committed.
             transaction.on_commit(lambda: request_start(session.pk))
         else:
             session.cancel()
-    except IllegalTransition as error:
+    except (IllegalTransition, limits.LimitRefused) as error:
         raise HttpError(409, str(error)) from None
     publish_sync(SessionEvent(session.pk, finished=session.is_finished))
     return detail(session)

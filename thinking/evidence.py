@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max
 
+from accounts.models import team_ids_of
 from research.memory import MemoryResult, asearch_memory
-from research.models import team_ids_of
 from research.web import ResearchError, WebResult, WebSearch
 
 from .models import Source, SourceKind, ThinkingSession

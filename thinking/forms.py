@@ -6,7 +6,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
-from research.models import Team
+from accounts.models import Team
 
 from . import limits, tags
 from .capabilities import ThinkingSettings, builtin_capabilities, validate
@@ -248,6 +248,12 @@ class StartSessionForm(forms.Form):
         thinking: ThinkingSettings = self.cleaned_data["thinking"]
         budget = self.cleaned_data["minutes"] * 60
         interval = self.cleaned_data.get("synthesis_minutes")
+        # The atomic limit decision, in the caller's transaction (clean() only warned early).
+        refused = limits.reserve_start(
+            owner, minutes=self.cleaned_data["minutes"], team=self.cleaned_data.get("team")
+        )
+        if refused:
+            raise limits.LimitRefused(refused)
         return ThinkingSession.objects.create(
             owner=owner,
             question=self.cleaned_data["question"],

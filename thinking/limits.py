@@ -1,6 +1,22 @@
 """Limits against unbounded consumption: how much one person (or team) may start.
 
 Each check returns the reason for refusing, in words for the form, or "" to allow.
+
+A count followed by an insert is a race: twelve parallel requests all count 0 and all insert.
+So every start and resume makes ONE atomic decision per owner: inside the transaction that
+writes the session, `reserve_start` / `reserve_resume` first lock the owner's user row (and
+the team's row for its budget), then count; the lock holds until commit, so the next request
+for the same owner counts after this one's insert. On PostgreSQL that is SELECT … FOR UPDATE;
+SQLite has no row locks, but the app opens its transactions IMMEDIATE, which takes the
+database's write lock at BEGIN and serialises them the same way.
+
+The one start/resume path calls, inside `transaction.atomic()`:
+
+    refused = limits.reserve_start(owner, minutes=…, team=…)   # before inserting
+    refused = limits.reserve_resume(session)                   # before session.resume()
+
+and raises `LimitRefused(refused)` (or reports it) when the answer is not "". `refuse_start`
+stays for early, friendly form validation; it is not a decision on its own.
 """
 
 from __future__ import annotations
@@ -9,10 +25,12 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
-from research.models import Team
+from accounts.models import Team
 
 from .models import Status, ThinkingSession
 
@@ -72,3 +90,58 @@ def token_ceiling_for(team: Team | None, requested: int | None) -> int | None:
         return requested
     left = max(0, team.monthly_token_budget - team_tokens_this_month(team))
     return left if requested is None else min(requested, left)
+
+
+class LimitRefused(Exception):
+    """A start or resume refused by a limit; the message says why, in words for people."""
+
+
+def _lock_owner(user: Any, team: Team | None) -> None:
+    """Serialise limit decisions for this owner (and team) until the transaction commits.
+    Always user first, then team, so two decisions never wait on each other in a cycle."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("Limit decisions must run inside transaction.atomic().")
+    list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk"))
+    if team is not None:
+        list(Team.objects.select_for_update().filter(pk=team.pk).values_list("pk"))
+
+
+def reserve_start(user: Any, *, minutes: float, team: Team | None = None) -> str:
+    """The atomic decision to start a session for this owner: why not, or "" to go ahead and
+    insert it in the same transaction (see the module's docstring)."""
+    _lock_owner(user, team)
+    return refuse_start(user, minutes=minutes, team=team)
+
+
+def reserve_resume(session: ThinkingSession) -> str:
+    """The atomic decision to resume a paused session: a resumed session thinks again, so it
+    counts against its owner's concurrency cap and its team's budget like a start does."""
+    team = session.team
+    _lock_owner(session.owner, team)
+    running = (
+        ThinkingSession.objects.filter(
+            owner_id=session.owner_id, status__in=[Status.CREATED, Status.THINKING]
+        )
+        .exclude(pk=session.pk)
+        .count()
+    )
+    if running >= settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS:
+        return (
+            f"{running} sessions of this owner are thinking; the limit is "
+            f"{settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS}. Wait for one to finish, or pause "
+            "or cancel one, then resume this."
+        )
+    budget = team.monthly_token_budget if team is not None else None
+    if team is not None and budget is not None and team_tokens_this_month(team) >= budget:
+        return f"The team {team.name} has used its {budget} tokens for this month."
+    return ""
+
+
+def resume(session: ThinkingSession) -> None:
+    """Resume a paused session if the limits allow; raises LimitRefused or
+    IllegalTransition. The caller schedules the worker's doorbell on commit."""
+    with transaction.atomic():
+        refused = reserve_resume(session)
+        if refused:
+            raise LimitRefused(refused)
+        session.resume()

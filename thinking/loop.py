@@ -25,7 +25,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from research import knowledge
-from research.models import Source as KnowledgeSource
+from research.models import KnowledgeSource
 
 from . import evidence, parsing, planner, prompts, tags, tools
 from .events import LiveStep, Publish, SessionEvent

@@ -78,7 +78,11 @@ class SessionQuerySet(models.QuerySet["ThinkingSession"]):
         Every page, API route and WebSocket looks sessions up through here."""
         if not getattr(user, "is_authenticated", False):
             return self.none()
-        return self.filter(Q(owner=user) | Q(team__memberships__user=user)).distinct()
+        # Accepted memberships only: an invitation shows nothing of the team (issue 21).
+        return self.filter(
+            Q(owner=user)
+            | Q(team__memberships__user=user, team__memberships__accepted_at__isnull=False)
+        ).distinct()
 
     def runnable(self) -> SessionQuerySet:
         return self.filter(status__in=[Status.CREATED, Status.THINKING])
@@ -95,7 +99,7 @@ class ThinkingSession(models.Model):
     )
     # Shared with this team: its members can watch, pause, resume, steer and export it.
     team = models.ForeignKey(
-        "research.Team",
+        "accounts.Team",
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
@@ -520,23 +524,3 @@ class Source(models.Model):
 
     def __str__(self) -> str:
         return f"[{self.number}] {self.title[:70]}"
-
-
-class ApiToken(models.Model):
-    """A personal API token. Only a hash is stored; the token is shown once, at creation."""
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
-    )
-    name = models.CharField(max_length=100)
-    prefix = models.CharField(max_length=12, help_text="The first characters, to recognise it.")
-    hashed = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import account_views, views
+from . import views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -13,6 +13,4 @@ urlpatterns = [
     path("sessions/<uuid:pk>/resume/", views.session_resume, name="session-resume"),
     path("sessions/<uuid:pk>/cancel/", views.session_cancel, name="session-cancel"),
     path("sessions/<uuid:pk>/steer/", views.session_steer, name="session-steer"),
-    path("settings/tokens/", account_views.token_list, name="api-tokens"),
-    path("settings/tokens/<int:pk>/revoke/", account_views.token_revoke, name="api-token-revoke"),
 ]

@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from . import llm
+from . import limits, llm
 from .access import get_session_for
 from .broadcast import publish_sync
 from .events import SessionEvent
@@ -51,9 +51,13 @@ def session_create(request: HttpRequest) -> HttpResponse:
         form.add_error(None, llm.NOT_CONFIGURED)
     if not form.is_valid():
         return _start_page(request, form, status=422)
-    with transaction.atomic():
-        session = form.create_session(owner=request.user)
-        transaction.on_commit(lambda: request_start(session.pk))
+    try:
+        with transaction.atomic():
+            session = form.create_session(owner=request.user)
+            transaction.on_commit(lambda: request_start(session.pk))
+    except limits.LimitRefused as refused:
+        form.add_error(None, str(refused))
+        return _start_page(request, form, status=422)
     if request.htmx:
         return HttpResponseClientRedirect(session.get_absolute_url())
     return redirect(session)
@@ -110,7 +114,7 @@ def _change_state(
     problem = ""
     try:
         change(session)
-    except IllegalTransition as error:
+    except (IllegalTransition, limits.LimitRefused) as error:
         problem = str(error)
     else:
         publish_sync(SessionEvent(session.pk, finished=session.is_finished))
@@ -135,7 +139,7 @@ def session_pause(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 @require_POST
 def session_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     def resume(session: ThinkingSession) -> None:
-        session.resume()
+        limits.resume(session)  # checked against the owner's limits, atomically
         transaction.on_commit(lambda: request_start(session.pk))
 
     return _change_state(request, pk, resume, "Resumed.")

@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from research.knowledge import add_item
-from research.models import SearchCache, Source
+from research.models import KnowledgeSource, SearchCache
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +21,7 @@ def staff_client(client: Any, django_user_model: Any) -> Any:
 
 def test_knowledge_items_are_searchable_and_filterable(staff_client: Any, alice: Any):
     add_item(owner=alice, title="Tides", body="The moon.")
-    add_item(owner=alice, title="Dreams", body="REM.", source=Source.UPLOAD)
+    add_item(owner=alice, title="Dreams", body="REM.", source=KnowledgeSource.UPLOAD)
     url = reverse("admin:research_knowledgeitem_changelist")
 
     html = staff_client.get(url, {"q": "moon"}).content.decode()

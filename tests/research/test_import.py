@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from research.knowledge import title_from_text
-from research.models import KnowledgeItem, Source
+from research.models import KnowledgeItem, KnowledgeSource
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def test_imports_text_files_from_nested_folders(notes: Path, alice: Any):
 
     items = sorted(KnowledgeItem.objects.all(), key=lambda i: i.title.lower())
     assert [i.title for i in items] == ["sleep cycles", "tides", "Why we dream"]
-    assert all(i.owner == alice and i.source == Source.IMPORT for i in items)
+    assert all(i.owner == alice and i.source == KnowledgeSource.IMPORT for i in items)
     assert "3 new, 0 updated, 0 unchanged, 2 skipped" in out
     assert "deep/latin.md (not UTF-8 text)" in err and "empty.txt (empty)" in err
 

@@ -13,7 +13,7 @@ from research.memory import (
     query_terms,
     search_memory,
 )
-from research.models import KnowledgeItem, Source
+from research.models import KnowledgeItem, KnowledgeSource
 
 pytestmark = pytest.mark.django_db
 
@@ -84,7 +84,7 @@ class MemorySearchContract:
             title="Long read",
             body=f"{filler}Mitochondria produce most of the cell's energy. {filler}",
             url="https://example.org/cells",
-            source=Source.UPLOAD,
+            source=KnowledgeSource.UPLOAD,
         )
         [result] = search(alice, "mitochondria")
         assert result.item_id == item.pk and result.title == "Long read"

@@ -7,7 +7,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from research.knowledge import add_item
-from research.models import KnowledgeItem, Source
+from research.models import KnowledgeItem, KnowledgeSource
 
 pytestmark = pytest.mark.django_db
 
@@ -86,7 +86,7 @@ def test_adding_a_note(alice_client: Any, alice: Any):
     )
     assert response.status_code == 302 and response.url == LIST
     item = KnowledgeItem.objects.get()
-    assert (item.owner, item.title, item.source) == (alice, "Tides", Source.NOTE)
+    assert (item.owner, item.title, item.source) == (alice, "Tides", KnowledgeSource.NOTE)
     assert item.url == "https://example.org/tides"
 
 
@@ -101,7 +101,7 @@ def test_uploading_markdown_takes_the_title_from_its_heading(alice_client: Any, 
     response = upload(alice_client, "dreams.md", "# Why we dream\n\nREM sleep… ✓".encode())
     item = KnowledgeItem.objects.get()
     assert response.status_code == 302 and response.url == item.get_absolute_url()
-    assert (item.owner, item.title, item.source) == (alice, "Why we dream", Source.UPLOAD)
+    assert (item.owner, item.title, item.source) == (alice, "Why we dream", KnowledgeSource.UPLOAD)
     assert item.body == "# Why we dream\n\nREM sleep… ✓"
 
 

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from accounts.tokens import create_token, revoke_token
 from thinking.models import (
     CompletionReason,
     Source,
@@ -15,7 +16,6 @@ from thinking.models import (
     ThinkingSession,
     Thought,
 )
-from thinking.tokens import create_token, revoke_token
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,8 @@ import pytest
 import schemathesis
 from django.core.handlers.wsgi import WSGIHandler
 
+from accounts.tokens import create_token
 from thinking.models import Status, Synthesis, Thought
-from thinking.tokens import create_token
 
 # Loaded at collection (the schema needs no database). Not schemathesis.pytest.from_fixture:
 # its lazy loader relies on a pytest internal (`Node._nodeid`) that pytest 9.2 removed.

@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 from markdown_it import MarkdownIt
 
+from accounts.tokens import create_token
 from thinking.export import session_document, session_markdown
 from thinking.models import (
     CompletionReason,
@@ -19,7 +20,6 @@ from thinking.models import (
     ThinkingSession,
     Thought,
 )
-from thinking.tokens import create_token
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,10 @@ from asgiref.sync import sync_to_async
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts.models import Membership, Role, Team
 from research.knowledge import add_item
 from research.memory import search_memory
-from research.models import KnowledgeItem, Membership, Role, Team
+from research.models import KnowledgeItem
 from tests.thinking.test_consumers import add_thought, communicator, login
 from thinking import limits
 from thinking.broadcast import publish
@@ -29,8 +30,8 @@ def carol(django_user_model: Any) -> Any:
 @pytest.fixture
 def team(alice: Any, carol: Any) -> Team:
     team = Team.objects.create(name="Lab")
-    Membership.objects.create(team=team, user=alice, role=Role.OWNER)
-    Membership.objects.create(team=team, user=carol, role=Role.MEMBER)
+    Membership.objects.create(accepted_at=timezone.now(), team=team, user=alice, role=Role.OWNER)
+    Membership.objects.create(accepted_at=timezone.now(), team=team, user=carol, role=Role.MEMBER)
     return team
 
 

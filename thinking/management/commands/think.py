@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from thinking import broadcast, llm
+from thinking import broadcast, limits, llm
 from thinking.events import SessionEvent
 from thinking.export import session_document
 from thinking.forms import StartSessionForm
@@ -111,8 +111,11 @@ class Command(BaseCommand):
         if not form.is_valid():
             problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
             raise CommandError(problems)
-        with transaction.atomic():
-            session = form.create_session(owner=owner)
+        try:
+            with transaction.atomic():
+                session = form.create_session(owner=owner)
+        except limits.LimitRefused as refused:
+            raise CommandError(str(refused)) from None
         quiet = options["json"]
         if not quiet:
             self.stdout.write(self.style.MIGRATE_HEADING(f"Thinking about: {session.question}"))

@@ -8,8 +8,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from thinking.models import ApiToken
-from thinking.tokens import create_token
+from accounts.models import ApiToken
+from accounts.tokens import create_token
 
 
 class Command(BaseCommand):

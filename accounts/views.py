@@ -1,4 +1,5 @@
-"""The API tokens settings page: list, create (the token is shown once), revoke."""
+"""Account pages: API tokens (list, create — the token is shown once — revoke), the throttled
+login and self-signup."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
 from . import throttle
+from .clients import client_address
 from .models import ApiToken
 from .tokens import create_token, revoke_token
 
@@ -49,7 +51,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
         "new_token": created[0] if created else None,
         "new_secret": created[1] if created else "",
     }
-    response = render(request, "thinking/tokens.html", context, status=status)
+    response = render(request, "accounts/tokens.html", context, status=status)
     if created:
         add_never_cache_headers(response)  # no copy of the secret in any cache
     return response
@@ -66,10 +68,15 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 
 class ThrottledLoginView(LoginView):
     """Django's login, refusing further attempts for a while after repeated failures, per
-    client address and username and per client address alone."""
+    client address and username and per client address alone.
+
+    The address is the real client's (accounts.clients: X-Forwarded-For only through trusted
+    proxies), so one client failing many logins never locks out another, and failures on a
+    username from one client do not lock that user out of their own logins elsewhere.
+    """
 
     def _client(self) -> str:
-        return self.request.META.get("REMOTE_ADDR", "") or "unknown"
+        return client_address(self.request.META) or "unknown"
 
     def _keys(self) -> list[tuple[str, ...]]:
         username = (self.request.POST.get("username") or "").strip().lower()[:150]
@@ -116,5 +123,5 @@ def signup(request: HttpRequest) -> HttpResponse:
         auth_login(request, user)
         return redirect("home")
     return render(
-        request, "registration/signup.html", {"form": form}, status=422 if form.errors else 200
+        request, "accounts/signup.html", {"form": form}, status=422 if form.errors else 200
     )

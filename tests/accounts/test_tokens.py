@@ -11,8 +11,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from thinking.models import ApiToken
-from thinking.tokens import create_token, hash_token, revoke_token, verify_token
+from accounts.models import ApiToken
+from accounts.tokens import create_token, hash_token, revoke_token, verify_token
 
 pytestmark = pytest.mark.django_db
 
@@ -192,8 +192,8 @@ def test_the_command_refuses_an_inactive_user(alice: Any):
 
 def test_the_admin_shows_tokens_but_never_the_hash(admin_client: Client, alice: Any):
     token, _ = create_token(alice, "script")
-    listing = admin_client.get(reverse("admin:thinking_apitoken_changelist")).content.decode()
-    change = admin_client.get(reverse("admin:thinking_apitoken_change", args=[token.pk]))
+    listing = admin_client.get(reverse("admin:accounts_apitoken_changelist")).content.decode()
+    change = admin_client.get(reverse("admin:accounts_apitoken_change", args=[token.pk]))
     assert "script" in listing and token.prefix in listing
     assert token.hashed not in listing + change.content.decode()
     assert 'name="hashed"' not in change.content.decode()
@@ -202,7 +202,7 @@ def test_the_admin_shows_tokens_but_never_the_hash(admin_client: Client, alice: 
 def test_the_admin_revokes_selected_tokens(admin_client: Client, alice: Any):
     token, secret = create_token(alice, "script")
     admin_client.post(
-        reverse("admin:thinking_apitoken_changelist"),
+        reverse("admin:accounts_apitoken_changelist"),
         {"action": "revoke", "_selected_action": [token.pk]},
     )
     assert verify_token(secret) is None

@@ -107,3 +107,54 @@ async def test_a_huge_frame_closes_the_socket(make_session: Any, alice: Any):
     await comm.send_to(text_data="x" * 100_000)
     output = await comm.receive_output(timeout=2)
     assert output["type"] == "websocket.close" and output["code"] == 1009
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_page_stops_receiving_after_its_user_is_deactivated(
+    make_session: Any, alice: Any, settings: Any
+):
+    settings.DEEPTHINK_WS_RECHECK_SECONDS = 0
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    comm = communicator(session.pk, await login(alice), rev=0)
+    assert (await comm.connect())[0]
+    alice.is_active = False
+    await alice.asave(update_fields=["is_active"])
+
+    await add_thought(session, 0, "must not arrive")
+    await publish(SessionEvent(session.pk, thoughts=(0,)))
+    output = await comm.receive_output(timeout=2)
+    assert output["type"] == "websocket.close" and output["code"] == 4403
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("origin", "host", "connects"),
+    [
+        ("http://testserver", "testserver", True),
+        ("http://testserver:8000", "testserver:8000", True),
+        ("https://testserver", "testserver:443", True),
+        ("http://testserver:8001", "testserver:8000", False),  # another app on the host
+        ("http://testserver:8001", "testserver", False),
+        ("http://testserver", "testserver:8000", False),
+        ("null", "testserver", False),
+    ],
+)
+async def test_the_websocket_origin_check_includes_the_port(
+    make_session: Any, alice: Any, origin: str, host: str, connects: bool
+):
+    from channels.testing import WebsocketCommunicator
+
+    from config.asgi import application
+    from thinking.presenters import session_ws_path
+
+    session = await sync_to_async(make_session)()
+    headers = [
+        (b"origin", origin.encode()),
+        (b"host", host.encode()),
+        (b"cookie", f"sessionid={await login(alice)}".encode()),
+    ]
+    comm = WebsocketCommunicator(application, session_ws_path(session.pk), headers=headers)
+    connected, _ = await comm.connect()
+    assert connected is connects
+    if connected:
+        await comm.disconnect()

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.contrib.auth import SESSION_KEY
+from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 
 from .access import find_session_for
@@ -31,6 +31,9 @@ def still_allowed(user: Any, session_key: str | None, session_id: Any) -> bool:
         return False
     stored = SessionStore(session_key=session_key).load()
     if str(stored.get(SESSION_KEY)) != str(user.pk):
+        return False
+    # The scope's user is the one loaded at connect: a deactivated account must end too.
+    if not get_user_model().objects.filter(pk=user.pk, is_active=True).exists():
         return False
     return find_session_for(user, session_id) is not None
 

@@ -188,9 +188,19 @@ def _snippet(result: Any) -> str:
     return text
 
 
+def is_web_url(url: str) -> bool:
+    """Only http(s) links are kept: a `javascript:` or `data:` URL from a search result would
+    otherwise reach storage, the API, exports and every page that links a source."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+
+
 def _to_result(result: Any, *, query: str) -> WebResult | None:
     url = (result.url or "").strip()
-    if not url:
+    if not is_web_url(url):
         return None
     score = result.score
     return WebResult(
@@ -267,7 +277,12 @@ class WebSearch:
         if self.cache_seconds > 0:
             cached = await cached_results(key)
             if cached is not None:
-                return [WebResult.from_dict(item) for item in cached]
+                # Cached before http(s) was required, perhaps: filter again.
+                return [
+                    result
+                    for result in (WebResult.from_dict(item) for item in cached)
+                    if is_web_url(result.url)
+                ]
 
         response = await self._search_with_retry(text, count)
         parsed = [_to_result(result, query=text) for result in response.results]

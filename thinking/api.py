@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 import ninja
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
@@ -139,6 +141,16 @@ def validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse
         for error in exc.errors
     ]
     return api.create_response(request, {"detail": detail}, status=422)
+
+
+@api.exception_handler(RequestDataTooBig)
+def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    # Django would answer an HTML 400 (or a traceback page with DEBUG on); an API client
+    # needs JSON and the status that says what to change.
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return api.create_response(
+        request, {"detail": f"The request body is larger than {limit} bytes."}, status=413
+    )
 
 
 @api.exception_handler(Http404)

@@ -116,8 +116,8 @@ def format_sources(sources: list[Source], *, found_before: int = 0) -> str:
         if found_before:
             return f"No new sources ({found_before} already in the list above were found again)."
         return "No sources found."
-    lines = [f"[{s.number}] {s.title} ({s.url or 'knowledge base'})\n{s.snippet}" for s in sources]
-    return evidence.EVIDENCE_PREAMBLE + "\n\n" + evidence._data("\n\n".join(lines))
+    # The same delimited data blocks as the evidence pack: search results are data.
+    return evidence.evidence_pack(sources)
 
 
 async def run_tool(

@@ -226,3 +226,20 @@ def test_without_a_key_web_search_is_off(settings: Any):
 )
 def test_urls_are_normalised_to_the_page_they_name(url: str, normal: str):
     assert normalise_url(url) == normal
+
+
+async def test_only_http_links_are_kept(fake_exa: FakeExa):
+    fake_exa.enqueue(
+        {
+            "results": [
+                page("javascript:alert(document.cookie)", "Script"),
+                page("data:text/html,<script>alert(1)</script>", "Data"),
+                page("JAVASCRIPT://example.org/%0aalert(1)", "Sneaky"),
+                page("ftp://example.org/file", "FTP"),
+                page("https://example.org/ok", "Fine"),
+                page("http://example.org/also", "Also fine"),
+            ]
+        }
+    )
+    results = await web_search("links")
+    assert [r.url for r in results] == ["https://example.org/ok", "http://example.org/also"]

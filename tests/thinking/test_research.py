@@ -232,7 +232,8 @@ async def test_the_model_can_search_report_progress_and_use_its_scratchpad(
     assert first.text.startswith("Octopuses show REM-like sleep")
     # The tool results went back to the model with the sources numbered.
     tool_result = fake_claude.requests[1]["body"]["messages"][-1]["content"][0]
-    assert tool_result["type"] == "tool_result" and "[1]" in tool_result["content"]
+    assert tool_result["type"] == "tool_result" and '<source n="1"' in tool_result["content"]
+    assert tool_result["content"].rstrip().endswith("</evidence>")
 
 
 async def test_a_tool_loop_without_text_ends_with_a_pass_without_tools(
@@ -281,7 +282,7 @@ async def test_web_text_is_data_not_instructions(
             "results": [
                 {
                     "id": "u",
-                    "url": "javascript:alert(1)",
+                    "url": "https://evil.example/page",
                     "title": "<b>Evil</b>",
                     "summary": hostile,
                 }

@@ -223,11 +223,14 @@ class StartSessionForm(forms.Form):
         mode = data.get("thinking_mode") or settings.DEEPTHINK_THINKING
         wanted = ThinkingSettings(
             mode=mode,
-            budget_tokens=(data.get("thinking_budget") or settings.DEEPTHINK_THINKING_BUDGET)
+            # Only an empty field takes the default; 0 is a value, and validation refuses it.
+            budget_tokens=_or_default(
+                data.get("thinking_budget"), settings.DEEPTHINK_THINKING_BUDGET
+            )
             if mode == ThinkingMode.MANUAL
             else None,
             effort=data.get("effort") or "",
-            max_tokens=data.get("max_tokens") or settings.DEEPTHINK_MAX_TOKENS,
+            max_tokens=_or_default(data.get("max_tokens"), settings.DEEPTHINK_MAX_TOKENS),
         )
         capabilities = builtin_capabilities(settings.DEEPTHINK_MODEL)
         known = capabilities if capabilities.source != "default" else None
@@ -281,6 +284,10 @@ class StartSessionForm(forms.Form):
         if not tools:
             return {}
         return {"tools_enabled": tools != "none", "think_tool": tools == "all"}
+
+
+def _or_default(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 class SteerForm(forms.Form):

@@ -108,3 +108,26 @@ def test_without_a_provider_the_cli_exits_non_zero_with_a_message(tmp_path: Path
     assert result.returncode != 0
     assert "No model provider is configured" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_binary_format_spec_is_a_clear_error(fake_claude: Any, alice: Any, tmp_path: Path):
+    spec = tmp_path / "spec.bin"
+    spec.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    with pytest.raises(CommandError, match="not a text file"):
+        think("Why?", "--format", "custom", "--format-spec", str(spec), "--owner", "alice")
+    assert not ThinkingSession.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "field"),
+    [
+        ("--synthesis-minutes", "synthesis_minutes"),
+        ("--max-tokens", "max_tokens"),
+        ("--thinking-budget", "thinking_budget"),
+    ],
+)
+def test_zero_is_refused_like_the_form_does(fake_claude: Any, alice: Any, option: str, field: str):
+    extra = ["--thinking", "manual"] if option == "--thinking-budget" else []
+    with pytest.raises(CommandError, match=field):
+        think("Why?", "--minutes", "0.05", option, "0", *extra, "--owner", "alice")
+    assert not ThinkingSession.objects.exists()

@@ -48,6 +48,12 @@ class TerminalPrinter:
             self.write(self.style.HTTP_INFO(f"-- {session.get_status_display()} ({progress})"))
 
 
+def _given(value: object) -> object:
+    """An option left out is an empty field (the default); 0 is a value the form refuses,
+    as the page and the API do."""
+    return "" if value is None else value
+
+
 class Command(BaseCommand):
     help = "Think about a question for a while, in this process, and print the answer."
 
@@ -89,23 +95,27 @@ class Command(BaseCommand):
         spec = ""
         if options["format_spec"]:
             try:
-                spec = options["format_spec"].read_text()
+                spec = options["format_spec"].read_text(encoding="utf-8")
             except OSError as error:
                 raise CommandError(f"Cannot read {options['format_spec']}: {error}") from None
+            except UnicodeDecodeError:
+                raise CommandError(
+                    f"{options['format_spec']} is not a text file: a tag spec is JSON (UTF-8)."
+                ) from None
         owner = self._owner(options["owner"])
         form = StartSessionForm(
             user=owner,
             data={
                 "question": options["question"],
                 "minutes": options["minutes"],
-                "synthesis_minutes": options["synthesis_minutes"] or "",
+                "synthesis_minutes": _given(options["synthesis_minutes"]),
                 "format_mode": options["format"] or "",
                 "format_spec": spec,
                 "thinking_mode": options["thinking"] or "",
-                "thinking_budget": options["thinking_budget"] or "",
+                "thinking_budget": _given(options["thinking_budget"]),
                 "effort": options["effort"] or "",
-                "max_tokens": options["max_tokens"] or "",
-                "token_ceiling": options["token_ceiling"] or "",
+                "max_tokens": _given(options["max_tokens"]),
+                "token_ceiling": _given(options["token_ceiling"]),
             },
         )
         if not form.is_valid():

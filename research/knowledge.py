@@ -181,15 +181,39 @@ class ImportSummary:
         )
 
 
-def text_files(root: Path) -> Iterator[Path]:
+def text_files(root: Path, skipped: list[tuple[str, str]] | None = None) -> Iterator[Path]:
     """The .txt/.md files under `root`, in a stable order, leaving out hidden files and
-    folders (.git, .obsidian, editor backups)."""
+    folders (.git, .obsidian, editor backups).
+
+    Links are followed only to files inside `root` (a link must not pull in a file from
+    elsewhere on the machine); links out of it, dangling links, linked folders and special
+    files (pipes, sockets, devices: reading a pipe would hang) are added to `skipped`."""
+    root = root.resolve()
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
         if any(part.startswith(".") for part in relative.parts):
             continue
+        reason = _not_importable(root, path)
+        if reason:
+            if skipped is not None:
+                skipped.append((relative.as_posix(), reason))
+            continue
         if path.is_file() and path.suffix.lower() in TEXT_SUFFIXES:
             yield path
+
+
+def _not_importable(root: Path, path: Path) -> str:
+    """Why `path` is left out of a folder import, or "" when it is a folder or a file."""
+    if path.is_symlink():
+        if not path.exists():
+            return "a dangling link"
+        if path.is_dir():
+            return "a linked folder (not followed)"
+        if not path.resolve().is_relative_to(root):
+            return "a link out of the folder (not followed)"
+    if path.exists() and not (path.is_dir() or path.is_file()):
+        return "not a regular file"
+    return ""
 
 
 def import_folder(root: Path, *, owner: AbstractBaseUser) -> ImportSummary:
@@ -198,7 +222,7 @@ def import_folder(root: Path, *, owner: AbstractBaseUser) -> ImportSummary:
     root = root.resolve()
     summary = ImportSummary()
     limit = max_upload_bytes()
-    for path in text_files(root):
+    for path in text_files(root, summary.skipped):
         shown = path.relative_to(root).as_posix()
         try:
             if path.stat().st_size > limit:

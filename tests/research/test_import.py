@@ -90,3 +90,24 @@ def test_a_file_instead_of_a_folder_is_an_error(notes: Path, alice: Any):
 )
 def test_the_title_is_the_first_markdown_heading(text: str, title: str):
     assert title_from_text(text, fallback="fallback") == title
+
+
+def test_links_out_of_the_folder_and_special_files_are_skipped(
+    notes: Path, alice: Any, tmp_path_factory: Any
+):
+    import os
+
+    outside = tmp_path_factory.mktemp("outside") / "secret.md"
+    outside.write_text("# Secret\n\nNot for the knowledge base.\n")
+    (notes / "leak.md").symlink_to(outside)
+    (notes / "gone.md").symlink_to(notes / "missing.md")
+    (notes / "alias.md").symlink_to(notes / "dreams.md")  # inside the folder: fine
+    os.mkfifo(notes / "pipe.md")
+
+    out, err = import_knowledge(str(notes), "--owner", "alice")
+
+    titles = set(KnowledgeItem.objects.values_list("title", flat=True))
+    assert "Secret" not in titles and "Why we dream" in titles
+    assert "leak.md (a link out of the folder (not followed))" in err
+    assert "gone.md (a dangling link)" in err
+    assert "pipe.md (not a regular file)" in err

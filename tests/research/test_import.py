@@ -104,7 +104,7 @@ def test_links_out_of_the_folder_and_special_files_are_skipped(
     (notes / "alias.md").symlink_to(notes / "dreams.md")  # inside the folder: fine
     os.mkfifo(notes / "pipe.md")
 
-    out, err = import_knowledge(str(notes), "--owner", "alice")
+    _, err = import_knowledge(str(notes), "--owner", "alice")
 
     titles = set(KnowledgeItem.objects.values_list("title", flat=True))
     assert "Secret" not in titles and "Why we dream" in titles

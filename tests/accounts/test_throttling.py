@@ -63,3 +63,24 @@ def test_entries_the_client_wrote_are_ignored(settings: Any):
 def test_the_login_page_still_signs_people_in(client: Any, alice: Any):
     response = client.post(reverse("login"), {"username": "alice", "password": "alice-pass-123"})
     assert response.status_code == 302 and "_auth_user_id" in client.session
+
+
+def test_the_middleware_gives_everything_after_it_the_real_client(settings: Any):
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from accounts.clients import TrustedProxyMiddleware
+
+    seen: list[str] = []
+
+    def view(request: Any) -> HttpResponse:
+        seen.append(request.META["REMOTE_ADDR"])
+        return HttpResponse()
+
+    middleware = TrustedProxyMiddleware(view)
+    request = RequestFactory().get("/", headers={"X-Forwarded-For": "6.6.6.6, 198.51.100.2"})
+    middleware(request)
+    settings.DEEPTHINK_TRUSTED_PROXY_COUNT = 1
+    request = RequestFactory().get("/", headers={"X-Forwarded-For": "6.6.6.6, 198.51.100.2"})
+    middleware(request)
+    assert seen == ["127.0.0.1", "198.51.100.2"]

@@ -27,9 +27,9 @@ from django.utils import timezone
 from research import knowledge
 from research.models import Source as KnowledgeSource
 
-from . import evidence, parsing, planner, prompts, tags, tools
+from . import budget, evidence, parsing, planner, prompts, tags, tools
 from .events import LiveStep, Publish, SessionEvent
-from .llm import LLM, LLMError, Reply, Usage, user_message
+from .llm import LLM, UTILITY_PURPOSES, LLMError, Reply, Usage, user_message
 from .models import (
     CompletionReason,
     FormatMode,
@@ -100,17 +100,18 @@ def _record_calls(session: ThinkingSession, purpose: str, replies: Sequence[Repl
         ModelCall(
             session=session,
             purpose=purpose,
-            model=reply.model or session.model_id,
-            thinking_mode=reply.thinking_mode,
-            stop_reason=reply.stop_reason or "",
-            duration_ms=reply.duration_ms,
-            input_tokens=reply.usage.input_tokens,
-            output_tokens=reply.usage.output_tokens,
-            cache_read_tokens=reply.usage.cache_read_tokens,
-            cache_write_tokens=reply.usage.cache_write_tokens,
-            content=reply.content,
+            model=call.model or session.model_id,
+            thinking_mode=call.thinking_mode,
+            stop_reason=call.stop_reason or "",
+            duration_ms=call.duration_ms,
+            input_tokens=call.usage.input_tokens,
+            output_tokens=call.usage.output_tokens,
+            cache_read_tokens=call.usage.cache_read_tokens,
+            cache_write_tokens=call.usage.cache_write_tokens,
+            content=call.content,
         )
         for reply in replies
+        for call in reply.attempts  # a cut-off attempt was spent too
     )
 
 
@@ -124,7 +125,10 @@ def _checkpoint(session: ThinkingSession, *, meter: Meter, replies: Sequence[Rep
         "revision": F("revision") + 1,
     }
     if replies:
-        usage = sum((reply.usage for reply in replies), Usage())
+        usage = sum((reply.total_usage for reply in replies), Usage())
+        truncated = sum(1 for reply in replies if reply.truncated)
+        if truncated:
+            changes["truncated_replies"] = F("truncated_replies") + truncated
         changes.update(
             input_tokens=F("input_tokens") + usage.input_tokens,
             output_tokens=F("output_tokens") + usage.output_tokens,
@@ -347,8 +351,10 @@ async def ask(
                 messages or [user_message(prompt.stable, prompt.variable)],  # type: ignore[union-attr]
                 system=prompts.SYSTEM,
                 tools=tools,
-                model=session.model_id,
+                # Utility work (plan, sub-question lists) goes to the fast model, never thinking.
+                model=llm.model_for(purpose, session.model_id),
                 thinking=session.thinking_settings,
+                skip_thinking=purpose in UTILITY_PURPOSES,
                 on_thinking=live.on_thinking,
                 on_text=live.on_text,
             )
@@ -574,6 +580,7 @@ def _store_thoughts(
                 confidence=thought.confidence,
                 parts=reading.parts,
                 reasoning=reasoning if index == 0 else "",
+                truncated=replies[-1].truncated,
                 time_offset_seconds=round(offset, 2),
                 sub_question_id=focus.sub_question_id,
             )
@@ -763,6 +770,7 @@ def _store_synthesis(
             time_offset_seconds=round(session.active_seconds, 2),
             is_final=final,
             reasoning=reasoning_text(reply),
+            truncated=reply.truncated,
         )
         _record_calls(session, "final" if final else "synthesis", [reply])
         changes["confidence_evolution"] = [*session.confidence_evolution, parsed.confidence]
@@ -901,6 +909,8 @@ def ending_reason(session: ThinkingSession) -> str:
         return CompletionReason.STOP_SIGNAL
     if session.over_token_ceiling:
         return CompletionReason.TOKEN_CEILING
+    if budget.over_cost_ceiling(session):
+        return CompletionReason.COST_CEILING
     if session.budget_exhausted:
         return CompletionReason.BUDGET
     return ""

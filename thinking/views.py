@@ -16,6 +16,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from . import llm
 from .access import get_session_for
 from .broadcast import publish_sync
+from .budget import BudgetExhausted
 from .events import SessionEvent
 from .forms import StartSessionForm, SteerForm
 from .models import IllegalTransition, Status, ThinkingSession
@@ -51,9 +52,13 @@ def session_create(request: HttpRequest) -> HttpResponse:
         form.add_error(None, llm.NOT_CONFIGURED)
     if not form.is_valid():
         return _start_page(request, form, status=422)
-    with transaction.atomic():
-        session = form.create_session(owner=request.user)
-        transaction.on_commit(lambda: request_start(session.pk))
+    try:
+        with transaction.atomic():
+            session = form.create_session(owner=request.user)
+            transaction.on_commit(lambda: request_start(session.pk))
+    except BudgetExhausted as error:
+        form.add_error(None, error)
+        return _start_page(request, form, status=422)
     if request.htmx:
         return HttpResponseClientRedirect(session.get_absolute_url())
     return redirect(session)

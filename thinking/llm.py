@@ -379,7 +379,7 @@ class LLM:
         async with self._client.messages.stream(
             model=model,
             system=system_blocks(system),
-            messages=messages,  # type: ignore[arg-type]
+            messages=cache_tool_loop(messages, system_marked=settings.DEEPTHINK_PROMPT_CACHING),  # type: ignore[arg-type]
             **params,
             **extra,
         ) as stream:
@@ -418,6 +418,71 @@ def system_blocks(system: str) -> list[dict[str, Any]] | str:
     if not settings.DEEPTHINK_PROMPT_CACHING:
         return system
     return [{"type": "text", "text": system, "cache_control": CACHE}]
+
+
+MAX_BREAKPOINTS = 4  # the API refuses a request with more
+
+
+def prompt_message(prompt: Any) -> dict[str, Any]:
+    """A prompts.Prompt as the user turn, laid out for the cache: the stable part, then the
+    session log (append-only, a breakpoint on its last block, so the next call reads all of
+    it from the cache), then the short variable part, which alone is paid in full."""
+    if not prompt.log:
+        return user_message(prompt.stable, prompt.variable)
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": prompt.stable}]
+    blocks += [{"type": "text", "text": text} for text in prompt.log]
+    if settings.DEEPTHINK_PROMPT_CACHING:
+        # The stable part survives a change inside the log (a new epoch); the last log block
+        # is where the next call picks up.
+        blocks[0]["cache_control"] = CACHE
+        blocks[-1]["cache_control"] = CACHE
+    blocks.append({"type": "text", "text": prompt.variable})
+    return {"role": "user", "content": blocks}
+
+
+def _breakpoints(messages: list[dict[str, Any]]) -> int:
+    return sum(
+        1
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("cache_control")
+    )
+
+
+def cache_tool_loop(messages: list[dict[str, Any]], *, system_marked: bool) -> list[dict]:
+    """Inside a tool loop, a breakpoint on the newest turn's last block, so the next round
+    reads this whole round from the cache. Earlier message breakpoints are dropped if the
+    request would pass the API's limit; the caller's list is not changed."""
+    if not settings.DEEPTHINK_PROMPT_CACHING or len(messages) < 2:
+        return messages
+    last = messages[-1]
+    content = last.get("content")
+    if not isinstance(content, list) or not content or not isinstance(content[-1], dict):
+        return messages
+    messages = [dict(m) for m in messages]
+    budget = MAX_BREAKPOINTS - (1 if system_marked else 0) - 1
+    # Keep the latest breakpoints that fit; older ones are covered by the new prefix.
+    seen = 0
+    for message in reversed(messages[:-1]):
+        if not isinstance(message.get("content"), list):
+            continue
+        blocks = []
+        for block in reversed(message["content"]):
+            if isinstance(block, dict) and block.get("cache_control"):
+                seen += 1
+                if seen > budget:
+                    block = {k: v for k, v in block.items() if k != "cache_control"}
+            blocks.append(block)
+        message["content"] = list(reversed(blocks))
+    tail = [
+        *content[:-1],
+        {**content[-1], "cache_control": CACHE}
+        if content[-1].get("type") in ("text", "tool_result")
+        else content[-1],
+    ]
+    messages[-1] = {**last, "content": tail}
+    return messages
 
 
 def user_message(stable: str, variable: str) -> dict[str, Any]:

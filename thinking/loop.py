@@ -12,6 +12,7 @@ session taken over by another worker is never written twice.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -27,9 +28,9 @@ from django.utils import timezone
 from research import knowledge
 from research.models import Source as KnowledgeSource
 
-from . import budget, evidence, parsing, planner, prompts, tags, tools
+from . import budget, evidence, parsing, planner, prompts, tags, tools, transcript
 from .events import LiveStep, Publish, SessionEvent
-from .llm import LLM, UTILITY_PURPOSES, LLMError, Reply, Usage, user_message
+from .llm import LLM, UTILITY_PURPOSES, LLMError, Reply, Usage, prompt_message
 from .models import (
     CompletionReason,
     FormatMode,
@@ -348,7 +349,7 @@ async def ask(
         await live.start()
         try:
             reply = await llm.stream(
-                messages or [user_message(prompt.stable, prompt.variable)],  # type: ignore[union-attr]
+                messages or [prompt_message(prompt)],
                 system=prompts.SYSTEM,
                 tools=tools,
                 # Utility work (plan, sub-question lists) goes to the fast model, never thinking.
@@ -414,7 +415,7 @@ async def generate_thoughts(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus."""
-    recent, understanding, sources, hints = await database_sync_to_async(
+    recent, understanding, sources, hints, log = await database_sync_to_async(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             _latest_synthesis_text(session),
@@ -424,6 +425,7 @@ async def generate_thoughts(
                 .order_by("-sequence")
                 .values_list("text", flat=True)[:RECENT_HINTS]
             ),
+            transcript.session_log(session),
         )
     )()
     pack = await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
@@ -441,8 +443,9 @@ async def generate_thoughts(
         else "",
         known_sources=len(sources),
         hints=list(reversed(hints)),
+        log=log,
     )
-    messages = [user_message(prompt.stable, prompt.variable)]
+    messages = [prompt_message(prompt)]
     replies: list[Reply] = []
     scratch: list[str] = []
     findings: list[str] = []
@@ -502,8 +505,8 @@ async def generate_thoughts(
     if offered and not replies[-1].text.strip():
         # The tool loop ended without thoughts: one pass without tools writes them.
         extra = "\n\n".join(findings)[-6000:] or "(no new sources)"
-        retry = prompts.Prompt(
-            prompt.stable, f"{prompt.variable}\n\nWhat your searches found this cycle:\n{extra}"
+        retry = dataclasses.replace(
+            prompt, variable=f"{prompt.variable}\n\nWhat your searches found this cycle:\n{extra}"
         )
         replies.append(
             await ask(
@@ -626,13 +629,16 @@ async def generate_questions(
     worker_id: str,
     publish: Publish,
 ) -> tuple[ThinkingSession, SessionEvent]:
-    recent, existing = await database_sync_to_async(
+    recent, existing, log = await database_sync_to_async(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             list(session.sub_questions.values_list("text", flat=True)),
+            transcript.session_log(session),
         )
     )()
-    prompt = prompts.questions_prompt(question=session.question, recent=recent, existing=existing)
+    prompt = prompts.questions_prompt(
+        question=session.question, recent=recent, existing=existing, log=log
+    )
     reply = await ask(
         session=session,
         prompt=prompt,
@@ -703,15 +709,16 @@ async def synthesise(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A periodic synthesis, or with `final=True` the final answer that completes the session."""
 
-    def gather() -> tuple[list, list, str, list[str]]:
+    def gather() -> tuple[list, list, str, list[str], tuple[str, ...]]:
         return (
             _recent(session, SYNTHESIS_THOUGHTS),
             _explored(session),
             _latest_synthesis_text(session),
             list(session.syntheses.order_by("sequence").values_list("text", flat=True)),
+            transcript.session_log(session),
         )
 
-    recent, explored, previous, all_syntheses = await database_sync_to_async(gather)()
+    recent, explored, previous, all_syntheses, log = await database_sync_to_async(gather)()
     pack = evidence.evidence_pack(
         await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
     )
@@ -722,6 +729,7 @@ async def synthesise(
             explored=explored,
             syntheses=all_syntheses,
             evidence=pack,
+            log=log,
         )
     else:
         prompt = prompts.synthesis_prompt(
@@ -730,6 +738,7 @@ async def synthesise(
             explored=explored,
             previous=previous,
             evidence=pack,
+            log=log,
         )
     purpose = "final" if final else "synthesis"
     reply = await ask(

@@ -455,11 +455,16 @@ def _prefixes(body: dict) -> list[_Prefix]:
         if in_messages and not settings_added:
             digest.update(settings.encode())
             settings_added = True
-        raw = json.dumps(block)  # exact bytes, in the order the client sent them
-        digest.update(raw.encode())
-        size += len(raw)
         inner = block.get("block") if in_messages and isinstance(block, dict) else block
         marked = isinstance(inner, dict) and bool(inner.get("cache_control"))
+        if marked:
+            # The marker is not content: moving a breakpoint later keeps earlier entries.
+            bare = {k: v for k, v in inner.items() if k != "cache_control"}  # type: ignore[union-attr]
+            block = {**block, "block": bare} if in_messages else bare  # type: ignore[dict-item]
+        raw = json.dumps(block)  # exact bytes, in the order the client sent them
+        digest.update(raw.encode())
+        # Tokens of the block itself (not of the role tag the key adds), as `_usage` counts.
+        size += len(json.dumps(block["block"] if in_messages else block))  # type: ignore[index]
         out.append(_Prefix(size // 4, digest.copy().hexdigest(), marked))
     return out
 

@@ -70,8 +70,10 @@ def _share(left: Any, requested: Any) -> Any:
     """A session's reservation: what it asked for, else a share of what is left."""
     if requested is not None:
         return min(requested, left)
-    share = left * type(left)(str(settings.DEEPTHINK_TEAM_SESSION_SHARE))
-    return type(left)(share) if isinstance(left, int) else share
+    share = settings.DEEPTHINK_TEAM_SESSION_SHARE
+    if isinstance(left, int):
+        return max(1, int(left * share))
+    return left * Decimal(str(share))
 
 
 def reserve(
@@ -119,12 +121,12 @@ def refuse_team_start(team: Team | None) -> str:
     used = committed_this_month(team)
     if team.monthly_token_budget is not None and used.tokens >= team.monthly_token_budget:
         return (
-            f"The team {team.name} has used or reserved its {team.monthly_token_budget} "
-            "tokens for this month."
+            f"The team {team.name} has used its {team.monthly_token_budget} tokens for this "
+            "month (running sessions count at their ceilings until they finish)."
         )
     if team.monthly_cost_budget_usd is not None and used.dollars >= team.monthly_cost_budget_usd:
         return (
-            f"The team {team.name} has used or reserved its ${team.monthly_cost_budget_usd} "
-            "for this month."
+            f"The team {team.name} has used its ${team.monthly_cost_budget_usd} for this "
+            "month (running sessions count at their ceilings until they finish)."
         )
     return ""

@@ -10,7 +10,7 @@ from django.conf import settings
 from research.models import Team
 
 from . import budget, limits, llm, tags
-from .capabilities import ThinkingSettings, builtin_capabilities, validate
+from .capabilities import ThinkingSettings, best_mode, builtin_capabilities, validate
 from .models import Effort, FormatMode, ThinkingMode, ThinkingSession
 
 
@@ -168,6 +168,14 @@ class StartSessionForm(forms.Form):
             field.help_text = f"{field.help_text} Default: {default}."
 
     @staticmethod
+    def default_thinking_mode() -> str:
+        """DEEPTHINK_THINKING, or when unset the best the default model takes."""
+        if settings.DEEPTHINK_THINKING != ThinkingMode.AUTO:
+            return settings.DEEPTHINK_THINKING
+        caps = builtin_capabilities(settings.DEEPTHINK_MODEL)
+        return best_mode(caps, max_tokens=settings.DEEPTHINK_MAX_TOKENS)
+
+    @staticmethod
     def default_tools() -> str:
         if not settings.DEEPTHINK_TOOLS:
             return "none"
@@ -187,7 +195,7 @@ class StartSessionForm(forms.Form):
             "max_cost_usd": f"${settings.DEEPTHINK_MAX_COST_USD:g}"
             if settings.DEEPTHINK_MAX_COST_USD
             else "none",
-            "thinking_mode": label("thinking_mode", settings.DEEPTHINK_THINKING),
+            "thinking_mode": label("thinking_mode", self.default_thinking_mode()),
             "thinking_budget": f"{default_budget} tokens"
             if default_budget
             else "fitted to max tokens",

@@ -263,3 +263,25 @@ def test_concurrent_team_sessions_never_reserve_past_the_budget(alice: Any, sett
     assert promised <= Decimal("10")
     assert len(made) == 4 and len(refused) == 4  # $3, $3, $3, then the last $1
     assert sorted(s.max_cost_usd for s in made) == [1, 3, 3, 3]
+
+
+def test_the_cli_refuses_a_model_the_server_does_not_list(fake_claude: Any, alice: Any):
+    from django.core.management import CommandError, call_command
+
+    llm._model_lists.clear()
+    fake_claude.models["claude-opus-5-5"] = model_info("claude-opus-5-5")
+    with pytest.raises(CommandError, match="does not list the model 'claude-nope'"):
+        call_command("think", "Q?", "--model", "claude-nope", "--owner", "alice", "--max-cost", "1")
+
+
+def test_a_cut_off_thought_is_marked_on_the_page(client: Any, alice: Any, make_session: Any):
+    from thinking.models import Thought
+
+    session = make_session()
+    Thought.objects.create(
+        session=session, sequence=1, text="Half a thought", type="insight", confidence=0.5,
+        time_offset_seconds=1.0, truncated=True,
+    )  # fmt: skip
+    client.force_login(alice)
+    html = client.get(session.get_absolute_url()).content.decode()
+    assert "cut off" in html and "Half a thought" in html

@@ -3,6 +3,7 @@ dollar ceilings and team reservations, against the strict fake Claude."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from decimal import Decimal
 from typing import Any
@@ -285,3 +286,36 @@ def test_a_cut_off_thought_is_marked_on_the_page(client: Any, alice: Any, make_s
     client.force_login(alice)
     html = client.get(session.get_absolute_url()).content.decode()
     assert "cut off" in html and "Half a thought" in html
+
+
+async def test_each_call_repeats_the_previous_calls_blocks_and_adds_at_the_end(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    """The prompt cache pays only if the session log is append-only: the blocks of each
+    thought call start with every block of the call before it, byte for byte."""
+    settings.DEEPTHINK_QUESTIONS_EVERY = 2
+    session = await sync_to_async(make_session)(
+        budget_seconds=600, synthesis_interval_seconds=600, token_ceiling=12_000
+    )
+    await run(session)
+
+    def blocks(body: dict) -> list[str]:
+        return [
+            json.dumps({k: v for k, v in b.items() if k != "cache_control"})
+            for b in body["messages"][0]["content"]
+        ]
+
+    calls = [
+        blocks(r["body"])
+        for r in fake_claude.requests
+        if _thought_call(r["body"]) and len(r["body"]["messages"]) == 1
+    ]
+    assert len(calls) >= 4
+    for before, after in itertools.pairwise(calls):
+        log_before = before[1:-1]  # between the stable header and the moving part
+        assert after[1 : 1 + len(log_before)] == log_before or log_before == [
+            json.dumps({"type": "text", "text": "(nothing yet)"})
+        ]
+        assert len(after) > len(before) or log_before == after[1:-1]
+    await session.arefresh_from_db()
+    assert session.cache_read_tokens > session.input_tokens

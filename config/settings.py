@@ -296,13 +296,20 @@ DEEPTHINK_LIVE_INTERVAL = env_float("DEEPTHINK_LIVE_INTERVAL", 0.5, minimum=0.0)
 
 def _check_thinking() -> None:
     """Validate what the operator set (and only that) against the model's known limits."""
-    from thinking.capabilities import ThinkingSettings, builtin_capabilities, validate
+    from thinking.capabilities import (
+        ThinkingSettings,
+        builtin_capabilities,
+        manual_budget,
+        validate,
+    )
 
     capabilities = builtin_capabilities(DEEPTHINK_MODEL)
+    # Manual thinking without a budget gets one fitted under max tokens, as requests do.
+    budget = DEEPTHINK_THINKING_BUDGET or manual_budget(None, DEEPTHINK_MAX_TOKENS) or None
     problems = validate(
         ThinkingSettings(
             mode=DEEPTHINK_THINKING,
-            budget_tokens=DEEPTHINK_THINKING_BUDGET if DEEPTHINK_THINKING == "manual" else None,
+            budget_tokens=budget if DEEPTHINK_THINKING == "manual" else None,
             effort=DEEPTHINK_EFFORT,
             max_tokens=DEEPTHINK_MAX_TOKENS,
         ),

@@ -10,7 +10,13 @@ from django.conf import settings
 from research.models import Team
 
 from . import budget, limits, llm, tags
-from .capabilities import ThinkingSettings, best_mode, builtin_capabilities, validate
+from .capabilities import (
+    ThinkingSettings,
+    best_mode,
+    builtin_capabilities,
+    manual_budget,
+    validate,
+)
 from .models import Effort, FormatMode, ThinkingMode, ThinkingSession
 
 
@@ -268,7 +274,13 @@ class StartSessionForm(forms.Form):
         mode = data.get("thinking_mode") or settings.DEEPTHINK_THINKING
         wanted = ThinkingSettings(
             mode=mode,
-            budget_tokens=(data.get("thinking_budget") or settings.DEEPTHINK_THINKING_BUDGET)
+            # An empty budget is fitted under max tokens (at least 1024, below max tokens).
+            budget_tokens=(
+                data.get("thinking_budget")
+                or settings.DEEPTHINK_THINKING_BUDGET
+                or manual_budget(None, data.get("max_tokens") or settings.DEEPTHINK_MAX_TOKENS)
+                or None
+            )
             if mode == ThinkingMode.MANUAL
             else None,
             effort=data.get("effort") or "",

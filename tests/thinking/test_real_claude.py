@@ -319,3 +319,18 @@ async def test_each_call_repeats_the_previous_calls_blocks_and_adds_at_the_end(
         assert len(after) > len(before) or log_before == after[1:-1]
     await session.arefresh_from_db()
     assert session.cache_read_tokens > session.input_tokens
+
+
+def test_manual_thinking_without_a_budget_gets_one_that_fits(fake_claude: Any, alice: Any):
+    form = StartSessionForm(
+        {
+            "question": "Q?",
+            "minutes": 1,
+            "model": "claude-sonnet-4-5",
+            "thinking_mode": "manual",
+            "max_tokens": 6000,
+        },
+        user=alice,
+    )
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data["thinking"].budget_tokens == 3000

@@ -18,7 +18,7 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ("name", "monthly_token_budget", "created_at")
+    list_display = ("name", "monthly_token_budget", "monthly_cost_budget_usd", "created_at")
     search_fields = ("name",)
     inlines = (MembershipInline,)
 

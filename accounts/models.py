@@ -44,6 +44,13 @@ class Team(models.Model):
     monthly_token_budget = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Tokens the team's shared sessions may use per month."
     )
+    monthly_cost_budget_usd = models.DecimalField(
+        max_digits=10,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        help_text="US dollars (list prices) the team's shared sessions may use per month.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TeamQuerySet.as_manager()

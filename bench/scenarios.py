@@ -24,6 +24,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from . import costs
 from .fakehost import session_tag
 from .harness import (
     MEMORY_LAYERS,
@@ -759,12 +760,14 @@ async def cache_share(setup: Setup) -> dict[str, Any]:
         row["calls"] += 1
         for name in ("input", "cache_read", "cache_write"):
             row[name] += usage.get(name, 0)
+        row["output"] += usage.get("output", 0)
         row["variable_part"] += request["variable"]
         row["tool_loop_turns"] += request["turns"]
     totals = Counter()
     for row in by_kind.values():
         totals.update(row)
     everything = max(1, totals["input"] + totals["cache_read"] + totals["cache_write"])
+    cost = costs.session_cost(by_kind)
     where = {
         "cache_read": round(totals["cache_read"] / everything, 3),
         "cache_write": round(totals["cache_write"] / everything, 3),
@@ -784,14 +787,24 @@ async def cache_share(setup: Setup) -> dict[str, Any]:
                 f"{100 * share:.0f}% of input tokens read from the cache "
                 f"({100 * where['cache_write']:.0f}% written, "
                 f"{100 * (1 - share - where['cache_write']):.0f}% uncached)",
-                ">= 70%",
-                share >= 0.7,
-            )
+                ">= 85%",
+                share >= 0.85,
+            ),
+            *cost.figures,
         ],
         "details": {
             "usage_totals": stats["usage_totals"],
             "shares": where,
             "by_kind": {kind: dict(row) for kind, row in sorted(by_kind.items())},
+            "share_by_kind": {
+                kind: round(
+                    row["cache_read"]
+                    / max(1, row["input"] + row["cache_read"] + row["cache_write"]),
+                    3,
+                )
+                for kind, row in sorted(by_kind.items())
+            },
+            "cost": cost.details,
         },
     }
 

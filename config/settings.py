@@ -277,27 +277,46 @@ LOGGING = {
 # and ANTHROPIC_BASE_URL for a local Anthropic-compatible server (Ollama, vLLM, LiteLLM, ...).
 ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL")
+# Model roles: DEEPTHINK_MODEL thinks (thought cycles, syntheses, the final answer; a session
+# may pick another on the start form); DEEPTHINK_FAST_MODEL does the utility work (plan,
+# sub-question lists, re-ranking, checks), always without thinking. Empty: the main model.
 DEEPTHINK_MODEL = env_str("DEEPTHINK_MODEL", "claude-opus-5-5")
+DEEPTHINK_FAST_MODEL = env_str("DEEPTHINK_FAST_MODEL")
 DEEPTHINK_MAX_TOKENS = env_int("DEEPTHINK_MAX_TOKENS", 4096, minimum=256)
-# Thinking: off | adaptive | manual; a budget for manual; effort low..max (empty: the model's
-# default). Checked against what the model accepts before anything runs.
-DEEPTHINK_THINKING = env_str("DEEPTHINK_THINKING", "adaptive").lower()
-DEEPTHINK_THINKING_BUDGET = env_int("DEEPTHINK_THINKING_BUDGET", 2048, minimum=0)
+# Thinking: auto | off | adaptive | manual; a budget for manual; effort low..max. Unset means
+# "the best this model takes" (adaptive, else manual with a budget that fits, else off),
+# resolved per call from the Models API or the built-in table. A value set here is checked
+# against what the model accepts before anything runs.
+DEEPTHINK_THINKING = env_str("DEEPTHINK_THINKING", "auto").lower() or "auto"
+DEEPTHINK_THINKING_BUDGET = env_int("DEEPTHINK_THINKING_BUDGET", 0, minimum=0) or None
 DEEPTHINK_EFFORT = env_str("DEEPTHINK_EFFORT", "").lower()
 DEEPTHINK_TOKEN_CEILING = env_int("DEEPTHINK_TOKEN_CEILING", 0, minimum=0)  # 0: none
+# A default dollar ceiling per session (0: none), from the built-in price table.
+DEEPTHINK_MAX_COST_USD = env_float("DEEPTHINK_MAX_COST_USD", 0.0, minimum=0.0)
+# A team session without its own ceiling reserves at most this share of what is left of the
+# team's monthly budget, so one session cannot lock the rest of the team out.
+DEEPTHINK_TEAM_SESSION_SHARE = env_float("DEEPTHINK_TEAM_SESSION_SHARE", 0.5, minimum=0.01)
 DEEPTHINK_PROMPT_CACHING = env_bool("DEEPTHINK_PROMPT_CACHING", True)
 # At most one live "model reasoning" update per session this often (seconds).
 DEEPTHINK_LIVE_INTERVAL = env_float("DEEPTHINK_LIVE_INTERVAL", 0.5, minimum=0.0)
 
 
 def _check_thinking() -> None:
-    from thinking.capabilities import ThinkingSettings, builtin_capabilities, validate
+    """Validate what the operator set (and only that) against the model's known limits."""
+    from thinking.capabilities import (
+        ThinkingSettings,
+        builtin_capabilities,
+        manual_budget,
+        validate,
+    )
 
     capabilities = builtin_capabilities(DEEPTHINK_MODEL)
+    # Manual thinking without a budget gets one fitted under max tokens, as requests do.
+    budget = DEEPTHINK_THINKING_BUDGET or manual_budget(None, DEEPTHINK_MAX_TOKENS) or None
     problems = validate(
         ThinkingSettings(
             mode=DEEPTHINK_THINKING,
-            budget_tokens=DEEPTHINK_THINKING_BUDGET if DEEPTHINK_THINKING == "manual" else None,
+            budget_tokens=budget if DEEPTHINK_THINKING == "manual" else None,
             effort=DEEPTHINK_EFFORT,
             max_tokens=DEEPTHINK_MAX_TOKENS,
         ),

@@ -80,6 +80,7 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
         "confidence_evolution",
         "parse_routes",
         "stop_requested",
+        "truncated_replies",
     )
     fieldsets = (
         (
@@ -97,7 +98,17 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
             },
         ),
         ("Format", {"fields": ("format_mode", "format_spec", "parse_routes")}),
-        ("Budget", {"fields": ("budget_seconds", "synthesis_interval_seconds")}),
+        (
+            "Budget",
+            {
+                "fields": (
+                    "budget_seconds",
+                    "synthesis_interval_seconds",
+                    "token_ceiling",
+                    "max_cost_usd",
+                )
+            },
+        ),
         ("Answer", {"fields": ("final_answer", "final_confidence", "confidence_evolution")}),
         ("Error", {"fields": ("error_message",), "classes": ("collapse",)}),
         (
@@ -133,6 +144,7 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
                     "output_tokens",
                     "cache_read_tokens",
                     "cache_write_tokens",
+                    "truncated_replies",
                 )
             },
         ),

@@ -25,6 +25,7 @@ from accounts import tokens
 from . import limits, llm
 from .access import get_session_for
 from .broadcast import publish_sync
+from .budget import BudgetExhausted
 from .events import SessionEvent
 from .export import (
     session_document,
@@ -198,6 +199,12 @@ class StartIn(Schema):
     effort: Effort | None = None
     max_tokens: int | None = Field(None, ge=0, le=MAX_INT)
     token_ceiling: int | None = Field(None, ge=0, le=MAX_BIGINT)
+    model: str | None = Field(
+        None, max_length=100, description="The model that thinks; one the server lists."
+    )
+    max_cost_usd: float | None = Field(
+        None, gt=0, le=1e6, description="Dollar ceiling (list prices): then the final answer."
+    )
     format_mode: FormatMode | None = None
     format_spec: list[dict[str, Any]] | str | None = Field(
         None, description="For the custom format: the tag spec, as JSON or a JSON string."
@@ -226,6 +233,7 @@ class SessionSettingsOut(Schema):
     effort: Effort
     max_tokens: int
     token_ceiling: int | None
+    max_cost_usd: float | None = None
     format_mode: FormatMode
 
 
@@ -243,6 +251,9 @@ class UsageOut(Schema):
     cache_write_tokens: int
     total_tokens: int
     estimated_cost_usd: float | None = Field(description="From list prices; null if unknown.")
+    truncated_replies: int = Field(
+        0, description="Replies still cut off by max_tokens after a retry (kept as parsed)."
+    )
 
 
 class WaitingOut(Schema):
@@ -329,6 +340,9 @@ def detail(session: ThinkingSession) -> dict[str, Any]:
             "effort": session.effort,
             "max_tokens": session.max_tokens,
             "token_ceiling": session.token_ceiling,
+            "max_cost_usd": float(session.max_cost_usd)
+            if session.max_cost_usd is not None
+            else None,
             "format_mode": session.format_mode,
         },
         "counts": {
@@ -345,6 +359,7 @@ def detail(session: ThinkingSession) -> dict[str, Any]:
             "cache_write_tokens": session.cache_write_tokens,
             "total_tokens": session.total_tokens,
             "estimated_cost_usd": session.estimated_cost,
+            "truncated_replies": session.truncated_replies,
         },
         "final_answer": session.final_answer or None,
     }
@@ -370,6 +385,8 @@ def start_session(request: HttpRequest, payload: StartIn) -> ninja.Status[dict[s
             transaction.on_commit(lambda: request_start(session.pk))
     except limits.LimitRefused as refused:
         form.add_error(None, str(refused))
+    except BudgetExhausted as error:
+        form.add_error(None, error)
         raise form_errors(form) from None
     return ninja.Status(201, detail(session))
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-THINKING_MODES = ("off", "adaptive", "manual")
+# "auto" (the setting left unset): the best mode the model takes, resolved per call from
+# what the server says the model accepts.
+THINKING_MODES = ("auto", "off", "adaptive", "manual")
 EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
 MIN_BUDGET_TOKENS = 1024
+DEFAULT_BUDGET_TOKENS = 10_000
 INTERLEAVED_BETA = "interleaved-thinking-2025-05-14"
 
 
@@ -31,7 +34,7 @@ class Capabilities:
     @property
     def modes(self) -> tuple[str, ...]:
         """The thinking modes a person may pick for this model."""
-        modes = ["off"]
+        modes = ["auto", "off"]
         if "adaptive" in self.thinking_types:
             modes.append("adaptive")
         if "enabled" in self.thinking_types:
@@ -115,6 +118,28 @@ UNKNOWN = Capabilities(
 )
 
 
+# The current model ids (for the start form when the server cannot list its models, and for
+# checking that every one of them starts with default settings).
+MODEL_IDS = (
+    "claude-opus-5-5",
+    "claude-sonnet-5-5",
+    "claude-haiku-5-5",
+    "claude-fable-5-2",
+    "claude-fable-5-1",
+    "claude-fable-5",
+    "claude-mythos-5",
+    "claude-opus-5",
+    "claude-sonnet-5",
+    "claude-opus-4-8",
+    "claude-opus-4-7",
+    "claude-opus-4-6",
+    "claude-sonnet-4-6",
+    "claude-opus-4-5",
+    "claude-sonnet-4-5",
+    "claude-haiku-4-5",
+)
+
+
 def builtin_capabilities(model: str) -> Capabilities:
     for prefix, capabilities in _TABLE:
         if model.startswith(prefix):
@@ -150,6 +175,25 @@ def from_models_api(info: Any) -> Capabilities | None:
         interleaved_beta=fallback.interleaved_beta,
         source="api",
     )
+
+
+def best_mode(caps: Capabilities, *, max_tokens: int) -> str:
+    """What an unset thinking mode means for this model: adaptive where it is accepted, else
+    manual when a valid budget fits under max_tokens, else off."""
+    if "adaptive" in caps.thinking_types:
+        return "adaptive"
+    if "enabled" in caps.thinking_types and min(max_tokens, caps.max_tokens or max_tokens) > (
+        MIN_BUDGET_TOKENS
+    ):
+        return "manual"
+    return "off"
+
+
+def manual_budget(requested: int | None, max_tokens: int) -> int:
+    """A budget the API accepts: at least 1024 and less than max_tokens (0 if none fits)."""
+    budget = requested or min(DEFAULT_BUDGET_TOKENS, max_tokens // 2)
+    budget = min(max(budget, MIN_BUDGET_TOKENS), max_tokens - 1)
+    return budget if budget >= MIN_BUDGET_TOKENS else 0
 
 
 @dataclass(frozen=True)
@@ -223,6 +267,8 @@ def build_request(
         max_tokens = min(max_tokens, caps.max_tokens)
     request = Request(params={"max_tokens": max_tokens})
     mode = "off" if skip_thinking else settings.mode
+    if mode == "auto":
+        mode = best_mode(caps, max_tokens=max_tokens)
     if mode == "adaptive" and "adaptive" not in caps.thinking_types:
         mode = "manual" if "enabled" in caps.thinking_types else "off"
     elif mode == "manual" and "enabled" not in caps.thinking_types:
@@ -231,9 +277,8 @@ def build_request(
         # Newer models omit thinking text unless asked; the page shows it.
         request.params["thinking"] = {"type": "adaptive", "display": "summarized"}
     elif mode == "manual":
-        budget = settings.budget_tokens or min(10_000, max_tokens // 2)
-        budget = min(budget, max_tokens - 1)
-        if budget >= MIN_BUDGET_TOKENS:
+        budget = manual_budget(settings.budget_tokens, max_tokens)
+        if budget:
             request.params["thinking"] = {"type": "enabled", "budget_tokens": budget}
             if tools and caps.interleaved_beta:
                 request.headers["anthropic-beta"] = INTERLEAVED_BETA

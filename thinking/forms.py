@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -8,8 +9,14 @@ from django.conf import settings
 
 from accounts.models import Team
 
-from . import limits, tags
-from .capabilities import ThinkingSettings, builtin_capabilities, validate
+from . import budget, limits, llm, tags
+from .capabilities import (
+    ThinkingSettings,
+    best_mode,
+    builtin_capabilities,
+    manual_budget,
+    validate,
+)
 from .models import Effort, FormatMode, ThinkingMode, ThinkingSession
 
 
@@ -21,6 +28,8 @@ def default_synthesis_interval(budget_seconds: float) -> float:
 class StartSessionForm(forms.Form):
     # Fields in the collapsed "advanced" section: it opens when one of them has an error.
     ADVANCED = (
+        "model",
+        "max_cost_usd",
         "thinking_mode",
         "thinking_budget",
         "effort",
@@ -74,6 +83,22 @@ class StartSessionForm(forms.Form):
             }
         ),
         help_text="Only for the custom format: a list of tags, each with optional children.",
+    )
+
+    model = forms.CharField(
+        label="Model",
+        required=False,
+        max_length=100,
+        widget=forms.Select,
+        help_text="The model that thinks (cycles, syntheses, the final answer).",
+    )
+    max_cost_usd = forms.DecimalField(
+        label="Cost ceiling (US$)",
+        required=False,
+        min_value=Decimal("0.01"),
+        max_digits=10,
+        decimal_places=4,
+        help_text="At this estimated cost (list prices) the session writes its final answer.",
     )
 
     thinking_mode = forms.ChoiceField(
@@ -136,6 +161,9 @@ class StartSessionForm(forms.Form):
         self.fields["effort"].initial = settings.DEEPTHINK_EFFORT
         self.fields["max_tokens"].initial = settings.DEEPTHINK_MAX_TOKENS
         self.fields["token_ceiling"].initial = settings.DEEPTHINK_TOKEN_CEILING or None
+        self.fields["max_cost_usd"].initial = settings.DEEPTHINK_MAX_COST_USD or None
+        self.fields["model"].initial = settings.DEEPTHINK_MODEL
+        self.fields["model"].widget.choices = [(m, m) for m in llm.available_models().ids]
         limit = settings.DEEPTHINK_MAX_QUESTION_CHARS
         self.fields["question"].max_length = limit
         self.fields["question"].validators.append(forms.CharField(max_length=limit).validators[0])
@@ -144,6 +172,14 @@ class StartSessionForm(forms.Form):
         for name, default in self.defaults().items():
             field = self.fields[name]
             field.help_text = f"{field.help_text} Default: {default}."
+
+    @staticmethod
+    def default_thinking_mode() -> str:
+        """DEEPTHINK_THINKING, or when unset the best the default model takes."""
+        if settings.DEEPTHINK_THINKING != ThinkingMode.AUTO:
+            return settings.DEEPTHINK_THINKING
+        caps = builtin_capabilities(settings.DEEPTHINK_MODEL)
+        return best_mode(caps, max_tokens=settings.DEEPTHINK_MAX_TOKENS)
 
     @staticmethod
     def default_tools() -> str:
@@ -159,9 +195,16 @@ class StartSessionForm(forms.Form):
             return str(choices.get(value, value)).split(" (")[0].split(":")[0].lower()
 
         ceiling = settings.DEEPTHINK_TOKEN_CEILING
+        default_budget = settings.DEEPTHINK_THINKING_BUDGET
         return {
-            "thinking_mode": label("thinking_mode", settings.DEEPTHINK_THINKING),
-            "thinking_budget": f"{settings.DEEPTHINK_THINKING_BUDGET} tokens",
+            "model": settings.DEEPTHINK_MODEL,
+            "max_cost_usd": f"${settings.DEEPTHINK_MAX_COST_USD:g}"
+            if settings.DEEPTHINK_MAX_COST_USD
+            else "none",
+            "thinking_mode": label("thinking_mode", self.default_thinking_mode()),
+            "thinking_budget": f"{default_budget} tokens"
+            if default_budget
+            else "fitted to max tokens",
             "effort": label("effort", settings.DEEPTHINK_EFFORT)
             if settings.DEEPTHINK_EFFORT
             else "the model's own",
@@ -179,6 +222,14 @@ class StartSessionForm(forms.Form):
         if minutes > maximum:
             raise forms.ValidationError(f"The longest budget here is {maximum:g} minutes.")
         return minutes
+
+    def clean_model(self) -> str:
+        model = (self.cleaned_data.get("model") or "").strip() or settings.DEEPTHINK_MODEL
+        if model != settings.DEEPTHINK_MODEL or llm.available_models().source == "api":
+            reason = llm.refuse_model(model)
+            if reason:
+                raise forms.ValidationError(reason)
+        return model
 
     def clean_synthesis_minutes(self) -> float | None:
         value = self.cleaned_data.get("synthesis_minutes")
@@ -223,16 +274,22 @@ class StartSessionForm(forms.Form):
         mode = data.get("thinking_mode") or settings.DEEPTHINK_THINKING
         wanted = ThinkingSettings(
             mode=mode,
-            # Only an empty field takes the default; 0 is a value, and validation refuses it.
-            budget_tokens=_or_default(
-                data.get("thinking_budget"), settings.DEEPTHINK_THINKING_BUDGET
+            # Only an empty field takes the default (0 is a value, and validation refuses
+            # it); with no default either, a budget is fitted under max tokens.
+            budget_tokens=(
+                _or_default(data.get("thinking_budget"), settings.DEEPTHINK_THINKING_BUDGET)
+                if data.get("thinking_budget") is not None or settings.DEEPTHINK_THINKING_BUDGET
+                else manual_budget(
+                    None, _or_default(data.get("max_tokens"), settings.DEEPTHINK_MAX_TOKENS)
+                )
+                or None
             )
             if mode == ThinkingMode.MANUAL
             else None,
             effort=data.get("effort") or "",
             max_tokens=_or_default(data.get("max_tokens"), settings.DEEPTHINK_MAX_TOKENS),
         )
-        capabilities = builtin_capabilities(settings.DEEPTHINK_MODEL)
+        capabilities = builtin_capabilities(data.get("model") or settings.DEEPTHINK_MODEL)
         known = capabilities if capabilities.source != "default" else None
         fields = {
             "mode": "thinking_mode",
@@ -246,35 +303,44 @@ class StartSessionForm(forms.Form):
         data["thinking"] = wanted
         if data.get("token_ceiling") is None and settings.DEEPTHINK_TOKEN_CEILING:
             data["token_ceiling"] = settings.DEEPTHINK_TOKEN_CEILING
+        if data.get("max_cost_usd") is None and settings.DEEPTHINK_MAX_COST_USD:
+            data["max_cost_usd"] = Decimal(str(settings.DEEPTHINK_MAX_COST_USD))
 
     def create_session(self, *, owner: Any) -> ThinkingSession:
+        """Call inside a transaction: a team session reserves its share of the team's
+        budget with the team row locked (raises budget.BudgetExhausted when none is left)."""
         thinking: ThinkingSettings = self.cleaned_data["thinking"]
-        budget = self.cleaned_data["minutes"] * 60
-        interval = self.cleaned_data.get("synthesis_minutes")
+        team = self.cleaned_data.get("team")
         # The atomic limit decision, in the caller's transaction (clean() only warned early).
-        refused = limits.reserve_start(
-            owner, minutes=self.cleaned_data["minutes"], team=self.cleaned_data.get("team")
-        )
+        # It locks the owner's row, then the team's: the budget below locks the team's too,
+        # always in that order.
+        refused = limits.reserve_start(owner, minutes=self.cleaned_data["minutes"], team=team)
         if refused:
             raise limits.LimitRefused(refused)
+        token_ceiling, max_cost = budget.reserve(
+            team,
+            tokens=self.cleaned_data.get("token_ceiling"),
+            dollars=self.cleaned_data.get("max_cost_usd"),
+        )
+        seconds = self.cleaned_data["minutes"] * 60
+        interval = self.cleaned_data.get("synthesis_minutes")
         return ThinkingSession.objects.create(
             owner=owner,
             question=self.cleaned_data["question"],
-            budget_seconds=budget,
+            budget_seconds=seconds,
             synthesis_interval_seconds=(
-                interval * 60 if interval else default_synthesis_interval(budget)
+                interval * 60 if interval else default_synthesis_interval(seconds)
             ),
-            model_id=settings.DEEPTHINK_MODEL,
+            model_id=self.cleaned_data.get("model") or settings.DEEPTHINK_MODEL,
             format_mode=self.cleaned_data["format_mode"],
             format_spec=self.cleaned_data["format_spec"],
             thinking_mode=thinking.mode,
             thinking_budget=thinking.budget_tokens,
             effort=thinking.effort,
             max_tokens=thinking.max_tokens,
-            team=self.cleaned_data.get("team"),
-            token_ceiling=limits.token_ceiling_for(
-                self.cleaned_data.get("team"), self.cleaned_data.get("token_ceiling")
-            ),
+            team=team,
+            token_ceiling=token_ceiling,
+            max_cost_usd=max_cost,
             **self._tool_fields(),
         )
 

@@ -74,14 +74,10 @@ def refuse_start(user: Any, *, minutes: float, team: Team | None = None) -> str:
         )
     if minutes > settings.DEEPTHINK_MAX_MINUTES:
         return f"The longest budget here is {settings.DEEPTHINK_MAX_MINUTES:g} minutes."
-    if team is not None and team.monthly_token_budget is not None:
-        used = team_tokens_this_month(team)
-        if used >= team.monthly_token_budget:
-            return (
-                f"The team {team.name} has used its {team.monthly_token_budget} tokens for "
-                "this month."
-            )
-    return ""
+    # A team's budget counts running sessions at their reserved ceilings (see budget.py).
+    from .budget import refuse_team_start
+
+    return refuse_team_start(team)
 
 
 def token_ceiling_for(team: Team | None, requested: int | None) -> int | None:

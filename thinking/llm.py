@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anthropic
@@ -79,10 +79,31 @@ class Reply:
     redacted_blocks: int = 0  # thinking the provider redacted: shown as a placeholder
     thinking_mode: str = "off"  # what the request actually asked for
     duration_ms: int = 0
+    # Still cut off by max_tokens after the one retry with more room: parse what is there,
+    # never treat it as whole.
+    truncated: bool = False
+    # Earlier attempts that were cut off (their tokens were spent and are counted too).
+    cut_off: list[Reply] = field(default_factory=list)
 
     @property
     def tool_uses(self) -> list[dict[str, Any]]:
         return [block for block in self.content if block.get("type") == "tool_use"]
+
+    @property
+    def total_usage(self) -> Usage:
+        """This reply's usage plus its cut-off attempts'."""
+        return sum((r.usage for r in self.cut_off), self.usage)
+
+    @property
+    def attempts(self) -> list[Reply]:
+        """Every call behind this reply, oldest first (one ModelCall row each)."""
+        return [*self.cut_off, self]
+
+
+# Call kinds that are utility work: the fast model, never thinking.
+UTILITY_PURPOSES = frozenset({"plan", "questions", "rerank", "check"})
+# A cut-off reply is asked again with this much more room (capped by the model's maximum).
+RETRY_ROOM_FACTOR = 2
 
 
 def to_param(block: Any) -> dict[str, Any]:
@@ -163,6 +184,7 @@ class LLM:
         *,
         model: str,
         max_tokens: int,
+        fast_model: str = "",
         api_key: str = "",
         base_url: str = "",
         stream_retries: int = 3,
@@ -171,6 +193,8 @@ class LLM:
         if not (api_key or base_url):
             raise LLMNotConfigured()
         self.model = model
+        # Utility work (plan, sub-questions, re-ranking, checks); empty: the main model.
+        self.fast_model = fast_model
         self.max_tokens = max_tokens
         self.stream_retries = stream_retries
         self.retry_base_seconds = retry_base_seconds
@@ -184,6 +208,7 @@ class LLM:
     def from_settings(cls) -> LLM:
         return cls(
             model=settings.DEEPTHINK_MODEL,
+            fast_model=settings.DEEPTHINK_FAST_MODEL,
             max_tokens=settings.DEEPTHINK_MAX_TOKENS,
             api_key=settings.ANTHROPIC_API_KEY,
             base_url=settings.ANTHROPIC_BASE_URL,
@@ -229,10 +254,78 @@ class LLM:
         fails for good. `system` and `tools` are sent as given, so a tool loop that passes the
         same ones keeps the prompt cache and its thinking blocks valid."""
         wanted = thinking or ThinkingSettings(max_tokens=max_tokens or self.max_tokens)
+        if thinking is not None and max_tokens:
+            wanted = replace(wanted, max_tokens=max_tokens)
         model = model or self.model
-        request = build_request(
-            wanted, await self.capabilities(model), tools=bool(tools), skip_thinking=skip_thinking
+        caps = await self.capabilities(model)
+        call = {
+            "model": model,
+            "system": system,
+            "tools": tools,
+            "on_text": on_text,
+            "on_thinking": on_thinking,
+        }
+        request = build_request(wanted, caps, tools=bool(tools), skip_thinking=skip_thinking)
+        reply = await self._stream_retrying(messages, request=request, **call)
+        if reply.stop_reason != "max_tokens":
+            return reply
+        # Cut off: ask again once with more room. Thinking cannot be continued by prefill,
+        # so the whole call is repeated; the cut-off attempt's tokens still count.
+        sent = request.params["max_tokens"]
+        room = sent * RETRY_ROOM_FACTOR
+        if caps.max_tokens:
+            room = min(room, caps.max_tokens)
+        if room <= sent:
+            reply.truncated = True
+            return reply
+        logger.info("Reply cut off at %d tokens; asking again with %d", sent, room)
+        bigger = build_request(
+            replace(wanted, max_tokens=room), caps, tools=bool(tools), skip_thinking=skip_thinking
         )
+        retry = await self._stream_retrying(messages, request=bigger, **call)
+        retry.cut_off = [reply]
+        retry.truncated = retry.stop_reason == "max_tokens"
+        return retry
+
+    async def utility(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        system: str,
+        main_model: str | None = None,
+        max_tokens: int | None = None,
+        on_text: TextCallback | None = None,
+    ) -> Reply:
+        """A utility call (plan, sub-question list, re-ranking, a check): the fast model
+        (DEEPTHINK_FAST_MODEL, else `main_model`, else this client's model), never thinking,
+        with the same cut-off retry as `stream`."""
+        return await self.stream(
+            messages,
+            system=system,
+            max_tokens=max_tokens,
+            skip_thinking=True,
+            model=self.model_for("check", main_model),
+            on_text=on_text,
+        )
+
+    def model_for(self, purpose: str, main_model: str | None = None) -> str:
+        """Which model does a call of this purpose: utility work goes to the fast model."""
+        main = main_model or self.model
+        if purpose in UTILITY_PURPOSES:
+            return self.fast_model or main
+        return main
+
+    async def _stream_retrying(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        request: Any,
+        model: str,
+        system: str,
+        tools: list[dict[str, Any]] | None,
+        on_text: TextCallback | None,
+        on_thinking: TextCallback | None,
+    ) -> Reply:
         attempt = 0
         while True:
             try:
@@ -286,7 +379,7 @@ class LLM:
         async with self._client.messages.stream(
             model=model,
             system=system_blocks(system),
-            messages=messages,  # type: ignore[arg-type]
+            messages=cache_tool_loop(messages, system_marked=settings.DEEPTHINK_PROMPT_CACHING),  # type: ignore[arg-type]
             **params,
             **extra,
         ) as stream:
@@ -327,6 +420,71 @@ def system_blocks(system: str) -> list[dict[str, Any]] | str:
     return [{"type": "text", "text": system, "cache_control": CACHE}]
 
 
+MAX_BREAKPOINTS = 4  # the API refuses a request with more
+
+
+def prompt_message(prompt: Any) -> dict[str, Any]:
+    """A prompts.Prompt as the user turn, laid out for the cache: the stable part, then the
+    session log (append-only, a breakpoint on its last block, so the next call reads all of
+    it from the cache), then the short variable part, which alone is paid in full."""
+    if not prompt.log:
+        return user_message(prompt.stable, prompt.variable)
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": prompt.stable}]
+    blocks += [{"type": "text", "text": text} for text in prompt.log]
+    if settings.DEEPTHINK_PROMPT_CACHING:
+        # The stable part survives a change inside the log (a new epoch); the last log block
+        # is where the next call picks up.
+        blocks[0]["cache_control"] = CACHE
+        blocks[-1]["cache_control"] = CACHE
+    blocks.append({"type": "text", "text": prompt.variable})
+    return {"role": "user", "content": blocks}
+
+
+def _breakpoints(messages: list[dict[str, Any]]) -> int:
+    return sum(
+        1
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("cache_control")
+    )
+
+
+def cache_tool_loop(messages: list[dict[str, Any]], *, system_marked: bool) -> list[dict]:
+    """Inside a tool loop, a breakpoint on the newest turn's last block, so the next round
+    reads this whole round from the cache. Earlier message breakpoints are dropped if the
+    request would pass the API's limit; the caller's list is not changed."""
+    if not settings.DEEPTHINK_PROMPT_CACHING or len(messages) < 2:
+        return messages
+    last = messages[-1]
+    content = last.get("content")
+    if not isinstance(content, list) or not content or not isinstance(content[-1], dict):
+        return messages
+    messages = [dict(m) for m in messages]
+    budget = MAX_BREAKPOINTS - (1 if system_marked else 0) - 1
+    # Keep the latest breakpoints that fit; older ones are covered by the new prefix.
+    seen = 0
+    for message in reversed(messages[:-1]):
+        if not isinstance(message.get("content"), list):
+            continue
+        blocks = []
+        for block in reversed(message["content"]):
+            if isinstance(block, dict) and block.get("cache_control"):
+                seen += 1
+                if seen > budget:
+                    block = {k: v for k, v in block.items() if k != "cache_control"}
+            blocks.append(block)
+        message["content"] = list(reversed(blocks))
+    tail = [
+        *content[:-1],
+        {**content[-1], "cache_control": CACHE}
+        if content[-1].get("type") in ("text", "tool_result")
+        else content[-1],
+    ]
+    messages[-1] = {**last, "content": tail}
+    return messages
+
+
 def user_message(stable: str, variable: str) -> dict[str, Any]:
     """A user turn whose first part (the question, instructions, evidence) is the same on
     every call of a session, so it is read from the prompt cache after the first call."""
@@ -334,3 +492,63 @@ def user_message(stable: str, variable: str) -> dict[str, Any]:
     if settings.DEEPTHINK_PROMPT_CACHING:
         first["cache_control"] = CACHE
     return {"role": "user", "content": [first, {"type": "text", "text": variable}]}
+
+
+# --- which models a session may pick -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelList:
+    ids: tuple[str, ...]
+    source: str  # "api": the server listed them; "table": the built-in list
+
+
+_model_lists: dict[tuple[str, str], tuple[float, ModelList]] = {}
+MODEL_LIST_TTL = 300.0
+
+
+def available_models() -> ModelList:
+    """The models the server lists (Models API, cached for a few minutes); else the built-in
+    table plus DEEPTHINK_MODEL. Synchronous: forms and the CLI use it."""
+    from .capabilities import MODEL_IDS
+
+    fallback = ModelList(
+        tuple(dict.fromkeys([settings.DEEPTHINK_MODEL, *MODEL_IDS])), source="table"
+    )
+    if not is_configured():
+        return fallback
+    key = (settings.ANTHROPIC_BASE_URL, settings.ANTHROPIC_API_KEY)
+    cached = _model_lists.get(key)
+    if cached and time.monotonic() - cached[0] < MODEL_LIST_TTL:
+        return cached[1]
+    try:
+        client = anthropic.Anthropic(
+            api_key=settings.ANTHROPIC_API_KEY or "no-key-needed",
+            base_url=settings.ANTHROPIC_BASE_URL or None,
+            max_retries=0,
+            timeout=5,
+        )
+        with client:
+            ids = tuple(model.id for model in client.models.list(limit=100))
+        found = ModelList(ids, source="api") if ids else fallback
+    except (anthropic.AnthropicError, TypeError, ValueError):
+        # Local servers (Ollama, vLLM) have no Models API.
+        found = fallback
+    _model_lists[key] = (time.monotonic(), found)
+    return found
+
+
+def refuse_model(model_id: str) -> str:
+    """Why a session may not use this model ("" if it may), in words for the form."""
+    models = available_models()
+    if model_id in models.ids:
+        return ""
+    if models.source == "api":
+        return (
+            f"The model provider does not list the model {model_id!r}, so it cannot run "
+            f"here. It lists: {', '.join(models.ids[:12])}."
+        )
+    return (
+        f"{model_id!r} is not a model this deployment knows (the model provider has no model "
+        f"list to ask). Known: {', '.join(models.ids[:12])}."
+    )

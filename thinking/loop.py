@@ -12,6 +12,7 @@ session taken over by another worker is never written twice.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -27,9 +28,9 @@ from django.utils import timezone
 from research import knowledge
 from research.models import KnowledgeSource
 
-from . import evidence, parsing, planner, prompts, tags, tools
+from . import budget, evidence, parsing, planner, prompts, tags, tools, transcript
 from .events import LiveStep, Publish, SessionEvent
-from .llm import LLM, LLMError, Reply, Usage, user_message
+from .llm import LLM, UTILITY_PURPOSES, LLMError, Reply, Usage, prompt_message
 from .models import (
     CompletionReason,
     FormatMode,
@@ -100,17 +101,18 @@ def _record_calls(session: ThinkingSession, purpose: str, replies: Sequence[Repl
         ModelCall(
             session=session,
             purpose=purpose,
-            model=reply.model or session.model_id,
-            thinking_mode=reply.thinking_mode,
-            stop_reason=reply.stop_reason or "",
-            duration_ms=reply.duration_ms,
-            input_tokens=reply.usage.input_tokens,
-            output_tokens=reply.usage.output_tokens,
-            cache_read_tokens=reply.usage.cache_read_tokens,
-            cache_write_tokens=reply.usage.cache_write_tokens,
-            content=reply.content,
+            model=call.model or session.model_id,
+            thinking_mode=call.thinking_mode,
+            stop_reason=call.stop_reason or "",
+            duration_ms=call.duration_ms,
+            input_tokens=call.usage.input_tokens,
+            output_tokens=call.usage.output_tokens,
+            cache_read_tokens=call.usage.cache_read_tokens,
+            cache_write_tokens=call.usage.cache_write_tokens,
+            content=call.content,
         )
         for reply in replies
+        for call in reply.attempts  # a cut-off attempt was spent too
     )
 
 
@@ -124,7 +126,10 @@ def _checkpoint(session: ThinkingSession, *, meter: Meter, replies: Sequence[Rep
         "revision": F("revision") + 1,
     }
     if replies:
-        usage = sum((reply.usage for reply in replies), Usage())
+        usage = sum((reply.total_usage for reply in replies), Usage())
+        truncated = sum(1 for reply in replies if reply.truncated)
+        if truncated:
+            changes["truncated_replies"] = F("truncated_replies") + truncated
         changes.update(
             input_tokens=F("input_tokens") + usage.input_tokens,
             output_tokens=F("output_tokens") + usage.output_tokens,
@@ -344,11 +349,13 @@ async def ask(
         await live.start()
         try:
             reply = await llm.stream(
-                messages or [user_message(prompt.stable, prompt.variable)],  # type: ignore[union-attr]
+                messages or [prompt_message(prompt)],
                 system=prompts.SYSTEM,
                 tools=tools,
-                model=session.model_id,
+                # Utility work (plan, sub-question lists) goes to the fast model, never thinking.
+                model=llm.model_for(purpose, session.model_id),
                 thinking=session.thinking_settings,
+                skip_thinking=purpose in UTILITY_PURPOSES,
                 on_thinking=live.on_thinking,
                 on_text=live.on_text,
             )
@@ -408,7 +415,7 @@ async def generate_thoughts(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus."""
-    recent, understanding, sources, hints = await database_sync_to_async(
+    recent, understanding, sources, hints, log = await database_sync_to_async(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             _latest_synthesis_text(session),
@@ -418,6 +425,7 @@ async def generate_thoughts(
                 .order_by("-sequence")
                 .values_list("text", flat=True)[:RECENT_HINTS]
             ),
+            transcript.session_log(session),
         )
     )()
     pack = await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
@@ -435,8 +443,9 @@ async def generate_thoughts(
         else "",
         known_sources=len(sources),
         hints=list(reversed(hints)),
+        log=log,
     )
-    messages = [user_message(prompt.stable, prompt.variable)]
+    messages = [prompt_message(prompt)]
     replies: list[Reply] = []
     scratch: list[str] = []
     findings: list[str] = []
@@ -496,8 +505,8 @@ async def generate_thoughts(
     if offered and not replies[-1].text.strip():
         # The tool loop ended without thoughts: one pass without tools writes them.
         extra = "\n\n".join(findings)[-6000:] or "(no new sources)"
-        retry = prompts.Prompt(
-            prompt.stable, f"{prompt.variable}\n\nWhat your searches found this cycle:\n{extra}"
+        retry = dataclasses.replace(
+            prompt, variable=f"{prompt.variable}\n\nWhat your searches found this cycle:\n{extra}"
         )
         replies.append(
             await ask(
@@ -574,6 +583,7 @@ def _store_thoughts(
                 confidence=thought.confidence,
                 parts=reading.parts,
                 reasoning=reasoning if index == 0 else "",
+                truncated=replies[-1].truncated,
                 time_offset_seconds=round(offset, 2),
                 sub_question_id=focus.sub_question_id,
             )
@@ -619,13 +629,16 @@ async def generate_questions(
     worker_id: str,
     publish: Publish,
 ) -> tuple[ThinkingSession, SessionEvent]:
-    recent, existing = await database_sync_to_async(
+    recent, existing, log = await database_sync_to_async(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             list(session.sub_questions.values_list("text", flat=True)),
+            transcript.session_log(session),
         )
     )()
-    prompt = prompts.questions_prompt(question=session.question, recent=recent, existing=existing)
+    prompt = prompts.questions_prompt(
+        question=session.question, recent=recent, existing=existing, log=log
+    )
     reply = await ask(
         session=session,
         prompt=prompt,
@@ -696,15 +709,16 @@ async def synthesise(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A periodic synthesis, or with `final=True` the final answer that completes the session."""
 
-    def gather() -> tuple[list, list, str, list[str]]:
+    def gather() -> tuple[list, list, str, list[str], tuple[str, ...]]:
         return (
             _recent(session, SYNTHESIS_THOUGHTS),
             _explored(session),
             _latest_synthesis_text(session),
             list(session.syntheses.order_by("sequence").values_list("text", flat=True)),
+            transcript.session_log(session),
         )
 
-    recent, explored, previous, all_syntheses = await database_sync_to_async(gather)()
+    recent, explored, previous, all_syntheses, log = await database_sync_to_async(gather)()
     pack = evidence.evidence_pack(
         await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
     )
@@ -715,6 +729,7 @@ async def synthesise(
             explored=explored,
             syntheses=all_syntheses,
             evidence=pack,
+            log=log,
         )
     else:
         prompt = prompts.synthesis_prompt(
@@ -723,6 +738,7 @@ async def synthesise(
             explored=explored,
             previous=previous,
             evidence=pack,
+            log=log,
         )
     purpose = "final" if final else "synthesis"
     reply = await ask(
@@ -763,6 +779,7 @@ def _store_synthesis(
             time_offset_seconds=round(session.active_seconds, 2),
             is_final=final,
             reasoning=reasoning_text(reply),
+            truncated=reply.truncated,
         )
         _record_calls(session, "final" if final else "synthesis", [reply])
         changes["confidence_evolution"] = [*session.confidence_evolution, parsed.confidence]
@@ -901,6 +918,8 @@ def ending_reason(session: ThinkingSession) -> str:
         return CompletionReason.STOP_SIGNAL
     if session.over_token_ceiling:
         return CompletionReason.TOKEN_CEILING
+    if budget.over_cost_ceiling(session):
+        return CompletionReason.COST_CEILING
     if session.budget_exhausted:
         return CompletionReason.BUDGET
     return ""

@@ -33,11 +33,13 @@ class CompletionReason(models.TextChoices):
     BUDGET = "budget", "Time budget used"
     STOP_SIGNAL = "stop_signal", "Model signalled it was done"
     TOKEN_CEILING = "token_ceiling", "Token ceiling reached"
+    COST_CEILING = "cost_ceiling", "Cost ceiling reached"
     CANCELLED = "cancelled", "Cancelled"
     ERROR = "error", "Error"
 
 
 class ThinkingMode(models.TextChoices):
+    AUTO = "auto", "Best for the model (adaptive, else manual, else off)"
     OFF = "off", "Off"
     ADAPTIVE = "adaptive", "Adaptive (the model decides how much)"
     MANUAL = "manual", "Manual (a fixed thinking budget)"
@@ -130,6 +132,13 @@ class ThinkingSession(models.Model):
         blank=True,
         help_text="After this many tokens the session goes to its final synthesis.",
     )
+    max_cost_usd = models.DecimalField(
+        max_digits=10,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        help_text="After this many US dollars (list prices) the session writes its final answer.",
+    )
 
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.CREATED, db_index=True
@@ -173,6 +182,8 @@ class ThinkingSession(models.Model):
     )
     # Citations [n] in answers that match no stored source: counted, not linked.
     unknown_citations = models.PositiveIntegerField(default=0)
+    # Replies still cut off by max_tokens after one retry with more room (kept as parsed).
+    truncated_replies = models.PositiveIntegerField(default=0)
     # Bumped on every stored change, so a reconnecting page knows whether it missed anything.
     revision = models.PositiveIntegerField(default=0)
 
@@ -399,6 +410,8 @@ class Thought(models.Model):
     reasoning = models.TextField(blank=True)
     confidence = models.FloatField()
     time_offset_seconds = models.FloatField(help_text="Active thinking time when it was stored.")
+    # Its cycle's reply was cut off by max_tokens even after a retry: what parsed was kept.
+    truncated = models.BooleanField(default=False)
     sub_question = models.ForeignKey(
         "SubQuestion", null=True, blank=True, on_delete=models.SET_NULL, related_name="thoughts"
     )
@@ -453,6 +466,7 @@ class Synthesis(models.Model):
     time_offset_seconds = models.FloatField()
     is_final = models.BooleanField(default=False)
     reasoning = models.TextField(blank=True)
+    truncated = models.BooleanField(default=False, help_text="The reply was cut off.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -2,9 +2,15 @@
 format for thought cycles).
 
 Structured replies are plain text, not forced tool calls, so every Anthropic-compatible
-server works (several lack tool_choice). Each prompt has a stable part, the same on every call
-of its kind in a session (question, instructions, format), and a variable part (focus, recent
-thoughts). The stable part comes first and is marked for the prompt cache.
+server works (several lack tool_choice). Each prompt is laid out for the prompt cache:
+
+    stable   the same on every call of its kind in a session (question, instructions, format)
+    log      the session so far (transcript.session_log): append-only blocks, so each call
+             repeats the previous call's blocks exactly and adds new ones at the end
+    variable the moving part, last and short (the focus, people's hints, the task)
+
+Without a log (older callers) the variable part carries recent thoughts and the evidence
+sits in the stable part, as before.
 """
 
 from __future__ import annotations
@@ -33,10 +39,14 @@ class ThoughtLine:
 class Prompt:
     stable: str
     variable: str
+    log: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
-        return f"{self.stable}\n\n{self.variable}"
+        return "\n\n".join([self.stable, *self.log, self.variable])
+
+
+LOG_INTRO = "The session so far, oldest first:"
 
 
 def _thought_lines(thoughts: Sequence[ThoughtLine]) -> str:
@@ -84,7 +94,18 @@ def thoughts_prompt(
     tool_guidance: str = "",
     known_sources: int = 0,
     hints: Sequence[str] = (),
+    log: Sequence[str] | None = None,
 ) -> Prompt:
+    if log is not None:
+        return _thoughts_with_log(
+            question=question,
+            focus=focus,
+            reply_format=reply_format,
+            tool_guidance=tool_guidance,
+            known_sources=known_sources,
+            hints=hints,
+            log=log,
+        )
     guidance = f"\n\n{tool_guidance}" if tool_guidance else ""
     stable = f"""Question: {question}
 
@@ -110,9 +131,62 @@ Now write your thoughts about the current focus."""
     return Prompt(stable, variable)
 
 
-def questions_prompt(
-    *, question: str, recent: Sequence[ThoughtLine], existing: Sequence[str]
+def _hints(hints: Sequence[str]) -> str:
+    if not hints:
+        return ""
+    # The person watching steers the session; their words guide, they do not replace it.
+    return "\n\nGuidance from the person watching (take it into account):\n" + _list(hints)
+
+
+def _thoughts_with_log(
+    *,
+    question: str,
+    focus: str,
+    reply_format: str,
+    tool_guidance: str,
+    known_sources: int,
+    hints: Sequence[str],
+    log: Sequence[str],
 ) -> Prompt:
+    guidance = f"\n\n{tool_guidance}" if tool_guidance else ""
+    stable = f"""Question: {question}
+
+Each turn you get a current focus. Generate 3-5 distinct thoughts about it. Do not repeat
+earlier thoughts; build on them, challenge them or connect them. Where a thought rests on a
+source, cite it as [n].{guidance}
+
+{reply_format or "Format:\n" + THOUGHT_LINES}
+
+{LOG_INTRO}"""
+    sources_line = f"\nSources found so far: {known_sources}." if known_sources else ""
+    variable = f"""Current focus: {focus}{sources_line}{_hints(hints)}
+
+Now write your thoughts about the current focus."""
+    return Prompt(stable, variable, tuple(log) or ("(nothing yet)",))
+
+
+def questions_prompt(
+    *,
+    question: str,
+    recent: Sequence[ThoughtLine],
+    existing: Sequence[str],
+    log: Sequence[str] | None = None,
+) -> Prompt:
+    if log is not None:
+        stable = f"""Original Question: {question}
+
+From the session so far, find new questions that would help answer the original question.
+Give at most 3, none that is already among the sub-questions added.
+
+Format:
+QUESTION: [question text]
+PRIORITY: [1-10]
+WHY: [explanation]
+---
+
+{LOG_INTRO}"""
+        variable = "Now give the new questions, judged by the latest thoughts above."
+        return Prompt(stable, variable, tuple(log) or ("(nothing yet)",))
     stable = f"""Original Question: {question}
 
 From the recent thoughts, find new questions that would help answer the original question.
@@ -131,6 +205,27 @@ Sub-questions already on the list (do not repeat them):
     return Prompt(stable, variable)
 
 
+def _consolidation_header(question: str) -> str:
+    """Shared by syntheses and the final answer, so the final answer reads the syntheses'
+    cached prefix; the task at the end says which one is wanted."""
+    return f"""Original Question: {question}
+
+From time to time you consolidate the session so far: a synthesis of your current
+understanding, and at the end your final answer. Support claims with the sources, cited as
+[n]; cite only numbers that exist. Format (the task at the end gives the LABEL):
+
+LABEL: [the synthesis or the answer]
+INSIGHTS:
+- [key insight 1]
+- [key insight 2]
+CONFIDENCE: [0.0-1.0]
+REMAINING:
+- [unanswered question 1]
+- [unanswered question 2]
+
+{LOG_INTRO}"""
+
+
 def synthesis_prompt(
     *,
     question: str,
@@ -138,7 +233,12 @@ def synthesis_prompt(
     explored: Sequence[tuple[str, str]],
     previous: str,
     evidence: str = "",
+    log: Sequence[str] | None = None,
 ) -> Prompt:
+    if log is not None:
+        variable = """Now synthesize your current understanding of everything above, in the
+format given, with LABEL = SYNTHESIS (the reply begins with "SYNTHESIS:")."""
+        return Prompt(_consolidation_header(question), variable, tuple(log) or ("(nothing yet)",))
     stable = f"""Original Question: {question}
 
 Synthesize your current understanding from the material below. Cite sources as [n].
@@ -171,7 +271,13 @@ def final_prompt(
     explored: Sequence[tuple[str, str]],
     syntheses: Sequence[str],
     evidence: str = "",
+    log: Sequence[str] | None = None,
 ) -> Prompt:
+    if log is not None:
+        variable = """Your thinking time is over. Review everything above and give your final,
+comprehensive answer to the original question (paragraphs are fine), in the format given,
+with LABEL = ANSWER (the reply begins with "ANSWER:")."""
+        return Prompt(_consolidation_header(question), variable, tuple(log) or ("(nothing yet)",))
     stable = f"""Original Question: {question}
 
 Your thinking time is over. Review everything below and give your final, comprehensive

@@ -16,6 +16,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from . import limits, llm
 from .access import get_session_for
 from .broadcast import publish_sync
+from .budget import BudgetExhausted
 from .events import SessionEvent
 from .forms import StartSessionForm, SteerForm
 from .models import IllegalTransition, Status, ThinkingSession
@@ -57,6 +58,8 @@ def session_create(request: HttpRequest) -> HttpResponse:
             transaction.on_commit(lambda: request_start(session.pk))
     except limits.LimitRefused as refused:
         form.add_error(None, str(refused))
+    except BudgetExhausted as error:
+        form.add_error(None, error)
         return _start_page(request, form, status=422)
     if request.htmx:
         return HttpResponseClientRedirect(session.get_absolute_url())

@@ -24,19 +24,19 @@ Run it standalone to try the app offline::
 from __future__ import annotations
 
 import argparse
-import contextlib
+import hashlib
 import itertools
 import json
 import re
-import socket
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from .http_base import DISCONNECT_ERRORS as _DISCONNECT_ERRORS
+from .http_base import FakeHandler, FakeServer
 
 __all__ = [
     "FakeAnthropic",
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 CHUNK_SIZE = 20  # characters per text/thinking/input_json delta
-_DISCONNECT_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+_THINKING_TYPES = ("thinking", "redacted_thinking")
 
 _ERROR_STATUS = {
     "invalid_request_error": 400,
@@ -409,27 +409,64 @@ def _usage(reply: Reply, body_len: int, cached: tuple[int, int] = (0, 0)) -> dic
     }
 
 
-def _prefix_keys(body: dict) -> list[tuple[int, str]]:
-    """(tokens, hash) of each cacheable prefix of a request."""
-    keys = []
-    parts: list[object] = []
+MAX_CACHE_BREAKPOINTS = 4
+# The API looks this many blocks back from each breakpoint for an earlier cache entry.
+CACHE_LOOKBACK_BLOCKS = 20
+# Sampling parameters that API version 2026-10-21 refuses, even at default values.
+REMOVED_PARAMS = ("temperature", "top_p", "top_k")
 
-    def visit(block: object) -> None:
-        parts.append(block)
-        if isinstance(block, dict) and block.get("cache_control"):
-            text = json.dumps([body.get("model"), parts], sort_keys=True)
-            keys.append((len(json.dumps(parts, sort_keys=True)) // 4, text))
 
-    for tool in body.get("tools") or []:
-        visit(tool)
+def min_cacheable_tokens(model: str) -> int:
+    """The shortest prefix the prompt cache stores (per the reference: 512 on the 5.5
+    models, 2048 on older Haiku, 1024 otherwise)."""
+    if model.endswith("-5-5"):
+        return 512
+    if "haiku" in model:
+        return 2048
+    return 1024
+
+
+@dataclass(frozen=True)
+class _Prefix:
+    tokens: int
+    key: str
+    breakpoint: bool
+
+
+def _prefixes(body: dict) -> list[_Prefix]:
+    """Every block boundary of a request in cache order (tools -> system -> messages), with
+    the prefix's size and a key over its exact bytes. Message prefixes also depend on the
+    thinking and tool_choice settings, which invalidate message cache entries when changed."""
+    model = str(body.get("model"))
+    settings = json.dumps([body.get("thinking"), body.get("tool_choice")])
+    out: list[_Prefix] = []
+    digest = hashlib.sha256(model.encode())
+    size = 0
+    blocks: list[tuple[object, bool]] = [(tool, False) for tool in body.get("tools") or []]
     system = body.get("system")
-    for block in system if isinstance(system, list) else [system]:
-        visit(block)
+    blocks += [(b, False) for b in (system if isinstance(system, list) else [system]) if b]
     for message in body.get("messages") or []:
         content = message.get("content") if isinstance(message, dict) else None
+        role = message.get("role") if isinstance(message, dict) else None
         for block in content if isinstance(content, list) else [content]:
-            visit(block)
-    return keys
+            blocks.append(({"role": role, "block": block}, True))
+    settings_added = False
+    for block, in_messages in blocks:
+        if in_messages and not settings_added:
+            digest.update(settings.encode())
+            settings_added = True
+        inner = block.get("block") if in_messages and isinstance(block, dict) else block
+        marked = isinstance(inner, dict) and bool(inner.get("cache_control"))
+        if marked:
+            # The marker is not content: moving a breakpoint later keeps earlier entries.
+            bare = {k: v for k, v in inner.items() if k != "cache_control"}  # type: ignore[union-attr]
+            block = {**block, "block": bare} if in_messages else bare  # type: ignore[dict-item]
+        raw = json.dumps(block)  # exact bytes, in the order the client sent them
+        digest.update(raw.encode())
+        # Tokens of the block itself (not of the role tag the key adds), as `_usage` counts.
+        size += len(json.dumps(block["block"] if in_messages else block))  # type: ignore[index]
+        out.append(_Prefix(size // 4, digest.copy().hexdigest(), marked))
+    return out
 
 
 def _content_blocks(reply: Reply, n: int) -> list[dict]:
@@ -537,63 +574,87 @@ def _stream_events(reply: Reply, n: int, model: str, usage: dict) -> Iterator[tu
     yield _sse("message_stop", {"type": "message_stop"}), False
 
 
+def _count_breakpoints(body: dict) -> int:
+    count = 1 if body.get("cache_control") else 0  # automatic caching takes one
+    blocks: list[object] = list(body.get("tools") or [])
+    system = body.get("system")
+    blocks += system if isinstance(system, list) else []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        blocks += content if isinstance(content, list) else []
+    return count + sum(1 for b in blocks if isinstance(b, dict) and b.get("cache_control"))
+
+
+def model_info(
+    model_id: str,
+    *,
+    thinking: Sequence[str] = ("adaptive", "disabled"),
+    effort: Sequence[str] = (),
+    max_tokens: int = 128_000,
+) -> dict:
+    """A Models API ``ModelInfo`` body, for ``fake.models[model_id]``."""
+    yes, no = {"supported": True}, {"supported": False}
+    return {
+        "type": "model",
+        "id": model_id,
+        "display_name": model_id,
+        "created_at": "2026-11-01T00:00:00Z",
+        "max_input_tokens": 1_000_000,
+        "max_tokens": max_tokens,
+        "capabilities": {
+            "effort": {
+                "supported": bool(effort),
+                **{level: yes if level in effort else no for level in _EFFORT_LEVELS},
+            },
+            "thinking": {
+                "supported": bool(thinking),
+                "types": {
+                    name: yes if name in thinking else no
+                    for name in ("adaptive", "enabled", "disabled", "between_tools")
+                },
+            },
+        },
+    }
+
+
+_EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
+
+
+def _fit_to_max_tokens(reply: Reply, max_tokens: object) -> Reply:
+    """Cut a reply off at ``max_tokens`` (thinking counts toward it), as the API does."""
+    if reply.blocks is not None or not isinstance(max_tokens, int) or max_tokens <= 0:
+        return reply
+    room = max_tokens * 4  # characters, at the fake's 4 characters a token
+    thinking = reply.thinking or ""
+    if len(thinking) + len(reply.text) <= room:
+        return reply
+    kept_thinking = thinking[:room]
+    text = reply.text[: max(0, room - len(kept_thinking))]
+    return replace(
+        reply,
+        thinking=kept_thinking if reply.thinking is not None else None,
+        text=text,
+        tool_uses=[],
+        stop_reason="max_tokens",
+        output_tokens=max_tokens,
+    )
+
+
 # --------------------------------------------------------------------------------------
 # HTTP server
 # --------------------------------------------------------------------------------------
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    fake: FakeAnthropic
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], OSError):  # client went away: stay quiet
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    # Small SSE chunks must not wait ~40 ms on Nagle's algorithm and delayed ACKs.
-    disable_nagle_algorithm = True
-    protocol_version = "HTTP/1.1"
+class _Handler(FakeHandler):
     server_version = "FakeAnthropic/1.0"
-    server: _Server
-
-    # -- plumbing ------------------------------------------------------------------
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if self.server.fake.verbose:
-            super().log_message(format, *args)
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.fake._track(self.connection, add=True)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        except _DISCONNECT_ERRORS:
-            pass
-        finally:
-            self.server.fake._track(self.connection, add=False)
 
     def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
+        return self.read_body()
 
     def _send_json(
         self, status: int, payload: dict, request_id: str, extra: dict | None = None
     ) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("request-id", request_id)
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        self.send_json(status, payload, {"request-id": request_id, **(extra or {})})
 
     def _send_error(self, status: int, type_: str, message: str, request_id: str) -> None:
         self._send_json(status, _error_body(type_, message, request_id), request_id)
@@ -625,7 +686,19 @@ class _Handler(BaseHTTPRequestHandler):
             fake = self.server.fake
             path = self.path.split("?", 1)[0].rstrip("/")
             model_id = path.removeprefix("/v1/models/")
-            if path.startswith("/v1/models/") and model_id in fake.models:
+            if path == "/v1/models" and fake.models:
+                listed = [
+                    {k: info[k] for k in ("type", "id", "display_name", "created_at")}
+                    for info in fake.models.values()
+                ]
+                page = {
+                    "data": listed,
+                    "has_more": False,
+                    "first_id": listed[0]["id"],
+                    "last_id": listed[-1]["id"],
+                }
+                self._send_json(200, page, fake._request_id())
+            elif path.startswith("/v1/models/") and model_id in fake.models:
                 self._send_json(200, fake.models[model_id], fake._request_id())
             else:
                 self._not_found()
@@ -658,7 +731,13 @@ class _Handler(BaseHTTPRequestHandler):
                 "body": body,
             }
         )
+        refusal = fake._refuse(body)
+        if refusal:
+            self._send_error(400, "invalid_request_error", refusal, request_id)
+            return
         response = fake._next_response(body)
+        if isinstance(response, Reply):
+            response = _fit_to_max_tokens(response, body.get("max_tokens"))
         streaming = body.get("stream") is True
         delay = response.delay if isinstance(response, Reply) else None
         delay = fake.delay if delay is None else delay
@@ -690,6 +769,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         usage = _usage(response, len(raw), fake._cache_lookup(body))
         fake._count_usage(usage)
+        fake._remember(_content_blocks(response, n))
         if not streaming:
             message = {
                 "id": f"msg_fake_{n}",
@@ -758,45 +838,173 @@ class _Handler(BaseHTTPRequestHandler):
 # --------------------------------------------------------------------------------------
 
 
-class FakeAnthropic:
-    """A local Anthropic Messages API. Use ``start()``/``stop()`` or ``with FakeAnthropic():``."""
+class FakeAnthropic(FakeServer):
+    """A local Anthropic Messages API. Use ``start()``/``stop()`` or ``with FakeAnthropic():``.
+
+    As strict as the real API where it matters: sampling parameters, more than four cache
+    breakpoints, thinking types a listed model does not take, invalid manual budgets, and
+    thinking blocks changed or dropped inside a tool loop are all refused with the API's
+    400 ``invalid_request_error``.
+    """
+
+    handler_class = _Handler
+    thread_name = "fake-anthropic"
 
     def __init__(
         self, *, delay: float = 0.0, host: str = "127.0.0.1", port: int = 0, verbose: bool = False
     ) -> None:
-        self.delay = delay
-        self.host = host
-        self.port = port
-        self.verbose = verbose
-        self.base_url = ""
+        super().__init__(delay=delay, host=host, port=port, verbose=verbose)
         self.requests: list[dict] = []
         # Model id -> a Models API ModelInfo body; unknown ids answer 404 like local servers.
         self.models: dict[str, dict] = {}
-        # Prompt-cache accounting: prefixes seen, and input tokens by kind over all requests.
+        # Prompt-cache accounting: cache entries written, and input tokens by kind.
         self._cached_prefixes: set[str] = set()
+        # Thinking blocks this server issued (signature -> text; redacted data), and the
+        # thinking blocks of the message that issued each tool_use id.
+        self._signatures: dict[str, str] = {}
+        self._redacted: set[str] = set()
+        self._thinking_of_tool_use: dict[str, list[dict]] = {}
         self.usage_totals = {"input_tokens": 0, "cache_read": 0, "cache_write": 0}
         self.mind = MindState()
         self.responder: Responder = self.scripted_mind
         self._queue: deque[Response] = deque()
-        self._lock = threading.Lock()
         self._serial = 0
         self._request_serial = 0
-        self._connections: set[socket.socket] = set()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     # -- prompt cache ------------------------------------------------------------------
 
     def _cache_lookup(self, body: dict) -> tuple[int, int]:
-        """(tokens read, tokens written): the longest prefix seen before is read, the rest up
-        to the last breakpoint is written, as the API's prompt cache does."""
-        keys = _prefix_keys(body)
-        if not keys:
+        """(tokens read, tokens written), as the API's prompt cache does it: an entry is
+        written at each breakpoint whose prefix is long enough; a request reads the longest
+        earlier entry that matches its exact bytes at a block boundary up to 20 blocks
+        before one of its breakpoints; the rest up to its last breakpoint is written."""
+        prefixes = _prefixes(body)
+        marks = [i for i, prefix in enumerate(prefixes) if prefix.breakpoint]
+        if not marks:
             return 0, 0
+        minimum = min_cacheable_tokens(str(body.get("model")))
         with self._lock:
-            read = max((size for size, key in keys if key in self._cached_prefixes), default=0)
-            self._cached_prefixes.update(key for _, key in keys)
-        return read, max(0, keys[-1][0] - read)
+            read = 0
+            for mark in marks:
+                for i in range(mark, max(-1, mark - CACHE_LOOKBACK_BLOCKS - 1), -1):
+                    if prefixes[i].key in self._cached_prefixes:
+                        read = max(read, prefixes[i].tokens)
+                        break
+            for mark in marks:
+                if prefixes[mark].tokens >= minimum:
+                    self._cached_prefixes.add(prefixes[mark].key)
+        last = prefixes[marks[-1]].tokens
+        return read, (max(0, last - read) if last >= minimum else 0)
+
+    def _refuse(self, body: dict) -> str:
+        """The API's 400 message for a request it would refuse; "" when it is acceptable."""
+        for name in REMOVED_PARAMS:
+            if name in body:
+                return f"{name}: Extra inputs are not permitted"
+        breakpoints = _count_breakpoints(body)
+        if breakpoints > MAX_CACHE_BREAKPOINTS:
+            return (
+                f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be "
+                f"provided. Found {breakpoints}."
+            )
+        thinking = body.get("thinking") if isinstance(body.get("thinking"), dict) else None
+        if thinking is not None:
+            problem = self._refuse_thinking(body, thinking)
+            if problem:
+                return problem
+        return self._refuse_thinking_blocks(body, thinking)
+
+    def _refuse_thinking(self, body: dict, thinking: dict) -> str:
+        kind = thinking.get("type")
+        if kind == "enabled":
+            budget = thinking.get("budget_tokens")
+            if not isinstance(budget, int) or budget < 1024:
+                return (
+                    "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+                )
+            max_tokens = body.get("max_tokens")
+            if isinstance(max_tokens, int) and budget >= max_tokens:
+                return "`max_tokens` must be greater than `thinking.budget_tokens`."
+        info = self.models.get(str(body.get("model")))
+        types = ((info or {}).get("capabilities") or {}).get("thinking", {}).get("types")
+        if isinstance(types, dict) and kind in types and not types[kind].get("supported"):
+            return f"thinking.type: '{kind}' is not supported for model {body.get('model')}."
+        return ""
+
+    def _refuse_thinking_blocks(self, body: dict, thinking: dict | None) -> str:
+        """Thinking blocks sent back must be exactly the ones issued, and within the turn in
+        progress (assistant turns after the last user text) each assistant message that
+        carried thinking must carry it again, unchanged and first."""
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        turn_start = 0
+        for index, message in enumerate(messages):
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else [content]
+            if message.get("role") == "user" and not all(
+                isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks
+            ):
+                turn_start = index + 1
+        for index, message in enumerate(messages):
+            if message.get("role") != "assistant" or not isinstance(message.get("content"), list):
+                continue
+            content = message["content"]
+            with self._lock:
+                for position, block in enumerate(content):
+                    where = f"messages.{index}.content.{position}"
+                    if not isinstance(block, dict):
+                        continue
+                    if block.get("type") == "thinking":
+                        signature = block.get("signature")
+                        if self._signatures.get(signature) != block.get("thinking"):
+                            return f"{where}: Invalid `signature` in `thinking` block"
+                    elif (
+                        block.get("type") == "redacted_thinking"
+                        and block.get("data") not in self._redacted
+                    ):
+                        return f"{where}: Invalid `data` in `redacted_thinking` block"
+                if index < turn_start or thinking is None:
+                    continue
+                uses = [
+                    b.get("id")
+                    for b in content
+                    if isinstance(b, dict) and b.get("type") == "tool_use"
+                ]
+                issued = next(
+                    (
+                        self._thinking_of_tool_use[u]
+                        for u in uses
+                        if u in self._thinking_of_tool_use
+                    ),
+                    None,
+                )
+            if issued:
+                sent = [
+                    b for b in content if isinstance(b, dict) and b.get("type") in _THINKING_TYPES
+                ]
+                first = content[0] if content and isinstance(content[0], dict) else {}
+                if sent != issued or first.get("type") not in _THINKING_TYPES:
+                    return (
+                        f"messages.{index}.content.0.type: Expected `thinking` or "
+                        "`redacted_thinking`, but found "
+                        f"`{first.get('type', 'nothing')}`. When `thinking` is enabled, a final "
+                        "`assistant` message must start with a thinking block (preceding the "
+                        "lastmost set of `tool_use` and `tool_result` blocks). To avoid this "
+                        "requirement, disable `thinking`."
+                    )
+        return ""
+
+    def _remember(self, blocks: list[dict]) -> None:
+        """Note the thinking blocks issued, so they can be checked when sent back."""
+        thinking = [b for b in blocks if b.get("type") in _THINKING_TYPES]
+        with self._lock:
+            for block in thinking:
+                if block["type"] == "thinking":
+                    self._signatures[block.get("signature", "")] = block.get("thinking", "")
+                else:
+                    self._redacted.add(block.get("data", ""))
+            for block in blocks:
+                if block.get("type") == "tool_use" and thinking:
+                    self._thinking_of_tool_use[block["id"]] = [dict(b) for b in thinking]
 
     def _count_usage(self, usage: dict) -> None:
         with self._lock:
@@ -811,56 +1019,6 @@ class FakeAnthropic:
         total = totals["input_tokens"] + totals["cache_read"] + totals["cache_write"]
         return totals["cache_read"] / total if total else 0.0
 
-    # -- lifecycle -----------------------------------------------------------------
-
-    def start(self) -> FakeAnthropic:
-        if self._server is not None:
-            return self
-        server = _Server((self.host, self.port), _Handler)
-        server.fake = self
-        self._server = server
-        self.port = server.server_address[1]
-        self.base_url = f"http://{self.host}:{self.port}"
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"fake-anthropic-{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        with self._lock:
-            connections = list(self._connections)
-            self._connections.clear()
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeAnthropic:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def serve_forever(self) -> None:
-        """Start and block until KeyboardInterrupt (used by the CLI)."""
-        self.start()
-        try:
-            while True:
-                time.sleep(3600)
-        finally:
-            self.stop()
-
     # -- scripting -----------------------------------------------------------------
 
     def enqueue(self, *responses: Response) -> None:
@@ -874,6 +1032,9 @@ class FakeAnthropic:
             self._queue.clear()
             self.requests.clear()
             self._cached_prefixes.clear()
+            self._signatures.clear()
+            self._redacted.clear()
+            self._thinking_of_tool_use.clear()
             self.usage_totals = {"input_tokens": 0, "cache_read": 0, "cache_write": 0}
         self.mind.clear()
         self.responder = self.scripted_mind
@@ -902,13 +1063,6 @@ class FakeAnthropic:
         with self._lock:
             self._request_serial += 1
             return f"req_fake_{self._request_serial:06d}"
-
-    def _track(self, conn: socket.socket, *, add: bool) -> None:
-        with self._lock:
-            if add:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,22 +25,19 @@ Run it standalone to try the app offline::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import re
-import socket
-import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from .http_base import DISCONNECT_ERRORS as _DISCONNECT_ERRORS
+from .http_base import FakeHandler, FakeServer
 
 __all__ = ["DEFAULT_API_KEY", "Failure", "FakeExa", "Recorded", "default_results", "main"]
 
 DEFAULT_API_KEY = "exa-test-key"
-_DISCONNECT_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 # Exa's error tags per status (exa.ai/docs/reference/error-codes).
 _ERROR_TAGS = {
@@ -142,35 +139,7 @@ def _contents_fields(page: dict[str, Any], contents: Any) -> dict[str, Any]:
     return fields
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    fake: FakeExa
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that gave up (a timeout) is expected; stay quiet about it.
-        pass
-
-
-class _Handler(BaseHTTPRequestHandler):
-    # Small SSE chunks must not wait ~40 ms on Nagle's algorithm and delayed ACKs.
-    disable_nagle_algorithm = True
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if self.server.fake.verbose:
-            super().log_message(format, *args)
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.fake._track(self.connection, add=True)
-
-    def finish(self) -> None:
-        self.server.fake._track(self.connection, add=False)
-        with contextlib.suppress(*_DISCONNECT_ERRORS):
-            super().finish()
-
+class _Handler(FakeHandler):
     def do_POST(self) -> None:
         fake = self.server.fake
         length = int(self.headers.get("content-length") or 0)
@@ -210,8 +179,11 @@ def fake_error(status: int, *, request_id: str, error: str | None = None, tag: s
     return {"requestId": request_id, "error": error or default_message, "tag": tag or default_tag}
 
 
-class FakeExa:
+class FakeExa(FakeServer):
     """A local Exa API. Use ``start()``/``stop()`` or ``with FakeExa():``."""
+
+    handler_class = _Handler
+    thread_name = "fake-exa"
 
     def __init__(
         self,
@@ -222,71 +194,10 @@ class FakeExa:
         port: int = 0,
         verbose: bool = False,
     ) -> None:
+        super().__init__(delay=delay, host=host, port=port, verbose=verbose)
         self.api_key = api_key
-        self.delay = delay
-        self.host = host
-        self.port = port
-        self.verbose = verbose
-        self.base_url = ""
         self.requests: list[Recorded] = []
         self._state = _State()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._connections: set[socket.socket] = set()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle -----------------------------------------------------------------
-
-    def start(self) -> FakeExa:
-        if self._server is not None:
-            return self
-        self._stopping.clear()
-        server = _Server((self.host, self.port), _Handler)
-        server.fake = self
-        self._server = server
-        self.port = server.server_address[1]
-        self.base_url = f"http://{self.host}:{self.port}"
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"fake-exa-{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self._stopping.set()  # wakes handlers that are waiting out a delay
-        server.shutdown()
-        server.server_close()
-        with self._lock:
-            connections = list(self._connections)
-            self._connections.clear()
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeExa:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def serve_forever(self) -> None:
-        """Start and block until KeyboardInterrupt (used by the CLI)."""
-        self.start()
-        try:
-            while True:
-                time.sleep(3600)
-        finally:
-            self.stop()
 
     # -- scripting -----------------------------------------------------------------
 
@@ -408,13 +319,6 @@ class FakeExa:
             )
         statuses = [{"id": url, "status": "success"} for url in urls]
         return 200, {"requestId": request_id, "results": results, "statuses": statuses}
-
-    def _track(self, conn: socket.socket, *, add: bool) -> None:
-        with self._lock:
-            if add:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -289,3 +289,118 @@ def test_cli_runs_and_serves():
     finally:
         proc.terminate()
         proc.wait(timeout=5)
+
+
+# --- as strict as the API where it matters (issue 13, item 6) --------------------------
+
+ADAPTIVE = {"type": "adaptive", "display": "summarized"}
+TOOL = {"name": "web_search", "description": "Search", "input_schema": {"type": "object"}}
+
+
+async def _tool_round(client: anthropic.AsyncAnthropic, fake: FakeAnthropic) -> list[dict]:
+    """One thinking + tool_use reply; returns the messages for the next round."""
+    fake.enqueue(
+        Reply(thinking="I should search.", text="Searching.", tool_uses=[{"name": "web_search"}])
+    )
+    message, _ = await _final(client, thinking=ADAPTIVE, tools=[TOOL])
+    use = next(b for b in message.content if b.type == "tool_use")
+    return [
+        *USER,
+        {
+            "role": "assistant",
+            "content": [b.model_dump(mode="json", exclude_none=True) for b in message.content],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "r"}],
+        },
+    ]
+
+
+async def test_thinking_blocks_sent_back_unchanged_are_accepted(client, fake):
+    messages = await _tool_round(client, fake)
+    message, _ = await _final(client, messages, thinking=ADAPTIVE, tools=[TOOL])
+    assert message.stop_reason == "end_turn"
+
+
+@pytest.mark.parametrize(
+    "tamper, error",
+    [
+        (lambda b: b.update(thinking=b["thinking"] + " (edited)"), "Invalid `signature`"),
+        (lambda b: b.update(signature="forged"), "Invalid `signature`"),
+    ],
+)
+async def test_a_changed_thinking_block_is_a_400(client, fake, tamper, error):
+    messages = await _tool_round(client, fake)
+    tamper(next(b for b in messages[1]["content"] if b["type"] == "thinking"))
+    with pytest.raises(anthropic.BadRequestError, match=error) as raised:
+        await _final(client, messages, thinking=ADAPTIVE, tools=[TOOL])
+    assert raised.value.type == "invalid_request_error"
+
+
+async def test_a_thinking_block_stripped_from_its_turn_is_a_400(client, fake):
+    messages = await _tool_round(client, fake)
+    messages[1]["content"] = [b for b in messages[1]["content"] if b["type"] != "thinking"]
+    with pytest.raises(anthropic.BadRequestError, match="Expected `thinking`"):
+        await _final(client, messages, thinking=ADAPTIVE, tools=[TOOL])
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_p", "top_k"])
+async def test_sampling_parameters_are_refused(client, fake, name):
+    with pytest.raises(anthropic.BadRequestError, match=f"{name}: Extra inputs"):
+        await _final(client, extra_body={name: 1})
+
+
+async def test_more_than_four_cache_breakpoints_are_refused(client, fake):
+    blocks = [
+        {"type": "text", "text": f"part {i}", "cache_control": {"type": "ephemeral"}}
+        for i in range(5)
+    ]
+    with pytest.raises(anthropic.BadRequestError, match="maximum of 4 blocks"):
+        await _final(client, [{"role": "user", "content": blocks}])
+
+
+async def test_a_manual_budget_the_api_refuses_is_refused(client, fake):
+    # Default max_tokens here is 1024: a 2048-token budget cannot fit under it.
+    with pytest.raises(anthropic.BadRequestError, match=r"greater than `thinking\.budget_tokens`"):
+        await _final(client, thinking={"type": "enabled", "budget_tokens": 2048})
+
+
+def _cached(text: str, more: str = "", *, marked_more: bool = False) -> list[dict]:
+    content: list[dict] = [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
+    if more:
+        block = {"type": "text", "text": more}
+        if marked_more:
+            block["cache_control"] = {"type": "ephemeral"}
+        content.append(block)
+    return [{"role": "user", "content": content}]
+
+
+async def test_the_cache_reads_an_exact_prefix_up_to_a_breakpoint(client, fake):
+    long = "evidence " * 800  # ~1,800 tokens: above the 512-token minimum of this model
+    first, _ = await _final(client, _cached(long, "focus A"))
+    again, _ = await _final(client, _cached(long, "focus B"))
+    changed, _ = await _final(client, _cached(long + ".", "focus B"))
+    assert first.usage.cache_read_input_tokens == 0 and first.usage.cache_creation_input_tokens > 0
+    assert again.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
+    assert changed.usage.cache_read_input_tokens == 0  # one byte differs: a miss
+
+
+async def test_a_breakpoint_moved_later_reads_the_earlier_entry(client, fake):
+    long = "evidence " * 800
+    first, _ = await _final(client, _cached(long, "cycle 1", marked_more=True))
+    grown = [
+        {"type": "text", "text": long},
+        {"type": "text", "text": "cycle 1"},
+        {"type": "text", "text": "cycle 2", "cache_control": {"type": "ephemeral"}},
+    ]
+    later, _ = await _final(client, [{"role": "user", "content": grown}])
+    assert later.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
+    assert 0 < later.usage.cache_creation_input_tokens < 10  # only the new block is written
+
+
+async def test_a_prefix_below_the_minimum_is_not_cached(client, fake):
+    short = "brief " * 50
+    await _final(client, _cached(short, "x"))
+    again, _ = await _final(client, _cached(short, "y"))
+    assert again.usage.cache_read_input_tokens == 0 and again.usage.cache_creation_input_tokens == 0

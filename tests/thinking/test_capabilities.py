@@ -118,3 +118,89 @@ def test_an_effort_the_model_refuses_is_explained():
 def test_a_valid_configuration_has_no_problems():
     assert validate(ThinkingSettings("adaptive", None, "high", 16000), ADAPTIVE_ONLY) == {}
     assert validate(ThinkingSettings("manual", 4096, "", 16000), BOTH) == {}
+
+
+# --- defaults that fit the model (issue 13, item 1) ------------------------------------
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from thinking.capabilities import MODEL_IDS, best_mode  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+THINKING_VARS = ("DEEPTHINK_THINKING", "DEEPTHINK_THINKING_BUDGET", "DEEPTHINK_EFFORT")
+
+
+def start_up(model: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`manage.py check` as an operator runs it: only the model (and what is given) set."""
+    clean = {k: v for k, v in os.environ.items() if k not in THINKING_VARS}
+    clean.pop("DATABASE_URL", None)
+    clean.pop("REDIS_URL", None)
+    clean.update(DEEPTHINK_MODEL=model, ANTHROPIC_API_KEY="sk-test", **env)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_manual_only_model_starts_with_thinking_settings_unset():
+    # The first real deployment of the issue: a common model that takes only manual thinking.
+    done = start_up("claude-sonnet-4-5")
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("model", [*MODEL_IDS, "qwen3-coder:30b"])
+def test_every_model_loads_the_settings_with_thinking_unset(
+    model: str, monkeypatch: pytest.MonkeyPatch
+):
+    """The settings module, run again as at start-up, with only DEEPTHINK_MODEL set (a
+    subprocess per model would take minutes on a loaded machine)."""
+    import importlib
+
+    import config.settings as module
+
+    for name in THINKING_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DEEPTHINK_MODEL", model)
+    try:
+        loaded = importlib.reload(module)
+        assert loaded.DEEPTHINK_THINKING == "auto" and loaded.DEEPTHINK_THINKING_BUDGET is None
+    finally:
+        monkeypatch.undo()
+        importlib.reload(module)
+
+
+def test_a_value_the_operator_set_is_still_refused_loudly():
+    done = start_up("claude-sonnet-4-5", DEEPTHINK_THINKING="adaptive")
+    assert done.returncode != 0
+    assert "DEEPTHINK_THINKING" in done.stderr and "does not accept adaptive" in done.stderr
+
+
+@pytest.mark.parametrize("model", MODEL_IDS)
+def test_unset_thinking_asks_for_the_best_mode_the_model_takes(model: str):
+    caps = builtin_capabilities(model)
+    built = build_request(ThinkingSettings(mode="auto", max_tokens=4096), caps)
+    if "adaptive" in caps.thinking_types:
+        assert built.params["thinking"]["type"] == "adaptive"
+    else:
+        # Manual with a budget the API accepts: at least 1024 and below max_tokens.
+        budget = built.params["thinking"]["budget_tokens"]
+        assert built.thinking == "manual" and 1024 <= budget < built.params["max_tokens"]
+
+
+def test_unset_thinking_is_off_when_no_valid_budget_fits():
+    assert best_mode(MANUAL_ONLY, max_tokens=1024) == "off"
+    built = build_request(ThinkingSettings(mode="auto", max_tokens=1000), MANUAL_ONLY)
+    assert "thinking" not in built.params and built.thinking == "off"
+
+
+def test_an_unknown_model_gets_manual_thinking():
+    caps = builtin_capabilities("qwen3-coder:30b")
+    built = build_request(ThinkingSettings(mode="auto", max_tokens=8000), caps)
+    assert built.params["thinking"] == {"type": "enabled", "budget_tokens": 4000}

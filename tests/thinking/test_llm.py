@@ -189,3 +189,111 @@ def _capabilities(*, adaptive: bool, enabled: bool, effort: list[str]) -> dict:
             },
         },
     }
+
+
+# --- cut-off replies, model roles, choosing a model (issue 13) -------------------------
+
+from tests.fakes.anthropic_server import model_info  # noqa: E402
+
+
+async def test_a_cut_off_reply_is_asked_again_once_with_more_room(client: LLM, fake_claude: Any):
+    fake_claude.enqueue(
+        Reply(text="THOUGHT: half a", stop_reason="max_tokens"), Reply(text="whole")
+    )
+    reply = await ask(client, thinking=MANUAL)
+    sent = [r["body"]["max_tokens"] for r in fake_claude.requests]
+    assert sent == [8000, 16000]
+    assert reply.text == "whole" and not reply.truncated
+    # The cut-off attempt was spent: its usage counts and it stays on record.
+    assert [a.stop_reason for a in reply.attempts] == ["max_tokens", "end_turn"]
+    assert reply.total_usage.output_tokens > reply.usage.output_tokens
+
+
+async def test_a_reply_still_cut_off_is_marked_truncated_and_kept(client: LLM, fake_claude: Any):
+    fake_claude.enqueue(
+        Reply(text="cut", stop_reason="max_tokens"),
+        Reply(text="cut again", stop_reason="max_tokens"),
+    )
+    reply = await ask(client, thinking=ADAPTIVE)
+    assert reply.truncated and reply.text == "cut again"
+    assert len(fake_claude.requests) == 2  # once more, not forever
+
+
+async def test_more_room_is_capped_by_the_models_maximum(client: LLM, fake_claude: Any):
+    fake_claude.models["claude-small"] = model_info("claude-small", max_tokens=10_000)
+    fake_claude.enqueue(Reply(text="cut", stop_reason="max_tokens"), Reply(text="ok"))
+    await ask(client, thinking=ADAPTIVE, model="claude-small")
+    assert [r["body"]["max_tokens"] for r in fake_claude.requests] == [8000, 10_000]
+
+
+async def test_the_fake_cuts_a_long_reply_at_max_tokens(client: LLM, fake_claude: Any):
+    """max_tokens stops a reply on the wire, and the client then retries with more room."""
+    fake_claude.enqueue(Reply(text="x" * 2000), Reply(text="short"))
+    reply = await ask(client, max_tokens=300)
+    first = fake_claude.requests[0]["body"]
+    assert first["max_tokens"] == 300 and reply.attempts[0].stop_reason == "max_tokens"
+    assert len(reply.attempts[0].text) == 1200  # 300 tokens at the fake's 4 characters a token
+
+
+async def test_utility_calls_use_the_fast_model_and_never_think(fake_claude: Any, settings: Any):
+    settings.DEEPTHINK_FAST_MODEL = "claude-haiku-5-5"
+    client = LLM.from_settings()
+    try:
+        await client.utility([{"role": "user", "content": "Plan"}], system="S")
+        body = fake_claude.requests[-1]["body"]
+        assert body["model"] == "claude-haiku-5-5" and "thinking" not in body
+        assert client.model_for("questions", "claude-opus-5-5") == "claude-haiku-5-5"
+        assert client.model_for("thoughts", "claude-opus-5-5") == "claude-opus-5-5"
+    finally:
+        await client.close()
+
+
+async def test_without_a_fast_model_utility_work_goes_to_the_main_model(client: LLM):
+    assert client.model_for("plan", "claude-sonnet-4-5") == "claude-sonnet-4-5"
+
+
+async def test_unset_thinking_follows_what_the_models_api_says(client: LLM, fake_claude: Any):
+    # The table says adaptive for this id; the server says only manual: the server wins.
+    fake_claude.models["claude-opus-5-5"] = model_info(
+        "claude-opus-5-5", thinking=("enabled", "disabled")
+    )
+    await ask(client, thinking=ThinkingSettings(mode="auto", max_tokens=8000))
+    assert fake_claude.requests[-1]["body"]["thinking"] == {
+        "type": "enabled",
+        "budget_tokens": 4000,
+    }
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "manual"])
+async def test_the_fake_refuses_a_thinking_type_the_listed_model_does_not_take(
+    client: LLM, fake_claude: Any, mode: str
+):
+    """The strict fake, as a control: a request the model cannot take gets the API's 400."""
+    fake_claude.models["claude-x"] = model_info("claude-x", thinking=("disabled",))
+    llm_module._capabilities_cache.clear()
+    body = (
+        {"type": "adaptive"} if mode == "adaptive" else {"type": "enabled", "budget_tokens": 2048}
+    )
+    with pytest.raises(Exception) as raised:
+        await client._client.messages.create(
+            model="claude-x", max_tokens=4000, messages=[{"role": "user", "content": "Hi"}],
+            thinking=body,  # type: ignore[arg-type]
+        )  # fmt: skip
+    assert "is not supported for model claude-x" in str(raised.value)
+
+
+def test_a_model_the_server_does_not_list_is_refused_with_the_reason(fake_claude: Any):
+    llm_module._model_lists.clear()
+    fake_claude.models["claude-opus-5-5"] = model_info("claude-opus-5-5")
+    fake_claude.models["claude-haiku-5-5"] = model_info("claude-haiku-5-5")
+    assert llm_module.available_models().ids == ("claude-opus-5-5", "claude-haiku-5-5")
+    assert llm_module.refuse_model("claude-haiku-5-5") == ""
+    reason = llm_module.refuse_model("claude-opus-9")
+    assert "does not list the model 'claude-opus-9'" in reason and "claude-haiku-5-5" in reason
+
+
+def test_without_a_model_list_the_table_is_offered(fake_claude: Any, settings: Any):
+    llm_module._model_lists.clear()
+    models = llm_module.available_models()
+    assert models.source == "table" and settings.DEEPTHINK_MODEL in models.ids
+    assert "claude-sonnet-4-5" in models.ids

@@ -101,8 +101,11 @@ async def test_the_stable_prefix_is_read_from_the_prompt_cache(fake_claude: Any,
     print(f"\nprompt cache: {share:.0%} of input tokens read from cache over {cycles} cycles")
     first = fake_claude.requests[0]["body"]
     assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
-    assert first["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
-    assert "cache_control" not in first["messages"][0]["content"][1]
+    content = first["messages"][0]["content"]
+    # The stable part and the end of the session log are breakpoints; the moving part is last.
+    assert content[0]["cache_control"] == {"type": "ephemeral"}
+    assert content[-2]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in content[-1]
     assert share > 0.25
     await session.arefresh_from_db()
     assert session.cache_read_tokens > 0 and session.cache_write_tokens > 0

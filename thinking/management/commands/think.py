@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from thinking import broadcast, limits, llm
+from thinking.budget import BudgetExhausted
 from thinking.events import SessionEvent
 from thinking.export import session_document
 from thinking.forms import StartSessionForm
@@ -73,8 +74,8 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--thinking",
-            choices=["off", "adaptive", "manual"],
-            help="Model thinking (default: DEEPTHINK_THINKING).",
+            choices=["auto", "off", "adaptive", "manual"],
+            help="Model thinking (default: DEEPTHINK_THINKING; unset: the best the model takes).",
         )
         parser.add_argument("--thinking-budget", type=int, help="Budget tokens for manual.")
         parser.add_argument(
@@ -85,6 +86,12 @@ class Command(BaseCommand):
         parser.add_argument("--max-tokens", type=int, help="Max tokens per model reply.")
         parser.add_argument(
             "--token-ceiling", type=int, help="Tokens in all before the final answer."
+        )
+        parser.add_argument(
+            "--model", help="The model that thinks (default: DEEPTHINK_MODEL); one the server has."
+        )
+        parser.add_argument(
+            "--max-cost", type=str, help="Dollar ceiling (list prices) before the final answer."
         )
         parser.add_argument("--owner", help="Username of the owner (default: first superuser).")
         parser.add_argument("--json", action="store_true", help="Print one JSON document.")
@@ -116,6 +123,8 @@ class Command(BaseCommand):
                 "effort": options["effort"] or "",
                 "max_tokens": _given(options["max_tokens"]),
                 "token_ceiling": _given(options["token_ceiling"]),
+                "model": options["model"] or "",
+                "max_cost_usd": _given(options["max_cost"]),
             },
         )
         if not form.is_valid():
@@ -126,6 +135,8 @@ class Command(BaseCommand):
                 session = form.create_session(owner=owner)
         except limits.LimitRefused as refused:
             raise CommandError(str(refused)) from None
+        except BudgetExhausted as error:
+            raise CommandError(" ".join(error.messages)) from None
         quiet = options["json"]
         if not quiet:
             self.stdout.write(self.style.MIGRATE_HEADING(f"Thinking about: {session.question}"))

@@ -1,0 +1,146 @@
+"""The small HTTP server both fakes (Claude and Exa) are built on.
+
+A stdlib ``ThreadingHTTPServer`` on 127.0.0.1 in a daemon thread, HTTP/1.1 keep-alive, no
+Nagle delays, quiet about clients that went away, and a ``stop()`` that also cuts open
+keep-alive connections so a stopped fake is really gone. Subclasses of :class:`FakeServer`
+name their handler class and thread; handlers subclass :class:`FakeHandler`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar, Self
+
+DISCONNECT_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+class FakeHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    fake: Any
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # a client that gave up: stay quiet
+            return
+        super().handle_error(request, client_address)
+
+
+class FakeHandler(BaseHTTPRequestHandler):
+    # Small (SSE) chunks must not wait ~40 ms on Nagle's algorithm and delayed ACKs.
+    disable_nagle_algorithm = True
+    protocol_version = "HTTP/1.1"
+    server: FakeHTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.fake.verbose:
+            super().log_message(format, *args)
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        try:
+            with contextlib.suppress(*DISCONNECT_ERRORS):
+                super().finish()
+        finally:
+            self.server.fake._track(self.connection, add=False)
+
+    def read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def send_json(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+
+class FakeServer:
+    """What the fakes share: ``start()``/``stop()``, ``with fake:``, ``serve_forever()``."""
+
+    handler_class: ClassVar[type[FakeHandler]] = FakeHandler
+    thread_name: ClassVar[str] = "fake"
+
+    def __init__(
+        self, *, delay: float = 0.0, host: str = "127.0.0.1", port: int = 0, verbose: bool = False
+    ) -> None:
+        self.delay = delay
+        self.host = host
+        self.port = port
+        self.verbose = verbose
+        self.base_url = ""
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._server: FakeHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Self:
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = FakeHTTPServer((self.host, self.port), self.handler_class)
+        server.fake = self
+        self._server = server
+        self.port = server.server_address[1]
+        self.base_url = f"http://{self.host}:{self.port}"
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"{self.thread_name}-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()  # wakes handlers that are waiting out a delay
+        server.shutdown()
+        server.server_close()
+        with self._lock:
+            connections = list(self._connections)
+            self._connections.clear()
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def serve_forever(self) -> None:
+        """Start and block until KeyboardInterrupt (used by the CLIs)."""
+        self.start()
+        try:
+            while True:
+                time.sleep(3600)
+        finally:
+            self.stop()
+
+    def _track(self, conn: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)

@@ -1,0 +1,91 @@
+"""The session so far, as an append-only list of prompt blocks (for the prompt cache).
+
+Every model call of a session sends what happened so far — sources as they were found,
+each thought cycle, each synthesis, sub-questions as they were added — in the order it
+happened. A block, once written, never changes, and new events only ever add blocks at
+the end, so each call's prompt is the previous call's prompt plus a few new blocks: the
+API reads the old part from its cache and only the new blocks (and a short task at the end)
+are paid in full. Long sessions start a new epoch every EPOCH_CYCLES cycles (the latest
+synthesis carries the earlier ones forward), which keeps the prompt bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from .evidence import evidence_pack
+from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought
+
+EPOCH_CYCLES = 30
+MAX_SOURCES = 60  # beyond this many, sources are reached through the search tools only
+MAX_SUB_QUESTIONS = 60
+MODEL_TYPES = ("exploration", "critique", "connection", "insight")
+
+
+@dataclass(frozen=True)
+class _Event:
+    at: datetime
+    order: int  # ties: sources, then sub-questions, then cycles, then syntheses
+    text: str
+
+
+def _cycle_block(cycle: int, focus: str, thoughts: list[Thought]) -> str:
+    lines = "\n".join(f"- [{t.type}, {t.confidence:.2f}] {t.text}" for t in thoughts)
+    return f"Cycle {cycle + 1}, focus: {focus}\n{lines}"
+
+
+def session_log(session: ThinkingSession) -> tuple[str, ...]:
+    """The session's events so far as prompt blocks, oldest first (synchronous ORM)."""
+    events: list[_Event] = []
+    thoughts = list(
+        Thought.objects.filter(session=session, type__in=MODEL_TYPES)
+        .select_related("sub_question")
+        .order_by("sequence")
+    )
+    cycles: dict[int, list[Thought]] = {}
+    for thought in thoughts:
+        cycles.setdefault(thought.cycle, []).append(thought)
+    last_cycle = max(cycles, default=0)
+    epoch_start = (last_cycle // EPOCH_CYCLES) * EPOCH_CYCLES
+    syntheses = list(Synthesis.objects.filter(session=session).order_by("sequence"))
+    if epoch_start:
+        first = min(cycles[c][0].created_at for c in cycles if c >= epoch_start)
+        carried = [s for s in syntheses if s.created_at < first][-1:]
+        syntheses = carried + [s for s in syntheses if s.created_at >= first]
+    for cycle, rows in cycles.items():
+        if cycle < epoch_start:
+            continue
+        sub = rows[0].sub_question
+        focus = sub.text if sub is not None else session.question
+        events.append(_Event(rows[0].created_at, 2, _cycle_block(cycle, focus, rows)))
+    for synthesis in syntheses:
+        label = "Final answer" if synthesis.is_final else f"Synthesis {synthesis.sequence}"
+        text = f"{label} (confidence {synthesis.confidence:.2f}):\n{synthesis.text}"
+        events.append(_Event(synthesis.created_at, 3, text))
+    # Consecutive rows of one kind (a research batch, one question step) make one block.
+    sources = list(Source.objects.filter(session=session).order_by("number")[:MAX_SOURCES])
+    for batch in _batches(sources, [e.at for e in events]):
+        events.append(_Event(batch[0].created_at, 0, evidence_pack(batch)))
+    questions = list(
+        SubQuestion.objects.filter(session=session).order_by("created_at", "id")[:MAX_SUB_QUESTIONS]
+    )
+    for batch in _batches(questions, [e.at for e in events]):
+        lines = "\n".join(f"- {q.text} (priority {q.priority})" for q in batch)
+        events.append(_Event(batch[0].created_at, 1, f"Sub-questions added:\n{lines}"))
+    events.sort(key=lambda e: (e.at, e.order))
+    return tuple(e.text for e in events)
+
+
+def _batches(rows: list, boundaries: list[datetime]) -> list[list]:
+    """Split rows (in creation order) wherever another event happened between two of them."""
+    batches: list[list] = []
+    marks = sorted(boundaries)
+    for row in rows:
+        if batches:
+            previous = batches[-1][-1].created_at
+            if not any(previous < mark <= row.created_at for mark in marks):
+                batches[-1].append(row)
+                continue
+        batches.append([row])
+    return batches

@@ -26,10 +26,11 @@ from channels.worker import Worker
 from django.conf import settings
 from django.utils import timezone
 
-from . import broadcast, loop
+from . import broadcast, loop, steps
 from .events import Publish, SessionEvent
 from .llm import LLM, LLMError
 from .models import ThinkingSession
+from .run import Meter
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +84,8 @@ class Supervisor:
             try:
                 llm = self.llm_factory()
             except LLMError as error:
-                failed = await loop.fail(
-                    session_id, worker_id=self.worker_id, meter=loop.Meter(), message=str(error)
+                failed = await steps.fail(
+                    session_id, worker_id=self.worker_id, meter=Meter(), message=str(error)
                 )
                 if failed is not None:
                     await self.publish(SessionEvent(session_id, finished=True))

@@ -14,7 +14,7 @@ from research.knowledge import add_item
 from research.memory import search_memory
 from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import Reply
-from tests.thinking.test_loop import run
+from tests.thinking.test_loop import WORKER, claim, run
 from thinking import evidence
 from thinking.models import Source, ThinkingSession
 
@@ -96,6 +96,7 @@ async def test_all_queries_run_at_once(
         return await real_search(**kwargs)
 
     monkeypatch.setattr(evidence, "asearch_memory", slow_memory)
+    await claim(session)
     research = await sync_to_async(evidence.Research.for_session)(session)
     shown: list[float] = []
     started = time.monotonic()
@@ -110,6 +111,7 @@ async def test_all_queries_run_at_once(
             web_queries=["why do we dream", "dream memory", "REM sleep"],
             memory_queries=["dreams memory", "sleep notes", "REM"],
             on_sources=on_sources,
+            worker_id=WORKER,
         )
     finally:
         await research.close()

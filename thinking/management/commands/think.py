@@ -13,14 +13,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 
-from thinking import broadcast, llm
+from thinking import actions, broadcast, llm
 from thinking.events import SessionEvent
 from thinking.export import session_document
 from thinking.forms import StartSessionForm
 from thinking.models import Status, ThinkingSession
-from thinking.worker import Supervisor, new_worker_id
 
 
 class TerminalPrinter:
@@ -108,11 +106,11 @@ class Command(BaseCommand):
                 "token_ceiling": options["token_ceiling"] or "",
             },
         )
-        if not form.is_valid():
+        # Run here, in this process: no doorbell for another worker.
+        session = actions.start(form, owner=owner, doorbell=False)
+        if session is None:
             problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
             raise CommandError(problems)
-        with transaction.atomic():
-            session = form.create_session(owner=owner)
         quiet = options["json"]
         if not quiet:
             self.stdout.write(self.style.MIGRATE_HEADING(f"Thinking about: {session.question}"))
@@ -152,13 +150,5 @@ class Command(BaseCommand):
             if settings.REDIS_URL:  # browsers watching through other processes
                 await broadcast.publish(event)
 
-        supervisor = Supervisor(
-            worker_id=new_worker_id("cli"), capacity=1, publish=publish, sweeping=False
-        )
-        if not await supervisor.start(session.pk):
+        if not await actions.think_here(session, publish=publish):
             raise CommandError("Another worker claimed the session first.")
-        heartbeat = asyncio.create_task(supervisor.run_forever())
-        try:
-            await supervisor.wait_idle()
-        finally:
-            heartbeat.cancel()

@@ -19,7 +19,7 @@ from . import llm
 from .broadcast import publish_sync
 from .events import Publish, SessionEvent
 from .forms import StartSessionForm
-from .models import ThinkingSession, Thought, ThoughtType
+from .models import ThinkingSession, Thought
 from .worker import Supervisor, new_worker_id, request_start
 
 
@@ -44,9 +44,9 @@ def _require(allowed: bool, message: str) -> None:
         raise NotAllowed(message)
 
 
-def _publish_on_commit(event: SessionEvent) -> None:
+def _publish(event: SessionEvent) -> None:
     # Looked up at call time, so tests can watch what is published.
-    transaction.on_commit(lambda: publish_sync(event))
+    publish_sync(event)
 
 
 def _ring_on_commit(session: ThinkingSession) -> None:
@@ -73,44 +73,30 @@ def start(form: StartSessionForm, *, owner: Any, doorbell: bool = True) -> Think
 def pause(session: ThinkingSession, *, user: Any) -> None:
     """Raises IllegalTransition unless it is thinking; the worker stops at the next step."""
     _require(may_act(session, user), "You cannot pause this session.")
-    with transaction.atomic():
-        session.pause()
-        _publish_on_commit(SessionEvent(session.pk, finished=session.is_finished))
+    session.pause(publish=_publish)
 
 
 def resume(session: ThinkingSession, *, user: Any) -> None:
     """Raises IllegalTransition unless it is paused."""
     _require(may_act(session, user), "You cannot resume this session.")
     with transaction.atomic():
-        session.resume()
+        session.resume(publish=_publish)
         # The worker that paused let go of it: ring for a fresh claim once committed.
         _ring_on_commit(session)
-        _publish_on_commit(SessionEvent(session.pk, finished=session.is_finished))
 
 
 def cancel(session: ThinkingSession, *, user: Any) -> None:
     """Only the owner may cancel (NotAllowed); a finished session raises IllegalTransition.
     What it stored stays."""
     _require(may_cancel(session, user), "Only the owner can cancel this session.")
-    with transaction.atomic():
-        session.cancel()
-        _publish_on_commit(SessionEvent(session.pk, finished=session.is_finished))
+    session.cancel(publish=_publish)
 
 
 def steer(session: ThinkingSession, *, user: Any, kind: str, text: str) -> Thought:
     """A hint for the next prompts, or a sub-question explored next. Raises
     IllegalTransition on a finished session."""
     _require(may_act(session, user), "You cannot steer this session.")
-    with transaction.atomic():
-        thought = session.steer(user=user, kind=kind, text=text)
-        _publish_on_commit(
-            SessionEvent(
-                session.pk,
-                thoughts=(thought.sequence,),
-                questions=thought.type == ThoughtType.QUESTION,
-            )
-        )
-    return thought
+    return session.steer(user=user, kind=kind, text=text, publish=_publish)
 
 
 async def think_here(session: ThinkingSession, *, publish: Publish) -> bool:

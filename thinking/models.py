@@ -374,26 +374,37 @@ class ThinkingSession(models.Model):
     # Each goes through a step, so it is ordered with the worker's writes by the row lock:
     # whoever moves first wins and the other sees the new state.
 
-    def _transition(self, action: str, allowed: tuple[str, ...], **changes: object) -> None:
+    def _transition(
+        self,
+        action: str,
+        allowed: tuple[str, ...],
+        publish: Callable[[SessionEvent], None] | None = None,
+        **changes: object,
+    ) -> None:
         try:
-            with type(self).step(self.pk, stop_on_cancel=False) as step:
+            with type(self).step(self.pk, stop_on_cancel=False, on_commit=publish) as step:
                 if step.session.status not in allowed:
                     raise IllegalTransition(step.session, action)
                 step.update(**changes)
+                finished = changes.get("status") in FINISHED
+                step.announce(SessionEvent(self.pk, finished=finished))
         finally:
             self.refresh_from_db()
 
-    def pause(self) -> None:
-        self._transition("pause", (Status.THINKING,), status=Status.PAUSED)
+    # `publish` (e.g. `broadcast.publish_sync`) gets the change once it is committed.
 
-    def resume(self) -> None:
+    def pause(self, *, publish: Callable[[SessionEvent], None] | None = None) -> None:
+        self._transition("pause", (Status.THINKING,), publish, status=Status.PAUSED)
+
+    def resume(self, *, publish: Callable[[SessionEvent], None] | None = None) -> None:
         # The worker that paused released its lease; a fresh claim picks the session up.
-        self._transition("resume", (Status.PAUSED,), status=Status.THINKING)
+        self._transition("resume", (Status.PAUSED,), publish, status=Status.THINKING)
 
-    def cancel(self) -> None:
+    def cancel(self, *, publish: Callable[[SessionEvent], None] | None = None) -> None:
         self._transition(
             "cancel",
             (Status.CREATED, Status.THINKING, Status.PAUSED),
+            publish,
             status=Status.CANCELLED,
             completion_reason=CompletionReason.CANCELLED,
             finished_at=timezone.now(),
@@ -475,13 +486,20 @@ class ThinkingSession(models.Model):
 
     STEERABLE = (Status.CREATED, Status.THINKING, Status.PAUSED)
 
-    def steer(self, *, user: object, kind: str, text: str) -> Thought:
+    def steer(
+        self,
+        *,
+        user: object,
+        kind: str,
+        text: str,
+        publish: Callable[[SessionEvent], None] | None = None,
+    ) -> Thought:
         """A person's hint (included in the next prompts) or sub-question (explored next, at
         top priority). Both are stored in the thought stream as theirs."""
         try:
             # The step's row lock orders this insert with the worker's, which takes it too
             # before numbering thoughts, so sequences stay unique and gapless.
-            with type(self).step(self.pk, stop_on_cancel=False) as step:
+            with type(self).step(self.pk, stop_on_cancel=False, on_commit=publish) as step:
                 locked = step.session
                 if locked.status not in self.STEERABLE:
                     raise IllegalTransition(locked, "steer")
@@ -503,6 +521,11 @@ class ThinkingSession(models.Model):
                     confidence=1.0,
                     time_offset_seconds=round(locked.elapsed_seconds(), 2),
                     sub_question=sub_question,
+                )
+                step.announce(
+                    SessionEvent(
+                        self.pk, thoughts=(thought.sequence,), questions=sub_question is not None
+                    )
                 )
         finally:
             self.refresh_from_db()

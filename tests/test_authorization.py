@@ -19,7 +19,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from research.knowledge import add_item
 from research.models import Membership, Role, Team
-from tests.thinking.test_consumers import communicator, login
+from tests.helpers import communicator, login
 from thinking.models import Status
 from thinking.routing import websocket_urlpatterns
 from thinking.tokens import create_token

@@ -11,9 +11,8 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.urls import reverse
 
-from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import Reply
-from tests.thinking.test_loop import run
+from tests.helpers import prompt_of, run
 from thinking.models import CompletionReason, Status, Synthesis, ThinkingSession
 
 ENHANCED_REPLY = """Sure, here you go.

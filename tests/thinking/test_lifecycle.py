@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from research.knowledge import add_item
 from research.web import WebResult
 from tests.fakes.anthropic_server import Reply
-from tests.thinking.test_loop import WORKER, claim, run
+from tests.helpers import WORKER, claim, run
 from thinking import evidence, parsing, steps, tools
 from thinking.models import LeaseLost, Status, Stopped, ThinkingSession
 from thinking.run import Clock, Meter

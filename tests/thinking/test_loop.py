@@ -4,38 +4,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import HttpError, Reply, StreamError
-from thinking import loop
+from tests.helpers import prompt_of, run
 from thinking.events import SessionEvent
-from thinking.llm import LLM
 from thinking.models import CompletionReason, Status, SubQuestion, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-WORKER = "worker-test"
-
-
-async def claim(session: ThinkingSession) -> None:
-    from asgiref.sync import sync_to_async
-
-    assert await sync_to_async(ThinkingSession.claim)(
-        session.pk, worker_id=WORKER, lease_seconds=30
-    )
-
-
-async def run(session: ThinkingSession, events: list[SessionEvent] | None = None) -> str | None:
-    await claim(session)
-    llm = LLM.from_settings()
-    sink = events if events is not None else []
-
-    async def publish(event: SessionEvent) -> None:
-        sink.append(event)
-
-    try:
-        return await loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
-    finally:
-        await llm.close()
 
 
 async def test_a_session_thinks_asks_synthesises_and_answers(fake_claude: Any, make_session: Any):

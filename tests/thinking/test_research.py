@@ -12,9 +12,8 @@ from asgiref.sync import sync_to_async
 
 from research.knowledge import add_item
 from research.memory import search_memory
-from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import Reply
-from tests.thinking.test_loop import WORKER, claim, run
+from tests.helpers import WORKER, claim, prompt_of, run
 from thinking import evidence
 from thinking.models import Source, ThinkingSession
 

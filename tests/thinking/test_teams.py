@@ -14,7 +14,7 @@ from django.utils import timezone
 from research.knowledge import add_item
 from research.memory import search_memory
 from research.models import KnowledgeItem, Membership, Role, Team
-from tests.thinking.test_consumers import add_thought, communicator, login
+from tests.helpers import add_thought, communicator, login
 from thinking import limits
 from thinking.broadcast import publish
 from thinking.events import SessionEvent

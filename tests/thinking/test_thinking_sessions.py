@@ -10,8 +10,7 @@ from asgiref.sync import sync_to_async
 from django.urls import reverse
 
 from tests.fakes.anthropic_server import Reply
-from tests.thinking.test_consumers import collect, communicator, login
-from tests.thinking.test_loop import run
+from tests.helpers import collect, communicator, login, run
 from thinking import broadcast
 from thinking.export import session_document
 from thinking.models import CompletionReason, ModelCall, Status, ThinkingSession

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -141,6 +143,19 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
         ),
         ("Worker lease", {"fields": ("worker_id", "heartbeat_at"), "classes": ("collapse",)}),
     )
+
+    def save_model(
+        self, request: HttpRequest, obj: ThinkingSession, form: Any, change: bool
+    ) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        # Only the fields edited here, through the one door: a plain save() would write back
+        # the checkpoint as it was when the page loaded, over a running worker's progress.
+        edited = {name: form.cleaned_data[name] for name in form.changed_data}
+        with ThinkingSession.step(obj.pk, stop_on_cancel=False) as step:
+            step.update(**edited)
+        obj.refresh_from_db()
 
     @admin.display(description="Question", ordering="question")
     def question_short(self, obj: ThinkingSession) -> str:

@@ -39,8 +39,6 @@ from .run import Meter
 if TYPE_CHECKING:
     from . import planner
 
-__all__ = ["LeaseLost", "Stopped"]
-
 MAX_ANSWER_CHARS = 500
 
 

@@ -149,3 +149,15 @@ class FrozenClock:
     @property
     def clock(self) -> Clock:
         return Clock(monotonic=self.monotonic, wall=self.wall, sleep=self.sleep)
+
+
+def each_call_takes(fake: Any, frozen: FrozenClock, seconds: float) -> None:
+    """Every model call the fake answers through its responder moves the frozen clock on, so
+    a session's budget buys the same number of steps on any machine, in any test order."""
+    respond = fake.responder
+
+    def timed(body: dict) -> Any:
+        frozen.advance(seconds)
+        return respond(body)
+
+    fake.responder = timed

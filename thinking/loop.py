@@ -365,27 +365,25 @@ async def plan_research(
 # --- when to do what -------------------------------------------------------------------
 
 
-def active_seconds(session: ThinkingSession, meter: Meter) -> float:
-    """Active thinking time: what is stored, and the stretch since the last stored step."""
-    return session.active_seconds + meter.pending()
+def ending_reason(session: ThinkingSession) -> str:
+    """Why the session should go to its final synthesis now; empty while it should go on.
 
-
-def ending_reason(session: ThinkingSession, meter: Meter) -> str:
-    """Why the session should go to its final synthesis now; empty while it should go on."""
+    Time is the checkpointed active time (the Run's meter, lapped at each stored step), so
+    research after a plan is counted with the next step: a short session still gets its
+    first thought cycle."""
     if session.stop_requested:
         return CompletionReason.STOP_SIGNAL
     if session.over_token_ceiling:
         return CompletionReason.TOKEN_CEILING
-    if active_seconds(session, meter) >= session.budget_seconds:
+    if session.budget_exhausted:
         return CompletionReason.BUDGET
     return ""
 
 
-def synthesis_due(session: ThinkingSession, meter: Meter) -> bool:
-    """A periodic synthesis once the interval of active time has passed (not when the
-    budget is used: then the final one comes instead)."""
-    elapsed = active_seconds(session, meter)
-    return elapsed >= session.next_synthesis_at and elapsed < session.budget_seconds
+def synthesis_due(session: ThinkingSession) -> bool:
+    """A periodic synthesis once an interval of active time has passed (not when the budget
+    is used: then the final one comes instead)."""
+    return session.active_seconds >= session.next_synthesis_at and not session.budget_exhausted
 
 
 def questions_due(session: ThinkingSession, thought_count: int) -> bool:
@@ -420,7 +418,7 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             finished = SessionEvent(session.pk, finished=session.is_finished)
             await publish_safely(run.publish, finished)
             return session.status
-        if ending_reason(session, run.meter):
+        if ending_reason(session):
             break
         focus = await select_focus(session=session)
         if replan_due(session, focus):
@@ -431,12 +429,12 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
         if questions_due(session, thought_count):
             session, event = await generate_questions(session=session, focus=focus, run=run)
             await publish_safely(run.publish, event)
-        if ending_reason(session, run.meter):
+        if ending_reason(session):
             break
-        if synthesis_due(session, run.meter):
+        if synthesis_due(session):
             session, event = await synthesise(session=session, run=run)
             await publish_safely(run.publish, event)
-    reason = ending_reason(session, run.meter)
+    reason = ending_reason(session)
     session, event = await synthesise(session=session, run=run, final=True, reason=reason)
     await publish_safely(run.publish, event)
     return session.status

@@ -30,7 +30,7 @@ from . import broadcast, loop, steps
 from .events import Publish, SessionEvent
 from .llm import LLM, LLMError
 from .models import ThinkingSession
-from .run import Meter
+from .run import Clock, Meter
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +52,14 @@ class Supervisor:
         llm_factory: Callable[[], LLM] = LLM.from_settings,
         publish: Publish = broadcast.publish,
         sweeping: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self.worker_id = worker_id or new_worker_id()
         self.capacity = capacity or settings.DEEPTHINK_WORKER_CAPACITY
         self.llm_factory = llm_factory
         self.publish = publish
         self.sweeping = sweeping
+        self.clock = clock  # the sessions' clock (tests hand in a frozen one)
         self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self._background: asyncio.Task[Any] | None = None
 
@@ -92,7 +94,11 @@ class Supervisor:
                 return None
             try:
                 return await loop.run_session(
-                    session_id, llm=llm, publish=self.publish, worker_id=self.worker_id
+                    session_id,
+                    llm=llm,
+                    publish=self.publish,
+                    worker_id=self.worker_id,
+                    clock=self.clock,
                 )
             finally:
                 await llm.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .events import LiveStep, Publish, SessionEvent
@@ -21,12 +20,6 @@ async def publish_safely(publish: Publish, event: SessionEvent) -> None:
         await publish(event)
     except Exception:
         logger.exception("Could not publish an update for session %s", event.session_id)
-
-
-async def publish_all(publish: Publish, events: Iterable[SessionEvent]) -> None:
-    """The events a committed step announced, in order."""
-    for event in events:
-        await publish_safely(publish, event)
 
 
 @dataclass

@@ -227,7 +227,12 @@ async def research(setup: Setup) -> dict[str, Any]:
             shown.append(time.monotonic() - started)
             await broadcast.publish(SessionEvent(session.pk, sources=True))
 
-        # As the loop makes it (it may read the owner's teams).
+        # Claimed as a worker would (every write checks the lease), then researched as the
+        # loop does it (it may read the owner's teams).
+        worker = f"bench-{key}"
+        await database_sync_to_async(ThinkingSession.claim)(
+            session.pk, worker_id=worker, lease_seconds=300
+        )
         work = await database_sync_to_async(evidence.Research.for_session)(session)
         try:
             found = await evidence.gather(
@@ -237,6 +242,7 @@ async def research(setup: Setup) -> dict[str, Any]:
                 web_queries=[f"{key} {i} why do we dream" for i in range(3)],
                 memory_queries=["dreams memory", "sleep cycles", "REM sleep evidence"],
                 on_sources=on_sources,
+                worker_id=worker,
             )
         finally:
             await work.close()

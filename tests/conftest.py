@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -82,13 +81,6 @@ def make_session(alice: Any) -> Callable[..., Any]:
     return make
 
 
-def services_available() -> tuple[bool, str]:
-    missing = [name for name in ("DATABASE_URL", "REDIS_URL") if not os.environ.get(name)]
-    if missing:
-        return False, f"needs {' and '.join(missing)} (PostgreSQL/Redis); .ci/run sets them"
-    return True, ""
-
-
 @pytest.fixture
 async def background_tasks() -> Any:
     """Stops the tasks a test left running (in-process worker, supervisor) and closes the
@@ -105,11 +97,3 @@ async def background_tasks() -> Any:
         task.cancel()
     await asyncio.gather(*leftovers, return_exceptions=True)
     await database_sync_to_async(connections.close_all)()
-
-
-def prompt_of(request: dict) -> str:
-    """The text of the last user message of a request the fake Claude server recorded."""
-    content = request["body"]["messages"][-1]["content"]
-    if isinstance(content, str):
-        return content
-    return "\n\n".join(block.get("text", "") for block in content if isinstance(block, dict))

@@ -21,7 +21,7 @@ from django.utils import timezone
 from accounts.models import Membership, Role, Team
 from accounts.tokens import create_token
 from research.knowledge import add_item
-from tests.thinking.test_consumers import communicator, login
+from tests.helpers import communicator, login
 from thinking.models import Status
 from thinking.routing import websocket_urlpatterns
 

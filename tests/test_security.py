@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.urls import reverse
 
-from tests.thinking.test_consumers import add_thought, communicator, login
+from tests.helpers import add_thought, communicator, login
 from thinking.broadcast import publish
 from thinking.events import SessionEvent
 from thinking.models import Status

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from .models import SubQuestion, Synthesis, ThinkingSession, Thought
 
@@ -150,6 +153,19 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
         ),
         ("Worker lease", {"fields": ("worker_id", "heartbeat_at"), "classes": ("collapse",)}),
     )
+
+    def save_model(
+        self, request: HttpRequest, obj: ThinkingSession, form: Any, change: bool
+    ) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        # Only the fields edited here, through the one door: a plain save() would write back
+        # the checkpoint as it was when the page loaded, over a running worker's progress.
+        edited = {name: form.cleaned_data[name] for name in form.changed_data}
+        with ThinkingSession.step(obj.pk, stop_on_cancel=False) as step:
+            step.update(**edited)
+        obj.refresh_from_db()
 
     @admin.display(description="Question", ordering="question")
     def question_short(self, obj: ThinkingSession) -> str:

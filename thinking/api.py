@@ -14,7 +14,6 @@ from typing import Any, Literal
 import ninja
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -22,11 +21,8 @@ from ninja.security import HttpBearer, SessionAuth
 
 from accounts import tokens
 
-from . import limits, llm
+from . import actions, limits
 from .access import get_session_for
-from .broadcast import publish_sync
-from .budget import BudgetExhausted
-from .events import SessionEvent
 from .export import (
     session_document,
     session_markdown,
@@ -47,7 +43,6 @@ from .models import (
     ThinkingSession,
     ThoughtType,
 )
-from .worker import request_start
 
 # Column limits, so an out-of-range number is a 422 rather than a database error.
 MAX_INT = 2**31 - 1
@@ -375,19 +370,9 @@ def start_session(request: HttpRequest, payload: StartIn) -> ninja.Status[dict[s
     """Validated like the start page; returns at once with status `created` while a worker
     picks the session up."""
     form = StartSessionForm(payload.form_data(), user=request.auth)
-    if not llm.is_configured():
-        form.add_error(None, llm.NOT_CONFIGURED)
-    if not form.is_valid():
+    session = actions.start(form, owner=request.auth)
+    if session is None:
         raise form_errors(form)
-    try:
-        with transaction.atomic():
-            session = form.create_session(owner=request.auth)
-            transaction.on_commit(lambda: request_start(session.pk))
-    except limits.LimitRefused as refused:
-        form.add_error(None, str(refused))
-    except BudgetExhausted as error:
-        form.add_error(None, error)
-        raise form_errors(form) from None
     return ninja.Status(201, detail(session))
 
 
@@ -416,23 +401,17 @@ def get_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
 TRANSITION = {**CHANGE_ERRORS, 200: SessionOut, 409: ErrorOut}
 
 
+CHANGES = {"pause": actions.pause, "resume": actions.resume, "cancel": actions.cancel}
+
+
 def change_state(request: HttpRequest, session_id: uuid.UUID, action: str) -> dict[str, Any]:
     session = get_session_for(request.auth, session_id)
-    if action == "cancel" and not session.is_owned_by(request.auth):
-        # Teammates may watch, pause and resume; ending someone's session is theirs alone.
-        raise HttpError(403, "Only the owner can cancel this session.")
     try:
-        if action == "pause":
-            session.pause()
-        elif action == "resume":
-            limits.resume(session)  # checked against the owner's limits, atomically
-            # The worker that paused let go of it: ring for a fresh claim once committed.
-            transaction.on_commit(lambda: request_start(session.pk))
-        else:
-            session.cancel()
+        CHANGES[action](session, user=request.auth)
+    except actions.NotAllowed as error:
+        raise HttpError(403, str(error)) from None
     except (IllegalTransition, limits.LimitRefused) as error:
         raise HttpError(409, str(error)) from None
-    publish_sync(SessionEvent(session.pk, finished=session.is_finished))
     return detail(session)
 
 

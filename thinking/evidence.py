@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import Max
 
 from accounts.models import team_ids_of
 from research.memory import MemoryResult, asearch_memory
@@ -67,16 +66,19 @@ def _clip(text: str, limit: int) -> str:
 
 @database_sync_to_async
 def store_sources(
-    session_id: uuid.UUID, kind: str, results: Sequence[WebResult | MemoryResult], query: str
+    session_id: uuid.UUID,
+    kind: str,
+    results: Sequence[WebResult | MemoryResult],
+    query: str,
+    *,
+    worker_id: str,
 ) -> list[Source]:
     """Store new sources with the next citation numbers; a source already found (same URL,
-    same knowledge item) keeps its number. Returns the new ones."""
+    same knowledge item) keeps its number. Returns the new ones. Only while `worker_id`
+    holds the session's lease and it is not cancelled (else LeaseLost / Stopped)."""
     created: list[Source] = []
-    with transaction.atomic():
-        # The row lock serialises numbering between parallel searches of one session.
-        ThinkingSession.objects.select_for_update().filter(pk=session_id).update(
-            revision=F("revision") + 1
-        )
+    # The step's row lock serialises numbering between parallel searches of one session.
+    with ThinkingSession.step(session_id, worker_id=worker_id):
         existing = set(
             Source.objects.filter(session_id=session_id, kind=kind).values_list("key", flat=True)
         )
@@ -113,13 +115,12 @@ def store_sources(
 
 
 @database_sync_to_async
-def add_note(session_id: uuid.UUID, note: str) -> None:
-    with transaction.atomic():
-        session = ThinkingSession.objects.select_for_update().get(pk=session_id)
-        if note not in session.research_notes:
-            session.research_notes = [*session.research_notes, note][-20:]
-            session.revision += 1
-            session.save(update_fields=["research_notes", "revision"])
+def add_note(session_id: uuid.UUID, note: str, *, worker_id: str) -> None:
+    """A research note for the page ("web search is off", a failed query)."""
+    with ThinkingSession.step(session_id, worker_id=worker_id) as step:
+        notes = step.session.research_notes
+        if note not in notes:
+            step.update(research_notes=[*notes, note][-20:])
 
 
 OnSources = Callable[[list[Source]], Awaitable[None]]
@@ -132,6 +133,7 @@ async def search_one(
     kind: str,
     query: str,
     limit: int,
+    worker_id: str,
 ) -> list[Source]:
     """One query against one provider, with a time limit; its sources stored. A failure
     becomes a note for the page and raises nothing."""
@@ -158,13 +160,19 @@ async def search_one(
     except (ResearchError, TimeoutError) as error:
         where = "Web search" if kind == SourceKind.WEB else "Knowledge-base search"
         reason = "timed out" if isinstance(error, TimeoutError) else str(error)
-        await add_note(session_id, f'{where} for "{_clip(query, 80)}" failed: {reason}')
+        await add_note(
+            session_id, f'{where} for "{_clip(query, 80)}" failed: {reason}', worker_id=worker_id
+        )
         return []
     except Exception:
         logger.exception("Search %r (%s) failed unexpectedly", query, kind)
-        await add_note(session_id, f'A search for "{_clip(query, 80)}" failed unexpectedly.')
+        await add_note(
+            session_id,
+            f'A search for "{_clip(query, 80)}" failed unexpectedly.',
+            worker_id=worker_id,
+        )
         return []
-    return await store_sources(session_id, kind, results, query)
+    return await store_sources(session_id, kind, results, query, worker_id=worker_id)
 
 
 async def gather(
@@ -174,13 +182,17 @@ async def gather(
     web_queries: Sequence[str],
     memory_queries: Sequence[str],
     on_sources: OnSources,
+    worker_id: str,
     limit: int = 5,
 ) -> list[Source]:
     """Run every query at once; each query's sources are stored and shown as soon as that
-    query finishes, not after the slowest. One failing query or provider blocks nothing."""
+    query finishes, not after the slowest. One failing query or provider blocks nothing;
+    a lost lease or a cancel (raised by a store) stops the other queries too."""
     if research.web is None and web_queries:
         await add_note(
-            session_id, "Web research is off: no EXA_API_KEY is set. The knowledge base is used."
+            session_id,
+            "Web research is off: no EXA_API_KEY is set. The knowledge base is used.",
+            worker_id=worker_id,
         )
     jobs = [(SourceKind.WEB, q) for q in web_queries if research.web is not None]
     jobs += [(SourceKind.MEMORY, q) for q in memory_queries]
@@ -188,16 +200,26 @@ async def gather(
     tasks = [
         asyncio.create_task(
             search_one(
-                session_id=session_id, research=research, kind=kind, query=query, limit=limit
+                session_id=session_id,
+                research=research,
+                kind=kind,
+                query=query,
+                limit=limit,
+                worker_id=worker_id,
             )
         )
         for kind, query in jobs
     ]
-    for next_done in asyncio.as_completed(tasks):
-        sources = await next_done
-        if sources:
-            found.extend(sources)
-            await on_sources(sources)
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            sources = await next_done
+            if sources:
+                found.extend(sources)
+                await on_sources(sources)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     return found
 
 

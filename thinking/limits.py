@@ -131,13 +131,3 @@ def reserve_resume(session: ThinkingSession) -> str:
     if team is not None and budget is not None and team_tokens_this_month(team) >= budget:
         return f"The team {team.name} has used its {budget} tokens for this month."
     return ""
-
-
-def resume(session: ThinkingSession) -> None:
-    """Resume a paused session if the limits allow; raises LimitRefused or
-    IllegalTransition. The caller schedules the worker's doorbell on commit."""
-    with transaction.atomic():
-        refused = reserve_resume(session)
-        if refused:
-            raise LimitRefused(refused)
-        session.resume()

@@ -8,7 +8,12 @@ workers never count; `running_since` lets a page show the clock ticking in betwe
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import models, transaction
@@ -18,6 +23,7 @@ from django.utils import timezone
 
 from . import pricing
 from .capabilities import ThinkingSettings
+from .events import SessionEvent
 
 
 class Status(models.TextChoices):
@@ -72,6 +78,54 @@ class IllegalTransition(Exception):
         super().__init__(
             f"Cannot {action} a session that is {session.get_status_display().lower()}."
         )
+
+
+class LeaseLost(Exception):
+    """Another worker took the session over; this one must stop without writing."""
+
+
+class Stopped(Exception):
+    """The session was cancelled while a step was in flight."""
+
+
+class Lap(Protocol):
+    """Active time handed out in laps (the worker's meter, `thinking.run.Meter`)."""
+
+    def lap(self) -> float: ...
+
+
+@dataclass
+class Step:
+    """One stored change to a session, opened by `ThinkingSession.step`: the row (locked and
+    fresh), the field changes to apply with the checkpoint, and the events to publish once
+    committed."""
+
+    session: ThinkingSession
+    changes: dict[str, Any] = field(default_factory=dict)
+    events: list[SessionEvent] = field(default_factory=list)
+
+    def update(self, **changes: Any) -> None:
+        self.changes.update(changes)
+
+    def add_usage(
+        self,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> None:
+        """Add to the session's token counters in the same UPDATE (F expressions)."""
+        self.changes.update(
+            input_tokens=F("input_tokens") + input_tokens,
+            output_tokens=F("output_tokens") + output_tokens,
+            cache_read_tokens=F("cache_read_tokens") + cache_read_tokens,
+            cache_write_tokens=F("cache_write_tokens") + cache_write_tokens,
+        )
+
+    def announce(self, event: SessionEvent) -> None:
+        """Publish this event once (and only if) the step commits."""
+        self.events.append(event)
 
 
 class SessionQuerySet(models.QuerySet["ThinkingSession"]):
@@ -287,33 +341,140 @@ class ThinkingSession(models.Model):
             max_tokens=self.max_tokens,
         )
 
-    # --- state changes requested by people (views, CLI, admin) ------------------------
-    # Each is one conditional UPDATE, so a worker changing the status at the same moment
-    # cannot be overwritten: whoever moves first wins and the other sees the new state.
+    # --- the one door for writes ----------------------------------------------------
 
-    def _transition(self, action: str, allowed: tuple[str, ...], **changes: object) -> None:
-        changes.setdefault("revision", F("revision") + 1)
-        updated = type(self).objects.filter(pk=self.pk, status__in=allowed).update(**changes)
-        self.refresh_from_db()
-        if not updated:
-            raise IllegalTransition(self, action)
+    @classmethod
+    @contextmanager
+    def step(
+        cls,
+        pk: uuid.UUID | str,
+        *,
+        worker_id: str | None = None,
+        meter: Lap | None = None,
+        stop_on_cancel: bool = True,
+        on_commit: Callable[[SessionEvent], None] | None = None,
+    ) -> Iterator[Step]:
+        """Every write to a session and its rows goes through here, in one transaction:
 
-    def pause(self) -> None:
-        self._transition("pause", (Status.THINKING,), status=Status.PAUSED)
+        lock the row; check the lease (`worker_id`: the worker that must hold it; None for a
+        person, who holds none) and cancel (a cancelled session takes no more writes,
+        unless `stop_on_cancel=False`); run the body, which adds rows and `step.update`s
+        fields; then one UPDATE applies those changes with the checkpoint (active time from
+        the `meter`, the heartbeat) and bumps the revision. Announced events are handed to
+        `on_commit` after the commit; without it the caller publishes `step.events` itself
+        once the block has exited (async code cannot publish from inside the transaction).
+        """
+        with transaction.atomic():
+            session = cls.objects.select_for_update().get(pk=pk)
+            if worker_id is not None and session.worker_id != worker_id:
+                raise LeaseLost(pk)
+            if stop_on_cancel and session.status == Status.CANCELLED:
+                raise Stopped(pk)
+            step = Step(session)
+            yield step
+            now = timezone.now()
+            changes: dict[str, Any] = {"revision": F("revision") + 1}
+            if worker_id is not None:
+                changes["heartbeat_at"] = now
+            if meter is not None:
+                changes.update(active_seconds=F("active_seconds") + meter.lap(), running_since=now)
+            changes.update(step.changes)
+            cls.objects.filter(pk=pk).update(**changes)
+            session.refresh_from_db()
+            if on_commit is not None:
+                for event in step.events:
+                    transaction.on_commit(partial(on_commit, event))
 
-    def resume(self) -> None:
+    # --- state changes requested by people (views, API, CLI, admin: thinking/actions.py) ----
+    # Each goes through a step, so it is ordered with the worker's writes by the row lock:
+    # whoever moves first wins and the other sees the new state.
+
+    def _transition(
+        self,
+        action: str,
+        allowed: tuple[str, ...],
+        publish: Callable[[SessionEvent], None] | None = None,
+        **changes: object,
+    ) -> None:
+        try:
+            with type(self).step(self.pk, stop_on_cancel=False, on_commit=publish) as step:
+                if step.session.status not in allowed:
+                    raise IllegalTransition(step.session, action)
+                step.update(**changes)
+                finished = changes.get("status") in FINISHED
+                step.announce(SessionEvent(self.pk, finished=finished))
+        finally:
+            self.refresh_from_db()
+
+    # `publish` (e.g. `broadcast.publish_sync`) gets the change once it is committed.
+
+    def pause(self, *, publish: Callable[[SessionEvent], None] | None = None) -> None:
+        self._transition("pause", (Status.THINKING,), publish, status=Status.PAUSED)
+
+    def resume(self, *, publish: Callable[[SessionEvent], None] | None = None) -> None:
         # The worker that paused released its lease; a fresh claim picks the session up.
-        self._transition("resume", (Status.PAUSED,), status=Status.THINKING)
+        self._transition("resume", (Status.PAUSED,), publish, status=Status.THINKING)
 
-    def cancel(self) -> None:
+    def cancel(self, *, publish: Callable[[SessionEvent], None] | None = None) -> None:
         self._transition(
             "cancel",
             (Status.CREATED, Status.THINKING, Status.PAUSED),
+            publish,
             status=Status.CANCELLED,
             completion_reason=CompletionReason.CANCELLED,
             finished_at=timezone.now(),
             running_since=None,
         )
+
+    # --- the lifecycle as the worker runs it -----------------------------------------
+    # Each verb guards the current state and returns the field changes, which the step
+    # applies together with its checkpoint in one UPDATE (see thinking/steps.py).
+
+    def begin(self, *, now: datetime) -> dict[str, Any]:
+        """Move to `thinking` and start the clock."""
+        if self.status not in (Status.CREATED, Status.THINKING):
+            raise IllegalTransition(self, "begin")
+        changes: dict[str, Any] = {"status": Status.THINKING, "running_since": now}
+        if self.started_at is None:
+            changes["started_at"] = now
+        if self.next_synthesis_at <= 0:
+            changes["next_synthesis_at"] = self.synthesis_interval_seconds
+        return changes
+
+    def complete(
+        self, *, reason: str, answer: str, confidence: float, now: datetime
+    ) -> dict[str, Any]:
+        """The final answer is stored: done, and the lease let go."""
+        if self.is_finished:
+            raise IllegalTransition(self, "complete")
+        return {
+            "status": Status.COMPLETED,
+            "completion_reason": reason,
+            "final_answer": answer,
+            "final_confidence": confidence,
+            "finished_at": now,
+            **self.release(),
+        }
+
+    def fail(self, *, message: str, now: datetime) -> dict[str, Any]:
+        """The error in words; everything already stored stays."""
+        if self.is_finished:
+            raise IllegalTransition(self, "fail")
+        return {
+            "status": Status.FAILED,
+            "completion_reason": CompletionReason.ERROR,
+            "error_message": message[:2000],
+            "finished_at": now,
+            **self.stop(),
+        }
+
+    def stop(self) -> dict[str, Any]:
+        """A pause or cancel seen at a step boundary: keep the time, stop the clock, let go."""
+        return {**self.release(), "waiting_since": None, "waiting_reason": ""}
+
+    def release(self) -> dict[str, Any]:
+        """Let go of the lease (a worker shutting down): another worker continues at once."""
+        return {"worker_id": "", "heartbeat_at": None, "running_since": None}
 
     # --- state changes made by the worker ------------------------------------------
 
@@ -334,43 +495,55 @@ class ThinkingSession(models.Model):
             heartbeat_at=timezone.now()
         )
 
-    def release(self, *, worker_id: str) -> None:
-        type(self).objects.filter(pk=self.pk, worker_id=worker_id).update(
-            worker_id="", heartbeat_at=None
-        )
-
     def next_thought_sequence(self) -> int:
         top = self.thoughts.aggregate(top=Max("sequence"))["top"]
         return 0 if top is None else top + 1
 
     STEERABLE = (Status.CREATED, Status.THINKING, Status.PAUSED)
 
-    def steer(self, *, user: object, kind: str, text: str) -> Thought:
+    def steer(
+        self,
+        *,
+        user: object,
+        kind: str,
+        text: str,
+        publish: Callable[[SessionEvent], None] | None = None,
+    ) -> Thought:
         """A person's hint (included in the next prompts) or sub-question (explored next, at
         top priority). Both are stored in the thought stream as theirs."""
-        if self.status not in self.STEERABLE:
-            raise IllegalTransition(self, "steer")
-        with transaction.atomic():
-            # The row lock orders this insert with the worker's, which also takes it before
-            # numbering thoughts, so sequences stay unique and gapless.
-            locked = type(self).objects.select_for_update().get(pk=self.pk)
-            sub_question = None
-            if kind == ThoughtType.QUESTION:
-                sub_question = SubQuestion.objects.create(
-                    session=locked, text=text, priority=10, why="Asked by a person", added_by=user
+        try:
+            # The step's row lock orders this insert with the worker's, which takes it too
+            # before numbering thoughts, so sequences stay unique and gapless.
+            with type(self).step(self.pk, stop_on_cancel=False, on_commit=publish) as step:
+                locked = step.session
+                if locked.status not in self.STEERABLE:
+                    raise IllegalTransition(locked, "steer")
+                sub_question = None
+                if kind == ThoughtType.QUESTION:
+                    sub_question = SubQuestion.objects.create(
+                        session=locked,
+                        text=text,
+                        priority=10,
+                        why="Asked by a person",
+                        added_by=user,
+                    )
+                thought = Thought.objects.create(
+                    session=locked,
+                    sequence=locked.next_thought_sequence(),
+                    cycle=locked.cycles,
+                    text=text,
+                    type=kind,
+                    confidence=1.0,
+                    time_offset_seconds=round(locked.elapsed_seconds(), 2),
+                    sub_question=sub_question,
                 )
-            thought = Thought.objects.create(
-                session=locked,
-                sequence=locked.next_thought_sequence(),
-                cycle=locked.cycles,
-                text=text,
-                type=kind,
-                confidence=1.0,
-                time_offset_seconds=round(locked.elapsed_seconds(), 2),
-                sub_question=sub_question,
-            )
-            type(self).objects.filter(pk=self.pk).update(revision=F("revision") + 1)
-        self.refresh_from_db()
+                step.announce(
+                    SessionEvent(
+                        self.pk, thoughts=(thought.sequence,), questions=sub_question is not None
+                    )
+                )
+        finally:
+            self.refresh_from_db()
         return thought
 
     def next_synthesis_sequence(self) -> int:

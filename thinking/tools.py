@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.db import transaction
-from django.db.models import F
 
 from . import evidence
 from .models import Source, SourceKind, ThinkingSession
@@ -126,6 +124,7 @@ async def run_tool(
     *,
     session_id: uuid.UUID,
     research: evidence.Research,
+    worker_id: str,
 ) -> ToolOutcome:
     """Execute one tool call. Never raises: a bad call is an error result the model reads."""
     args = arguments if isinstance(arguments, dict) else {}
@@ -138,7 +137,12 @@ async def run_tool(
             return ToolOutcome("Web search is not available here.", is_error=True)
         limit = _count(args.get("max_results"), 5, 10 if kind == SourceKind.WEB else 40)
         sources = await evidence.search_one(
-            session_id=session_id, research=research, kind=kind, query=query, limit=limit
+            session_id=session_id,
+            research=research,
+            kind=kind,
+            query=query,
+            limit=limit,
+            worker_id=worker_id,
         )
         return ToolOutcome(format_sources(sources), sources=tuple(sources))
     if name == "think":
@@ -156,20 +160,20 @@ async def run_tool(
             else None,
             "confidence": _text(args.get("confidence"), 40),
         }
-        await save_progress(session_id, progress)
+        await save_progress(session_id, progress, worker_id=worker_id)
         return ToolOutcome("Shown.", progress=progress)
     return ToolOutcome(f"There is no tool named {_text(name, 60)!r}.", is_error=True)
 
 
 @database_sync_to_async
-def save_progress(session_id: uuid.UUID, progress: dict[str, Any]) -> None:
-    with transaction.atomic():
-        session = ThinkingSession.objects.select_for_update().get(pk=session_id)
-        changes: dict[str, Any] = {"progress": progress, "revision": F("revision") + 1}
-        if progress.get("plan_step") and session.plan.get("steps"):
-            last = len(session.plan["steps"]) - 1
-            changes["plan"] = {**session.plan, "current": min(last, progress["plan_step"] - 1)}
-        ThinkingSession.objects.filter(pk=session_id).update(**changes)
+def save_progress(session_id: uuid.UUID, progress: dict[str, Any], *, worker_id: str) -> None:
+    """The model's status line, and the plan step it says it is on."""
+    with ThinkingSession.step(session_id, worker_id=worker_id) as step:
+        plan = step.session.plan
+        step.update(progress=progress)
+        if progress.get("plan_step") and plan.get("steps"):
+            last = len(plan["steps"]) - 1
+            step.update(plan={**plan, "current": min(last, progress["plan_step"] - 1)})
 
 
 ToolRunner = Callable[[str, object], Awaitable[ToolOutcome]]

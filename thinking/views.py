@@ -5,23 +5,17 @@ from collections.abc import Callable
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from . import limits, llm
+from . import actions, limits, llm
 from .access import get_session_for
-from .broadcast import publish_sync
-from .budget import BudgetExhausted
-from .events import SessionEvent
 from .forms import StartSessionForm, SteerForm
 from .models import IllegalTransition, Status, ThinkingSession
 from .presenters import session_context
-from .worker import request_start
 
 
 def _start_page(request: HttpRequest, form: StartSessionForm, status: int = 200) -> HttpResponse:
@@ -48,18 +42,8 @@ def session_create(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
         return redirect("home")
     form = StartSessionForm(request.POST, user=request.user)
-    if not llm.is_configured():
-        form.add_error(None, llm.NOT_CONFIGURED)
-    if not form.is_valid():
-        return _start_page(request, form, status=422)
-    try:
-        with transaction.atomic():
-            session = form.create_session(owner=request.user)
-            transaction.on_commit(lambda: request_start(session.pk))
-    except limits.LimitRefused as refused:
-        form.add_error(None, str(refused))
-    except BudgetExhausted as error:
-        form.add_error(None, error)
+    session = actions.start(form, owner=request.user)
+    if session is None:
         return _start_page(request, form, status=422)
     if request.htmx:
         return HttpResponseClientRedirect(session.get_absolute_url())
@@ -111,16 +95,14 @@ def session_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 
 
 def _change_state(
-    request: HttpRequest, pk: uuid.UUID, change: Callable[[ThinkingSession], None], done: str
+    request: HttpRequest, pk: uuid.UUID, change: Callable[..., None], done: str
 ) -> HttpResponse:
     session = get_session_for(request.user, pk)
     problem = ""
     try:
-        change(session)
+        change(session, user=request.user)  # NotAllowed is a 403
     except (IllegalTransition, limits.LimitRefused) as error:
         problem = str(error)
-    else:
-        publish_sync(SessionEvent(session.pk, finished=session.is_finished))
     if request.htmx:
         # The swapped header shows the new state, or why it could not change, in place: a
         # flash message would only surface on some later page.
@@ -135,26 +117,19 @@ def _change_state(
 @login_required
 @require_POST
 def session_pause(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    return _change_state(request, pk, ThinkingSession.pause, "Paused.")
+    return _change_state(request, pk, actions.pause, "Paused.")
 
 
 @login_required
 @require_POST
 def session_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    def resume(session: ThinkingSession) -> None:
-        limits.resume(session)  # checked against the owner's limits, atomically
-        transaction.on_commit(lambda: request_start(session.pk))
-
-    return _change_state(request, pk, resume, "Resumed.")
+    return _change_state(request, pk, actions.resume, "Resumed.")
 
 
 @login_required
 @require_POST
 def session_cancel(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    if not get_session_for(request.user, pk).is_owned_by(request.user):
-        # Teammates may watch, pause and steer; ending someone's session is theirs alone.
-        raise PermissionDenied("Only the owner can cancel this session.")
-    return _change_state(request, pk, ThinkingSession.cancel, "Cancelled.")
+    return _change_state(request, pk, actions.cancel, "Cancelled.")
 
 
 @login_required
@@ -166,7 +141,8 @@ def session_steer(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     notice = ""
     if form.is_valid():
         try:
-            thought = session.steer(
+            thought = actions.steer(
+                session,
                 user=request.user,
                 kind=form.cleaned_data["kind"],
                 text=form.cleaned_data["text"],
@@ -174,13 +150,6 @@ def session_steer(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
         except IllegalTransition as error:
             form.add_error(None, str(error))
         else:
-            publish_sync(
-                SessionEvent(
-                    session.pk,
-                    thoughts=(thought.sequence,),
-                    questions=thought.type == "question",
-                )
-            )
             notice = (
                 "Added: it will be explored next."
                 if thought.type == "question"

@@ -26,10 +26,11 @@ from channels.worker import Worker
 from django.conf import settings
 from django.utils import timezone
 
-from . import broadcast, loop
+from . import broadcast, loop, steps
 from .events import Publish, SessionEvent
 from .llm import LLM, LLMError
 from .models import ThinkingSession
+from .run import Clock, Meter
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +52,14 @@ class Supervisor:
         llm_factory: Callable[[], LLM] = LLM.from_settings,
         publish: Publish = broadcast.publish,
         sweeping: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self.worker_id = worker_id or new_worker_id()
         self.capacity = capacity or settings.DEEPTHINK_WORKER_CAPACITY
         self.llm_factory = llm_factory
         self.publish = publish
         self.sweeping = sweeping
+        self.clock = clock  # the sessions' clock (tests hand in a frozen one)
         self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self._background: asyncio.Task[Any] | None = None
 
@@ -83,15 +86,19 @@ class Supervisor:
             try:
                 llm = self.llm_factory()
             except LLMError as error:
-                failed = await loop.fail(
-                    session_id, worker_id=self.worker_id, meter=loop.Meter(), message=str(error)
+                failed = await steps.fail(
+                    session_id, worker_id=self.worker_id, meter=Meter(), message=str(error)
                 )
                 if failed is not None:
                     await self.publish(SessionEvent(session_id, finished=True))
                 return None
             try:
                 return await loop.run_session(
-                    session_id, llm=llm, publish=self.publish, worker_id=self.worker_id
+                    session_id,
+                    llm=llm,
+                    publish=self.publish,
+                    worker_id=self.worker_id,
+                    clock=self.clock,
                 )
             finally:
                 await llm.close()

@@ -11,6 +11,7 @@ from django.urls import reverse
 from accounts import teams
 from accounts.models import Membership, Role, Team
 from research.knowledge import add_item
+from tests.helpers import WORKER, claim
 from thinking import evidence
 from thinking.models import SourceKind, ThinkingSession
 
@@ -30,7 +31,12 @@ def plant(bob: Any, invitee: str, role: str = "owner") -> Team:
 async def memory_titles(session: ThinkingSession) -> list[str]:
     research = await sync_to_async(evidence.Research.for_session)(session)
     found = await evidence.search_one(
-        session_id=session.pk, research=research, kind=SourceKind.MEMORY, query="octopus", limit=5
+        session_id=session.pk,
+        research=research,
+        kind=SourceKind.MEMORY,
+        query="octopus",
+        limit=5,
+        worker_id=WORKER,
     )
     return [source.title for source in found]
 
@@ -41,10 +47,12 @@ async def test_an_invited_persons_private_session_does_not_search_the_team(
 ):
     team = await sync_to_async(plant)(bob, "alice")
     session = await sync_to_async(make_session)(question="Do octopuses sleep?")
+    await claim(session)
     assert await memory_titles(session) == []
     membership = await Membership.objects.aget(team=team, user=alice)
     await sync_to_async(teams.accept)(alice, membership.pk)
     session = await sync_to_async(make_session)(question="Do octopuses sleep, really?")
+    await claim(session)
     assert await memory_titles(session) == ["Octopus sleep FAQ"]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.browser.app_server import PASSWORD, ROOT, USERNAME, AppServer, serve
+from tests.helpers import DESKTOP
 
 CHROMIUM = Path(os.environ.get("DEEPTHINK_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -26,8 +27,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SCREENSHOTS = ROOT / "test-output" / "screenshots"
-DESKTOP = {"width": 1280, "height": 900}
-PHONE = {"width": 390, "height": 844}
 
 
 @pytest.fixture(scope="module")

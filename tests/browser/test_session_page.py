@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.browser.app_server import AppServer
-from tests.browser.conftest import DESKTOP, PHONE
 from tests.fakes.anthropic_server import Reply
+from tests.helpers import DESKTOP, PHONE
 
 pytestmark = pytest.mark.browser
 

@@ -54,3 +54,30 @@ def test_non_staff_cannot_use_the_admin(client: Any, alice: Any):
     client.force_login(alice)
     response = client.get(reverse("admin:thinking_thinkingsession_changelist"))
     assert response.status_code == 302
+
+
+def test_an_edit_in_the_admin_keeps_a_running_workers_progress(
+    rf: Any, make_session: Any, django_user_model: Any
+):
+    from django.contrib import admin
+    from django.forms.models import model_to_dict
+
+    from thinking.models import ThinkingSession
+
+    session = make_session(status=Status.THINKING, active_seconds=10.0, revision=2)
+    model_admin = admin.site._registry[ThinkingSession]
+    request = rf.post("/")
+    request.user = django_user_model.objects.create_superuser("root", password="pw")
+    Form = model_admin.get_form(request, session)
+    data = {k: v for k, v in model_to_dict(session).items() if k in Form.base_fields}
+    form = Form({**data, "budget_seconds": 120.0}, instance=session)
+    assert form.is_valid(), form.errors
+    # Meanwhile the worker stores a step.
+    ThinkingSession.objects.filter(pk=session.pk).update(active_seconds=30.0, cycles=4)
+
+    model_admin.save_model(request, form.instance, form, change=True)
+
+    session.refresh_from_db()
+    assert session.budget_seconds == 120.0
+    assert (session.active_seconds, session.cycles) == (30.0, 4)
+    assert session.revision == 3

@@ -58,14 +58,14 @@ def provider(settings: Any) -> None:
 def rang(monkeypatch: pytest.MonkeyPatch) -> list[uuid.UUID]:
     """The sessions whose start doorbell was rung."""
     calls: list[uuid.UUID] = []
-    monkeypatch.setattr("thinking.api.request_start", calls.append)
+    monkeypatch.setattr("thinking.actions.request_start", calls.append)
     return calls
 
 
 @pytest.fixture
 def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     events: list[Any] = []
-    monkeypatch.setattr("thinking.api.publish_sync", events.append)
+    monkeypatch.setattr("thinking.actions.publish_sync", events.append)
     return events
 
 
@@ -443,9 +443,15 @@ def test_sub_questions_carry_their_parent(api: Client, make_session: Any):
 # --- steering ----------------------------------------------------------------------------
 
 
-def test_pause_a_thinking_session(api: Client, make_session: Any, published: list[Any]):
+def test_pause_a_thinking_session(
+    api: Client,
+    make_session: Any,
+    published: list[Any],
+    django_capture_on_commit_callbacks: Any,
+):
     session = make_session(status=Status.THINKING)
-    response = post(api, f"/api/sessions/{session.pk}/pause")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(api, f"/api/sessions/{session.pk}/pause")
     assert response.status_code == 200
     assert response.json()["status"] == "paused"
     assert [e.session_id for e in published] == [session.pk]
@@ -484,9 +490,15 @@ def test_resuming_a_thinking_session_is_409(api: Client, make_session: Any, rang
     assert rang == []
 
 
-def test_cancel_a_thinking_session(api: Client, make_session: Any, published: list[Any]):
+def test_cancel_a_thinking_session(
+    api: Client,
+    make_session: Any,
+    published: list[Any],
+    django_capture_on_commit_callbacks: Any,
+):
     session = make_session(status=Status.THINKING)
-    body = post(api, f"/api/sessions/{session.pk}/cancel").json()
+    with django_capture_on_commit_callbacks(execute=True):
+        body = post(api, f"/api/sessions/{session.pk}/cancel").json()
     assert (body["status"], body["completion_reason"]) == ("cancelled", "cancelled")
     assert published[0].finished is True
 

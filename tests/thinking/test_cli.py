@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import HttpError, Reply
+from tests.helpers import prompt_of
 from thinking.models import ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -2,48 +2,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient
 from django.urls import reverse
 
-from config.asgi import application
-from tests.conftest import services_available
+from tests.helpers import add_thought, collect, communicator, login, services_available
 from thinking.events import SessionEvent
-from thinking.models import Status, ThinkingSession, Thought
-from thinking.presenters import session_ws_path
+from thinking.models import Status, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-async def login(user: Any) -> str:
-    client = AsyncClient()
-    await client.aforce_login(user)
-    return client.cookies["sessionid"].value
-
-
-def communicator(session_id: Any, cookie: str | None, *, rev: Any = None, origin: str = "") -> Any:
-    path = session_ws_path(session_id) + (f"?rev={rev}" if rev is not None else "")
-    headers = [(b"origin", (origin or "http://testserver").encode())]
-    if cookie:
-        headers.append((b"cookie", f"sessionid={cookie}".encode()))
-    return WebsocketCommunicator(application, path, headers=headers)
-
-
-async def add_thought(session: ThinkingSession, sequence: int, text: str) -> None:
-    await Thought.objects.acreate(
-        session=session,
-        sequence=sequence,
-        text=text,
-        type="insight",
-        confidence=0.7,
-        time_offset_seconds=1,
-    )
-    await ThinkingSession.objects.filter(pk=session.pk).aupdate(revision=sequence + 1)
 
 
 async def test_anonymous_is_refused(make_session: Any):
@@ -124,20 +94,6 @@ async def test_frames_from_the_client_are_ignored(make_session: Any, alice: Any)
     await comm.send_to(text_data='{"type": "session.update", "parts": []}')
     assert await comm.receive_nothing(timeout=0.2)
     await comm.disconnect()
-
-
-async def collect(comm: Any, until: Any, timeout: float = 30) -> list[str]:
-    frames: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            frame = await comm.receive_from(timeout=max(0.1, deadline - time.monotonic()))
-        except TimeoutError:
-            break
-        frames.append(frame)
-        if until(frame):
-            return frames
-    raise AssertionError(f"gave up after {len(frames)} frames")
 
 
 def first_index(frames: list[str], needle: str) -> int:

@@ -9,6 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from research.web import WebResult
+from tests.helpers import WORKER, claim
 from thinking import evidence, tools
 from thinking.models import Source
 
@@ -39,10 +40,11 @@ def test_the_models_own_search_results_are_wrapped_like_the_evidence_pack():
 @pytest.mark.django_db(transaction=True)
 async def test_a_javascript_url_is_never_stored(make_session: Any):
     session = await sync_to_async(make_session)()
+    await claim(session)
     results = [
         WebResult("javascript:alert(1)", "Bad", "x", "", None, None, "q"),
         WebResult("https://example.org/", "Good", "y", "", None, None, "q"),
     ]
-    stored = await evidence.store_sources(session.pk, "web", results, "q")
+    stored = await evidence.store_sources(session.pk, "web", results, "q", worker_id=WORKER)
     assert [s.url for s in stored] == ["https://example.org/"]
     assert await Source.objects.filter(session=session).acount() == 1

@@ -11,9 +11,8 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.urls import reverse
 
-from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import Reply
-from tests.thinking.test_loop import run
+from tests.helpers import FrozenClock, prompt_of, run
 from thinking.models import CompletionReason, Status, Synthesis, ThinkingSession
 
 ENHANCED_REPLY = """Sure, here you go.
@@ -70,15 +69,23 @@ async def test_enhanced_replies_keep_their_parts_on_each_thought(
 
 @pytest.mark.django_db(transaction=True)
 async def test_each_fallback_route_is_counted(fake_claude: Any, make_session: Any):
-    session = await new_session(make_session, format_mode="standard")
-    fake_claude.enqueue(
-        Reply(text="<think>hmm</think><interactive><response>THOUGHT: tagged</response>"),
-        Reply(text="THOUGHT: plain lines\nTYPE: critique\nCONFIDENCE: 0.4"),
-        Reply(text="Just prose about the question."),
+    session = await new_session(make_session, format_mode="standard", budget_seconds=0.4)
+    replies = iter(
+        [
+            Reply(text="<think>hmm</think><interactive><response>THOUGHT: tagged</response>"),
+            Reply(text="THOUGHT: plain lines\nTYPE: critique\nCONFIDENCE: 0.4"),
+            Reply(text="Just prose about the question."),
+        ]
     )
-    fake_claude.responder = lambda body: Reply(text="")
+    frozen = FrozenClock()
 
-    await run(session)
+    def each_call_takes_a_tenth(body: dict) -> Reply:
+        # Four cycles fill the budget however busy the machine is; then the final.
+        frozen.advance(0.1)
+        return next(replies, Reply(text=""))
+
+    fake_claude.responder = each_call_takes_a_tenth
+    await run(session, clock=frozen.clock)
 
     await session.arefresh_from_db()
     routes = session.parse_routes

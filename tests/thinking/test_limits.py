@@ -10,7 +10,7 @@ from django.db import connection, connections
 from django.test import Client
 
 from accounts.tokens import create_token
-from tests.conftest import services_available
+from tests.helpers import services_available
 from thinking.models import Status, ThinkingSession
 
 PARALLEL = 12

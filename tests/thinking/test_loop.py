@@ -4,38 +4,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import HttpError, Reply, StreamError
-from thinking import loop
+from tests.helpers import FrozenClock, prompt_of, run
 from thinking.events import SessionEvent
-from thinking.llm import LLM
 from thinking.models import CompletionReason, Status, SubQuestion, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-WORKER = "worker-test"
-
-
-async def claim(session: ThinkingSession) -> None:
-    from asgiref.sync import sync_to_async
-
-    assert await sync_to_async(ThinkingSession.claim)(
-        session.pk, worker_id=WORKER, lease_seconds=30
-    )
-
-
-async def run(session: ThinkingSession, events: list[SessionEvent] | None = None) -> str | None:
-    await claim(session)
-    llm = LLM.from_settings()
-    sink = events if events is not None else []
-
-    async def publish(event: SessionEvent) -> None:
-        sink.append(event)
-
-    try:
-        return await loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
-    finally:
-        await llm.close()
 
 
 async def test_a_session_thinks_asks_synthesises_and_answers(fake_claude: Any, make_session: Any):
@@ -113,13 +87,21 @@ async def test_duplicate_sub_questions_are_not_added_again(fake_claude: Any, mak
 
 async def test_malformed_replies_degrade_instead_of_crashing(fake_claude: Any, make_session: Any):
     session = await make_session_async(make_session, budget_seconds=0.2, interval=60)
-    fake_claude.enqueue(
-        Reply(text="I refuse to use your format, but here is an idea about minds."),
-        Reply(text="THOUGHT: \nTYPE: ???\nCONFIDENCE: banana\n---\nTHOUGHT: ok\nCONFIDENCE: 7"),
+    replies = iter(
+        [
+            Reply(text="I refuse to use your format, but here is an idea about minds."),
+            Reply(text="THOUGHT: \nTYPE: ???\nCONFIDENCE: banana\n---\nTHOUGHT: ok\nCONFIDENCE: 7"),
+        ]
     )
-    fake_claude.responder = lambda body: Reply(text="")  # then nothing at all
+    frozen = FrozenClock()
 
-    status = await run(session)
+    def each_call_takes_a_tenth(body: dict) -> Reply:
+        # Two thought cycles use the budget however slow the machine is; then the final.
+        frozen.advance(0.1)
+        return next(replies, Reply(text=""))  # then nothing at all
+
+    fake_claude.responder = each_call_takes_a_tenth
+    status = await run(session, clock=frozen.clock)
 
     assert status == Status.COMPLETED
     thoughts = [t async for t in session.thoughts.order_by("sequence")]

@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection
 
-from tests.conftest import services_available
+from tests.helpers import services_available
 from thinking.models import Status, ThinkingSession
 
 ROOT = Path(__file__).resolve().parents[2]

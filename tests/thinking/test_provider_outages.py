@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tests.fakes.anthropic_server import HttpError, Reply
-from tests.thinking.test_loop import run
+from tests.helpers import run
 from thinking.events import SessionEvent
 from thinking.models import CompletionReason, Status, ThinkingSession
 

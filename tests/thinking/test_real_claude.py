@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from accounts.models import Team
 from tests.fakes.anthropic_server import Reply, model_info
-from tests.thinking.test_loop import run
+from tests.helpers import run
 from thinking import budget, llm
 from thinking.forms import StartSessionForm
 from thinking.models import CompletionReason, ModelCall, Status, ThinkingSession

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.thinking.test_consumers import communicator, login
+from tests.helpers import communicator, login
 from thinking import broadcast
 from thinking.models import Status, ThinkingSession
 from thinking.worker import Supervisor

@@ -12,9 +12,8 @@ from asgiref.sync import sync_to_async
 
 from research.knowledge import add_item
 from research.memory import search_memory
-from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import Reply
-from tests.thinking.test_loop import run
+from tests.helpers import WORKER, FrozenClock, claim, each_call_takes, prompt_of, run
 from thinking import evidence
 from thinking.models import Source, ThinkingSession
 
@@ -54,8 +53,10 @@ async def test_a_session_plans_then_gathers_sources_of_both_kinds(
 ):
     session = await unplanned(make_session)
     fake_claude.enqueue(Reply(text=PLAN))
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 0.1)  # the plan, then three thought cycles
 
-    await run(session)
+    await run(session, clock=frozen.clock)
 
     await session.arefresh_from_db()
     assert session.plan["steps"] == ["Look at sleep studies", "Compare theories"]
@@ -88,7 +89,6 @@ async def test_all_queries_run_at_once(
 ):
     """Three web and three memory queries of 300 ms each take about one delay, not six."""
     session = await unplanned(make_session)
-    fake_exa.delay = 0.3
     real_search = evidence.asearch_memory
 
     async def slow_memory(**kwargs: Any) -> Any:
@@ -96,7 +96,19 @@ async def test_all_queries_run_at_once(
         return await real_search(**kwargs)
 
     monkeypatch.setattr(evidence, "asearch_memory", slow_memory)
+    await claim(session)
     research = await sync_to_async(evidence.Research.for_session)(session)
+    # Warm up first (clients, connections, imports), so whichever test runs first in a random
+    # order does not pay its cold start here.
+    await evidence.gather(
+        session_id=session.pk,
+        research=research,
+        web_queries=["warm up"],
+        memory_queries=[],
+        on_sources=lambda sources: asyncio.sleep(0),
+        worker_id=WORKER,
+    )
+    fake_exa.delay = 0.3
     shown: list[float] = []
     started = time.monotonic()
 
@@ -110,11 +122,13 @@ async def test_all_queries_run_at_once(
             web_queries=["why do we dream", "dream memory", "REM sleep"],
             memory_queries=["dreams memory", "sleep notes", "REM"],
             on_sources=on_sources,
+            worker_id=WORKER,
         )
     finally:
         await research.close()
     took = time.monotonic() - started
-    assert took < 2 * 0.3, f"research step took {took:.2f}s for six 0.3 s queries"
+    # Six in a row would take 1.8 s; in parallel about one delay, with room for a busy machine.
+    assert took < 3 * 0.3, f"research step took {took:.2f}s for six 0.3 s queries"
     assert fake_exa.max_in_flight == 3
     assert len(shown) >= 4 and shown[0] < took, "sources were shown as each query finished"
 
@@ -293,8 +307,10 @@ async def test_web_text_is_data_not_instructions(
     fake_claude.enqueue(
         Reply(text=PLAN.replace("- dream memory consolidation\n- REM sleep function\n", ""))
     )
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 0.1)  # the plan, then two thought cycles
 
-    await run(session)
+    await run(session, clock=frozen.clock)
 
     thoughts_prompt = next(p for p in map(prompt_of, fake_claude.requests) if "Current focus" in p)
     assert "&lt;/source&gt;&lt;/evidence&gt;" in thoughts_prompt

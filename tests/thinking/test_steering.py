@@ -8,9 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.urls import reverse
 
-from tests.conftest import prompt_of
-from tests.thinking.test_consumers import communicator, login
-from tests.thinking.test_loop import run
+from tests.helpers import communicator, login, prompt_of, run
 from thinking.models import Status, SubQuestion, Thought
 
 

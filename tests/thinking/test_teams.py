@@ -15,7 +15,7 @@ from accounts.models import Membership, Role, Team
 from research.knowledge import add_item
 from research.memory import search_memory
 from research.models import KnowledgeItem
-from tests.thinking.test_consumers import add_thought, communicator, login
+from tests.helpers import add_thought, communicator, login
 from thinking import limits
 from thinking.broadcast import publish
 from thinking.events import SessionEvent

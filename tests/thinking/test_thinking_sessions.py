@@ -10,8 +10,7 @@ from asgiref.sync import sync_to_async
 from django.urls import reverse
 
 from tests.fakes.anthropic_server import Reply
-from tests.thinking.test_consumers import collect, communicator, login
-from tests.thinking.test_loop import run
+from tests.helpers import FrozenClock, collect, communicator, each_call_takes, login, run
 from thinking import broadcast
 from thinking.export import session_document
 from thinking.models import CompletionReason, ModelCall, Status, ThinkingSession
@@ -32,10 +31,12 @@ async def test_reasoning_streams_live_and_signatures_never_leave_the_server(
         budget_seconds=0.6, synthesis_interval_seconds=0.3, thinking_mode="adaptive"
     )
     fake_claude.enqueue(Reply(redacted=True, text="THOUGHT: after a redaction\nTYPE: insight"))
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 0.2)  # a few cycles and a synthesis on any machine
     comm = communicator(session.pk, await login(alice), rev=0)
     assert (await comm.connect())[0]
 
-    supervisor = Supervisor(worker_id="w", publish=broadcast.publish)
+    supervisor = Supervisor(worker_id="w", publish=broadcast.publish, clock=frozen.clock)
     assert await supervisor.start(session.pk)
     frames = await collect(comm, lambda f: "status-completed" in f)
     await supervisor.wait_idle()

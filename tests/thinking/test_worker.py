@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from tests.conftest import prompt_of
+from tests.helpers import prompt_of
 from thinking.models import Status, ThinkingSession
 from thinking.worker import CHANNEL, Supervisor, ThinkingWorker
 

@@ -13,15 +13,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 
-from thinking import broadcast, limits, llm
-from thinking.budget import BudgetExhausted
+from thinking import actions, broadcast, llm
 from thinking.events import SessionEvent
 from thinking.export import session_document
 from thinking.forms import StartSessionForm
 from thinking.models import Status, ThinkingSession
-from thinking.worker import Supervisor, new_worker_id
 
 
 class TerminalPrinter:
@@ -127,16 +124,11 @@ class Command(BaseCommand):
                 "max_cost_usd": _given(options["max_cost"]),
             },
         )
-        if not form.is_valid():
+        # Run here, in this process: no doorbell for another worker.
+        session = actions.start(form, owner=owner, doorbell=False)
+        if session is None:
             problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
             raise CommandError(problems)
-        try:
-            with transaction.atomic():
-                session = form.create_session(owner=owner)
-        except limits.LimitRefused as refused:
-            raise CommandError(str(refused)) from None
-        except BudgetExhausted as error:
-            raise CommandError(" ".join(error.messages)) from None
         quiet = options["json"]
         if not quiet:
             self.stdout.write(self.style.MIGRATE_HEADING(f"Thinking about: {session.question}"))
@@ -176,13 +168,5 @@ class Command(BaseCommand):
             if settings.REDIS_URL:  # browsers watching through other processes
                 await broadcast.publish(event)
 
-        supervisor = Supervisor(
-            worker_id=new_worker_id("cli"), capacity=1, publish=publish, sweeping=False
-        )
-        if not await supervisor.start(session.pk):
+        if not await actions.think_here(session, publish=publish):
             raise CommandError("Another worker claimed the session first.")
-        heartbeat = asyncio.create_task(supervisor.run_forever())
-        try:
-            await supervisor.wait_idle()
-        finally:
-            heartbeat.cancel()

@@ -1,0 +1,163 @@
+"""Helpers shared by the tests (fixtures live in conftest.py): import from here, never from
+another test module."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import AsyncClient
+
+from thinking.events import SessionEvent
+from thinking.run import Clock
+
+# Viewports of the browser tests.
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+WORKER = "worker-test"
+
+
+def services_available() -> tuple[bool, str]:
+    missing = [name for name in ("DATABASE_URL", "REDIS_URL") if not os.environ.get(name)]
+    if missing:
+        return False, f"needs {' and '.join(missing)} (PostgreSQL/Redis); .ci/run sets them"
+    return True, ""
+
+
+def prompt_of(request: dict) -> str:
+    """The text of the last user message of a request the fake Claude server recorded."""
+    content = request["body"]["messages"][-1]["content"]
+    if isinstance(content, str):
+        return content
+    return "\n\n".join(block.get("text", "") for block in content if isinstance(block, dict))
+
+
+# --- running a session in the test's event loop ---------------------------------------------
+
+
+async def claim(session: Any, worker_id: str = WORKER) -> None:
+    """Take the session's lease as the test's worker."""
+    from thinking.models import ThinkingSession
+
+    assert await sync_to_async(ThinkingSession.claim)(
+        session.pk, worker_id=worker_id, lease_seconds=30
+    )
+
+
+async def run(
+    session: Any, events: list[SessionEvent] | None = None, *, clock: Clock | None = None
+) -> str | None:
+    """Claim and run a session to its end with the LLM of the settings (a fake server)."""
+    from thinking import loop
+    from thinking.llm import LLM
+
+    await claim(session)
+    llm = LLM.from_settings()
+    sink = events if events is not None else []
+
+    async def publish(event: SessionEvent) -> None:
+        sink.append(event)
+
+    try:
+        return await loop.run_session(
+            session.pk, llm=llm, publish=publish, worker_id=WORKER, clock=clock
+        )
+    finally:
+        await llm.close()
+
+
+# --- the live page over a WebSocket ------------------------------------------------------------
+
+
+async def login(user: Any) -> str:
+    """A session cookie for this user."""
+    client = AsyncClient()
+    await client.aforce_login(user)
+    return client.cookies["sessionid"].value
+
+
+def communicator(session_id: Any, cookie: str | None, *, rev: Any = None, origin: str = "") -> Any:
+    """A WebSocket client for the session's live page, as the cookie's user."""
+    from config.asgi import application
+    from thinking.presenters import session_ws_path
+
+    path = session_ws_path(session_id) + (f"?rev={rev}" if rev is not None else "")
+    headers = [(b"origin", (origin or "http://testserver").encode())]
+    if cookie:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def collect(comm: Any, until: Any, timeout: float = 30) -> list[str]:
+    """Frames from the WebSocket until one matches `until`."""
+    frames: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            frame = await comm.receive_from(timeout=max(0.1, deadline - time.monotonic()))
+        except TimeoutError:
+            break
+        frames.append(frame)
+        if until(frame):
+            return frames
+    raise AssertionError(f"gave up after {len(frames)} frames")
+
+
+async def add_thought(session: Any, sequence: int, text: str) -> None:
+    """A thought stored as the worker would (revision bumped)."""
+    from thinking.models import ThinkingSession, Thought
+
+    await Thought.objects.acreate(
+        session=session,
+        sequence=sequence,
+        text=text,
+        type="insight",
+        confidence=0.7,
+        time_offset_seconds=1,
+    )
+    await ThinkingSession.objects.filter(pk=session.pk).aupdate(revision=sequence + 1)
+
+
+# --- time ----------------------------------------------------------------------------------
+
+
+class FrozenClock:
+    """Time that moves only when a test (or a fake server, or a sleep) moves it."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return 1_700_000_000.0 + self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        # A sleep passes at once: the time moves on, other tasks get their turn.
+        self.now += seconds
+        await asyncio.sleep(0)
+
+    @property
+    def clock(self) -> Clock:
+        return Clock(monotonic=self.monotonic, wall=self.wall, sleep=self.sleep)
+
+
+def each_call_takes(fake: Any, frozen: FrozenClock, seconds: float) -> None:
+    """Every model call the fake answers through its responder moves the frozen clock on, so
+    a session's budget buys the same number of steps on any machine, in any test order."""
+    respond = fake.responder
+
+    def timed(body: dict) -> Any:
+        frozen.advance(seconds)
+        return respond(body)
+
+    fake.responder = timed

@@ -1,0 +1,100 @@
+"""People's actions on a session, shared by the pages, the API and the terminal: who may do
+what, and the doorbell and live update only after the commit."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from thinking import actions
+from thinking.forms import StartSessionForm
+from thinking.models import IllegalTransition, Status, ThinkingSession
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def rang(monkeypatch: pytest.MonkeyPatch) -> list[uuid.UUID]:
+    calls: list[uuid.UUID] = []
+    monkeypatch.setattr("thinking.actions.request_start", calls.append)
+    return calls
+
+
+@pytest.fixture
+def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    events: list[Any] = []
+    monkeypatch.setattr("thinking.actions.publish_sync", events.append)
+    return events
+
+
+@pytest.mark.parametrize("action", ["pause", "cancel"])
+def test_someone_who_cannot_see_the_session_changes_nothing(
+    make_session: Any, bob: Any, published: list, action: str
+):
+    session = make_session(status=Status.THINKING)
+    with pytest.raises(actions.NotAllowed):
+        getattr(actions, action)(session, user=bob)
+    session.refresh_from_db()
+    assert session.status == Status.THINKING and published == []
+
+
+def test_a_stranger_cannot_steer(make_session: Any, bob: Any):
+    session = make_session(status=Status.THINKING)
+    with pytest.raises(actions.NotAllowed):
+        actions.steer(session, user=bob, kind="hint", text="Look elsewhere")
+    assert not session.thoughts.exists()
+
+
+def test_the_owner_cancels_and_every_page_hears_of_it(
+    make_session: Any, alice: Any, published: list
+):
+    session = make_session(status=Status.PAUSED)
+    actions.cancel(session, user=alice)
+    assert session.status == Status.CANCELLED
+    assert [e.finished for e in published] == [True]
+
+
+def test_resume_rings_the_doorbell_once_committed(
+    make_session: Any, alice: Any, rang: list, published: list
+):
+    session = make_session(status=Status.PAUSED)
+    with transaction.atomic():
+        actions.resume(session, user=alice)
+        assert rang == [] and published == [], "nothing leaves before the commit"
+    assert rang == [session.pk] and len(published) == 1
+
+
+def test_a_rolled_back_steer_publishes_nothing(make_session: Any, alice: Any, published: list):
+    session = make_session(status=Status.THINKING)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        actions.steer(session, user=alice, kind="question", text="What about sleep?")
+        raise RuntimeError("the request failed later")
+    assert published == [] and not session.thoughts.exists()
+
+
+def test_an_illegal_change_publishes_nothing(make_session: Any, alice: Any, published: list):
+    session = make_session(status=Status.COMPLETED)
+    with pytest.raises(IllegalTransition):
+        actions.pause(session, user=alice)
+    assert published == []
+
+
+def test_start_validates_creates_and_rings(alice: Any, rang: list, settings: Any):
+    settings.ANTHROPIC_API_KEY = "test-key"
+    form = StartSessionForm({"question": "Why is the sky blue?", "minutes": 1}, user=alice)
+    session = actions.start(form, owner=alice)
+    assert session is not None and rang == [session.pk]
+
+    refused = StartSessionForm({"question": "", "minutes": 1}, user=alice)
+    assert actions.start(refused, owner=alice) is None
+    assert "question" in refused.errors
+    assert ThinkingSession.objects.count() == 1 and rang == [session.pk]
+
+
+def test_start_refuses_without_a_model_provider(alice: Any, rang: list):
+    form = StartSessionForm({"question": "Why is the sky blue?", "minutes": 1}, user=alice)
+    assert actions.start(form, owner=alice) is None
+    assert form.non_field_errors() and rang == []

@@ -1,0 +1,373 @@
+"""The loop's stored steps: each opens one `ThinkingSession.step` (lock, lease and cancel
+check, checkpoint, revision) and writes its rows inside it.
+
+Model calls happen outside: a step is only ever the short transaction that stores what a
+call produced, so a worker that lost its lease, or a cancelled session, stores nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from channels.db import database_sync_to_async
+from django.db.models import F
+from django.utils import timezone
+
+from research import knowledge
+from research.models import KnowledgeSource
+
+from . import evidence, parsing
+from .events import SessionEvent
+from .llm import Reply, Usage
+from .models import (
+    IllegalTransition,
+    LeaseLost,
+    ModelCall,
+    Step,
+    Stopped,
+    SubQuestion,
+    Synthesis,
+    ThinkingSession,
+    Thought,
+    ThoughtType,
+)
+from .run import Meter
+
+if TYPE_CHECKING:
+    from . import planner
+
+MAX_ANSWER_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Focus:
+    text: str
+    sub_question_id: int | None = None
+    priority: int = 0
+
+
+def reasoning_text(reply: Reply) -> str:
+    """The model's thinking as shown to people: redacted blocks become a placeholder."""
+    parts = [reply.thinking] if reply.thinking else []
+    if reply.redacted_blocks:
+        n = reply.redacted_blocks
+        parts.append(f"[{n} reasoning block{'s' if n > 1 else ''} redacted by the provider]")
+    return "\n\n".join(parts)
+
+
+def record_calls(step: Step, purpose: str, replies: Sequence[Reply]) -> None:
+    """Each model call as a row, and its tokens on the session's counters."""
+    session = step.session
+    ModelCall.objects.bulk_create(
+        ModelCall(
+            session=session,
+            purpose=purpose,
+            model=call.model or session.model_id,
+            thinking_mode=call.thinking_mode,
+            stop_reason=call.stop_reason or "",
+            duration_ms=call.duration_ms,
+            input_tokens=call.usage.input_tokens,
+            output_tokens=call.usage.output_tokens,
+            cache_read_tokens=call.usage.cache_read_tokens,
+            cache_write_tokens=call.usage.cache_write_tokens,
+            content=call.content,
+        )
+        for reply in replies
+        for call in reply.attempts  # a cut-off attempt was spent too
+    )
+    if replies:
+        usage = sum((reply.total_usage for reply in replies), Usage())
+        truncated = sum(1 for reply in replies if reply.truncated)
+        if truncated:
+            step.update(truncated_replies=F("truncated_replies") + truncated)
+        step.add_usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        )
+
+
+# --- the lifecycle ----------------------------------------------------------------------
+
+
+@database_sync_to_async
+def begin(session_id: uuid.UUID, *, worker_id: str) -> ThinkingSession | None:
+    """Move a claimed session to `thinking` and start its clock. None if it is not runnable."""
+    try:
+        with ThinkingSession.step(session_id, worker_id=worker_id) as step:
+            step.update(**step.session.begin(now=timezone.now()))
+    except (IllegalTransition, Stopped):
+        return None
+    return step.session
+
+
+@database_sync_to_async
+def current_status(session_id: uuid.UUID, *, worker_id: str) -> str:
+    """The status a person may have changed; raises LeaseLost if the lease went elsewhere."""
+    status, owner = ThinkingSession.objects.filter(pk=session_id).values_list(
+        "status", "worker_id"
+    )[0]
+    if owner != worker_id:
+        raise LeaseLost(session_id)
+    return status
+
+
+@database_sync_to_async
+def stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> ThinkingSession:
+    """Pause or cancel seen at a step boundary: keep the time spent, stop the clock."""
+    with ThinkingSession.step(
+        session_id, worker_id=worker_id, meter=meter, stop_on_cancel=False
+    ) as step:
+        step.update(**step.session.stop())
+    return step.session
+
+
+@database_sync_to_async
+def release_lease(session_id: uuid.UUID, *, worker_id: str) -> None:
+    """Let go of a session this worker holds (it is shutting down); no-op if it lost it."""
+    try:
+        with ThinkingSession.step(session_id, worker_id=worker_id, stop_on_cancel=False) as step:
+            step.update(**step.session.release())
+    except LeaseLost:
+        pass
+
+
+@database_sync_to_async
+def fail(
+    session_id: uuid.UUID, *, worker_id: str, meter: Meter, message: str
+) -> ThinkingSession | None:
+    """Record the error in words and keep everything already stored. None if the lease
+    was lost."""
+    try:
+        with ThinkingSession.step(
+            session_id, worker_id=worker_id, meter=meter, stop_on_cancel=False
+        ) as step:
+            if not step.session.is_finished:
+                step.update(**step.session.fail(message=message, now=timezone.now()))
+    except LeaseLost:
+        return None
+    return step.session
+
+
+@database_sync_to_async
+def set_waiting(session_id: uuid.UUID, worker_id: str, reason: str) -> str:
+    """Mark (or, with no reason, unmark) the session as waiting for the provider; returns
+    its status, so a person's pause or cancel is noticed while it waits."""
+    with ThinkingSession.step(session_id, worker_id=worker_id, stop_on_cancel=False) as step:
+        if reason:
+            step.update(waiting_reason=reason[:300])
+            if step.session.waiting_since is None:
+                step.update(waiting_since=timezone.now())
+        else:
+            step.update(waiting_since=None, waiting_reason="")
+    return step.session.status
+
+
+# --- storing what the model said ---------------------------------------------------------
+
+
+def _stop_note(session: ThinkingSession, reading: parsing.ThoughtReply) -> str:
+    why = reading.parts.get("reasoning") or reading.parts.get("analysis") or ""
+    why = why or (reading.thoughts[0].text if reading.thoughts else "")
+    note = (
+        f"Stopped early after {session.active_seconds:.0f}s of "
+        f"{session.budget_seconds:.0f}s: the model signalled that its understanding "
+        "was sufficient."
+    )
+    return f"{note} Its reasoning: {why[:600]}" if why else note
+
+
+@database_sync_to_async
+def store_thoughts(
+    session_id: uuid.UUID,
+    focus: Focus,
+    reading: parsing.ThoughtReply,
+    replies: list[Reply],
+    scratch: list[str],
+    *,
+    worker_id: str,
+    meter: Meter,
+) -> tuple[ThinkingSession, SessionEvent]:
+    with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
+        session = step.session
+        offset = session.active_seconds
+        start = session.next_thought_sequence()
+        reasoning = "\n\n".join(filter(None, (reasoning_text(r) for r in replies)))
+        notes = Thought.objects.bulk_create(
+            Thought(
+                session=session,
+                sequence=start + index,
+                cycle=session.cycles,
+                text=text,
+                type=ThoughtType.SCRATCHPAD,
+                confidence=0.0,
+                time_offset_seconds=round(offset, 2),
+                sub_question_id=focus.sub_question_id,
+            )
+            for index, text in enumerate(t for t in scratch if t)
+        )
+        start += len(notes)
+        rows = Thought.objects.bulk_create(
+            Thought(
+                session=session,
+                sequence=start + index,
+                cycle=session.cycles,
+                text=thought.text,
+                type=thought.type,
+                confidence=thought.confidence,
+                parts=reading.parts,
+                reasoning=reasoning if index == 0 else "",
+                truncated=replies[-1].truncated,
+                time_offset_seconds=round(offset, 2),
+                sub_question_id=focus.sub_question_id,
+            )
+            for index, thought in enumerate(reading.thoughts)
+        )
+        record_calls(step, "thoughts", replies)
+        routes = dict(session.parse_routes)
+        routes[reading.route] = routes.get(reading.route, 0) + 1
+        step.update(parse_routes=routes)
+        # A stop signal counts only once the session has consolidated at least once.
+        if reading.stop_signal and session.syntheses.filter(is_final=False).exists():
+            step.update(stop_requested=True, completion_note=_stop_note(session, reading))
+        parsed = reading.thoughts
+        questions_changed = False
+        if focus.sub_question_id is not None:
+            best = max(parsed, key=lambda t: t.confidence, default=None)
+            SubQuestion.objects.filter(pk=focus.sub_question_id).update(
+                explored=True,
+                explored_at=timezone.now(),
+                answer=best.text[:MAX_ANSWER_CHARS] if best else "",
+            )
+            questions_changed = True
+        step.update(cycles=F("cycles") + 1, focus=focus.text)
+    event = SessionEvent(
+        session_id,
+        thoughts=tuple(r.sequence for r in [*notes, *rows]),
+        questions=questions_changed,
+    )
+    return step.session, event
+
+
+@database_sync_to_async
+def store_questions(
+    session_id: uuid.UUID,
+    focus: Focus,
+    parsed: list[parsing.ParsedQuestion],
+    reply: Reply,
+    *,
+    worker_id: str,
+    meter: Meter,
+) -> tuple[ThinkingSession, SessionEvent]:
+    with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
+        session = step.session
+        seen = {parsing.question_key(session.question)}
+        seen.update(
+            parsing.question_key(text)
+            for text in session.sub_questions.values_list("text", flat=True)
+        )
+        new = []
+        for question in parsed:
+            key = parsing.question_key(question.text)
+            if not key or key in seen:
+                continue
+            seen.add(key)
+            new.append(
+                SubQuestion(
+                    session=session,
+                    text=question.text,
+                    priority=question.priority,
+                    why=question.why,
+                    parent_id=focus.sub_question_id,
+                )
+            )
+        SubQuestion.objects.bulk_create(new)
+        record_calls(step, "questions", [reply])
+        step.update(thoughts_at_last_questions=session.thoughts.count())
+    return step.session, SessionEvent(session_id, questions=bool(new))
+
+
+@database_sync_to_async
+def store_synthesis(
+    session_id: uuid.UUID,
+    parsed: parsing.ParsedSynthesis,
+    reply: Reply,
+    *,
+    worker_id: str,
+    meter: Meter,
+    final: bool,
+    reason: str,
+) -> tuple[ThinkingSession, SessionEvent]:
+    """A periodic synthesis, or the final answer that completes the session."""
+    with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
+        session = step.session
+        synthesis = Synthesis.objects.create(
+            session=session,
+            sequence=session.next_synthesis_sequence(),
+            text=parsed.text,
+            key_insights=parsed.key_insights,
+            confidence=parsed.confidence,
+            remaining_questions=parsed.remaining_questions,
+            # The time of the last stored step; this step's own lap is added on commit.
+            time_offset_seconds=round(session.active_seconds, 2),
+            is_final=final,
+            reasoning=reasoning_text(reply),
+            truncated=reply.truncated,
+        )
+        record_calls(step, "final" if final else "synthesis", [reply])
+        step.update(confidence_evolution=[*session.confidence_evolution, parsed.confidence])
+        numbers = set(session.sources.values_list("number", flat=True))
+        unknown = [n for n in evidence.cited_numbers(parsed.text) if n not in numbers]
+        if unknown:
+            step.update(unknown_citations=F("unknown_citations") + len(unknown))
+        if final:
+            # Later sessions learn from this one: the answer joins the owner's knowledge base.
+            knowledge.add_item(
+                owner=session.owner,
+                title=f"Deep Think: {session.question}"[:200],
+                body=parsed.text,
+                source=KnowledgeSource.SESSION,
+                origin=f"session:{session.pk}",
+                team=session.team,  # a shared session teaches the whole team
+            )
+            step.update(
+                **session.complete(
+                    reason=reason,
+                    answer=parsed.text,
+                    confidence=parsed.confidence,
+                    now=timezone.now(),
+                )
+            )
+        else:
+            step.update(
+                next_synthesis_at=session.active_seconds + session.synthesis_interval_seconds
+            )
+    return step.session, SessionEvent(session_id, synthesis=synthesis.sequence, finished=final)
+
+
+@database_sync_to_async
+def save_plan(
+    session_id: uuid.UUID,
+    plan: planner.Plan,
+    replies: Sequence[Reply],
+    *,
+    worker_id: str,
+    meter: Meter,
+    focus_id: int | None = None,
+) -> ThinkingSession:
+    with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
+        session = step.session
+        if focus_id is None:
+            step.update(plan=plan.to_json())
+        else:
+            # A fresh plan for a high-priority sub-question keeps the session's main plan.
+            researched = [*session.plan.get("researched", []), focus_id]
+            step.update(plan={**session.plan, "researched": researched})
+        if plan.note and plan.note not in session.research_notes:
+            step.update(research_notes=[*session.research_notes, plan.note][-20:])
+        record_calls(step, "plan", replies)
+    return step.session

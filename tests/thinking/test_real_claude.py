@@ -16,7 +16,7 @@ from django.urls import reverse
 from accounts.models import Team
 from tests.fakes.anthropic_server import Reply, model_info
 from tests.helpers import run
-from thinking import budget, llm
+from thinking import budget, limits, llm
 from thinking.forms import StartSessionForm
 from thinking.models import CompletionReason, ModelCall, Status, ThinkingSession
 
@@ -252,7 +252,8 @@ def test_concurrent_team_sessions_never_reserve_past_the_budget(alice: Any, sett
             barrier.wait(timeout=10)
             with transaction.atomic():
                 made.append(form.create_session(owner=alice))
-        except budget.BudgetExhausted as error:
+        except (budget.BudgetExhausted, limits.LimitRefused) as error:
+            # Refused by the reservation, or (nothing left at all) by the start limits.
             refused.append(str(error))
         finally:
             connections.close_all()

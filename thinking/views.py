@@ -19,7 +19,7 @@ from .broadcast import publish_sync
 from .events import SessionEvent
 from .forms import StartSessionForm, SteerForm
 from .models import IllegalTransition, Status, ThinkingSession
-from .presenters import session_context
+from .presenters import header_context, session_context
 from .worker import request_start
 
 
@@ -70,6 +70,9 @@ def session_list(request: HttpRequest) -> HttpResponse:
     query = " ".join(request.GET.get("q", "").split())[:SEARCH_MAX_CHARS]
     if query:
         sessions = sessions.filter(question__icontains=query)
+    shared = request.GET.get("shared") == "1"
+    if shared:  # shared with me: my teams' sessions, not my own
+        sessions = sessions.exclude(owner=request.user)
     status = request.GET.get("status", "")
     if status in Status.values:
         sessions = sessions.filter(status=status)
@@ -81,6 +84,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
         "rows": page.object_list,
         "query": query,
         "status": status,
+        "shared": shared,
         "status_label": Status(status).label if status else "",
         "statuses": Status.choices,
     }
@@ -97,7 +101,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 def session_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     session = get_session_for(request.user, pk)
-    context = session_context(session)
+    context = session_context(session, request.user)
     if request.htmx:
         return render(request, "thinking/_header.html", context)
     return render(request, "thinking/session_detail.html", context)
@@ -117,7 +121,8 @@ def _change_state(
     if request.htmx:
         # The swapped header shows the new state, or why it could not change, in place: a
         # flash message would only surface on some later page.
-        return render(request, "thinking/_header.html", {"session": session, "problem": problem})
+        context = {**header_context(session, request.user), "problem": problem}
+        return render(request, "thinking/_header.html", context)
     if problem:
         messages.error(request, problem)
     else:

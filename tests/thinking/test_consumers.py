@@ -7,43 +7,35 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
+from django.db import transaction
 from django.test import AsyncClient
 from django.urls import reverse
 
-from config.asgi import application
 from tests.conftest import services_available
+from tests.thinking.live_page import Page, communicator, drain, login
 from thinking.events import SessionEvent
 from thinking.models import Status, ThinkingSession, Thought
-from thinking.presenters import session_ws_path
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def login(user: Any) -> str:
-    client = AsyncClient()
-    await client.aforce_login(user)
-    return client.cookies["sessionid"].value
-
-
-def communicator(session_id: Any, cookie: str | None, *, rev: Any = None, origin: str = "") -> Any:
-    path = session_ws_path(session_id) + (f"?rev={rev}" if rev is not None else "")
-    headers = [(b"origin", (origin or "http://testserver").encode())]
-    if cookie:
-        headers.append((b"cookie", f"sessionid={cookie}".encode()))
-    return WebsocketCommunicator(application, path, headers=headers)
-
-
 async def add_thought(session: ThinkingSession, sequence: int, text: str) -> None:
-    await Thought.objects.acreate(
-        session=session,
-        sequence=sequence,
-        text=text,
-        type="insight",
-        confidence=0.7,
-        time_offset_seconds=1,
-    )
-    await ThinkingSession.objects.filter(pk=session.pk).aupdate(revision=sequence + 1)
+    """Stored with its revision bump in one transaction, as the loop stores a step."""
+
+    @sync_to_async
+    def store() -> None:
+        with transaction.atomic():
+            Thought.objects.create(
+                session=session,
+                sequence=sequence,
+                text=text,
+                type="insight",
+                confidence=0.7,
+                time_offset_seconds=1,
+            )
+            ThinkingSession.objects.filter(pk=session.pk).update(revision=sequence + 1)
+
+    await store()
 
 
 async def test_anonymous_is_refused(make_session: Any):
@@ -87,10 +79,12 @@ async def test_a_page_that_missed_updates_gets_them_once(make_session: Any, alic
     session = await sync_to_async(make_session)(status=Status.THINKING)
     await add_thought(session, 0, "seen by the page")
     await add_thought(session, 1, "missed while away")
-    comm = communicator(session.pk, await login(alice), rev=1)
+    comm = communicator(session.pk, await login(alice), rev=1, marks={"t": 0})
     assert (await comm.connect())[0]
-    catch_up = await comm.receive_from()
-    assert "missed while away" in catch_up and 'id="thought-list"' in catch_up
+    page = Page()
+    page.thoughts = [0]
+    await drain(comm, page)
+    assert page.thoughts == [0, 1] and page.errors == [] and page.revision == 2
 
     # A late live message about a thought the catch-up already showed is not repeated...
     await publish(SessionEvent(session.pk, thoughts=(1,)))
@@ -110,6 +104,7 @@ async def test_model_text_arrives_escaped(make_session: Any, alice: Any):
     session = await sync_to_async(make_session)(status=Status.THINKING)
     comm = communicator(session.pk, await login(alice), rev=0)
     assert (await comm.connect())[0]
+    assert await comm.receive_nothing(timeout=0.3)  # up to date: no catch-up
     await add_thought(session, 0, '<script>alert("x")</script>')
     await publish(SessionEvent(session.pk, thoughts=(0,)))
     html = await comm.receive_from()

@@ -23,14 +23,15 @@ def _number(value: str | None) -> int | None:
 @require_GET
 def session_thoughts(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """`?before=N`: the page of thoughts before sequence N (with the next "Show earlier"
-    row); `?focus=ID`: every thought on that sub-question, for the stream filter."""
+    row), the newest page without it; `?focus=ID`: every thought on that sub-question."""
     session = get_session_for(request.user, pk)
-    before, focus = _number(request.GET.get("before")), _number(request.GET.get("focus"))
+    raw_before, raw_focus = request.GET.get("before"), request.GET.get("focus")
+    before, focus = _number(raw_before), _number(raw_focus)
+    if (raw_before is not None and before is None) or (raw_focus is not None and focus is None):
+        return HttpResponseBadRequest("before and focus are whole numbers.")
     if focus is not None:
         context = focus_thoughts(session, focus)
-    elif before is not None:
+    else:  # the page before a sequence, or the newest page
         context = thought_page(session, before=before)
-    else:
-        return HttpResponseBadRequest("Say which thoughts: ?before=<sequence> or ?focus=<id>.")
     context.update(session=session, source_numbers=source_numbers(session))
     return render(request, "thinking/_thought_page.html", context)

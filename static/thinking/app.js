@@ -332,9 +332,41 @@
     if (event.key === "Escape" && filter.focus) setFilter("");
   });
 
+  // A page left open on a long session keeps only the newest thoughts, like a fresh page;
+  // the older ones go behind "Show earlier" (only while the person follows the end).
+  var KEEP_THOUGHTS = 150;
+
+  function trimStream() {
+    var list = document.getElementById("thought-list");
+    var live = document.getElementById("live");
+    if (!list || !live || !stream.atEnd || filter.focus) return;
+    var items = list.querySelectorAll(':scope > li[id^="thought-"]');
+    var extra = items.length - KEEP_THOUGHTS;
+    if (extra <= 0) return;
+    for (var i = 0; i < extra; i++) items[i].remove();
+    var before = items[extra].id.slice("thought-".length);
+    var earlier = document.getElementById("thought-earlier");
+    var hidden = (earlier ? parseInt(earlier.dataset.count || "0", 10) : 0) + extra;
+    if (earlier) earlier.remove();
+    earlier = document.createElement("li");
+    earlier.id = "thought-earlier";
+    earlier.className = "earlier";
+    earlier.dataset.count = String(hidden);
+    var button = document.createElement("button");
+    button.type = "button";
+    button.setAttribute("hx-get", live.dataset.thoughtsUrl + "?before=" + before);
+    button.setAttribute("hx-target", "#thought-earlier");
+    button.setAttribute("hx-swap", "outerHTML");
+    button.textContent = "Show earlier thoughts (" + hidden + " not shown)";
+    earlier.appendChild(button);
+    list.prepend(earlier);
+    htmx.process(earlier);
+  }
+
   function afterUpdate() {
     restoreDetails();
     followReasoning();
+    trimStream();
     followStream();
     syncFilter();
     announceChanges();

@@ -101,10 +101,9 @@ def session_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 def session_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     session = get_session_for(request.user, pk)
-    context = session_context(session, request.user)
     if request.htmx:
-        return render(request, "thinking/_header.html", context)
-    return render(request, "thinking/session_detail.html", context)
+        return render(request, "thinking/_header.html", header_context(session, request.user))
+    return render(request, "thinking/session_detail.html", session_context(session, request.user))
 
 
 def _change_state(

@@ -116,8 +116,24 @@
       giveUp("Cannot reach the server (tried " + connection.failures + " times): reload the page");
     } else {
       setConnection("reconnecting", "Reconnecting…");
+      checkAccess();
     }
   });
+
+  // A refused handshake looks like a network error to the browser (1006). Asking for the page
+  // tells the difference: a login redirect or a 404 means retrying cannot help.
+  function checkAccess() {
+    if (!window.fetch) return;
+    fetch(window.location.pathname, { credentials: "same-origin", redirect: "manual", headers: { "HX-Request": "true" } })
+      .then(function (response) {
+        if (response.type === "opaqueredirect" || response.status === 401 || response.status === 302) {
+          giveUp("Signed out: reload to sign in again");
+        } else if (response.status === 404 || response.status === 403) {
+          giveUp("You no longer have access to this session: reload the page");
+        }
+      })
+      .catch(function () { /* the server is unreachable: keep retrying */ });
+  }
   document.addEventListener("htmx:wsError", function () {
     if (!connection.gaveUp) setConnection("reconnecting", "Connection problem, retrying…");
   });

@@ -125,9 +125,10 @@ def _regions(session: ThinkingSession, numbers: set[int], *, plan: bool, finishe
 def render_event(event: SessionEvent) -> dict[str, Any]:
     """The group message for one event: what changed, never whole lists.
 
-    New sources and moved sub-questions are flagged, not rendered: each consumer renders the
+    New sources and new sub-questions are flagged, not rendered: each consumer renders the
     ones its page lacks (`sources_after`, `sub_question_changes`), so nothing is missed even
-    if an earlier message was.
+    if an earlier message was. The rows of the sub-questions the new thoughts were on come
+    rendered, to patch in place.
     """
     if event.live is not None:
         return render_live(event)
@@ -144,6 +145,14 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
         # One event is one cycle: its parts show once, under its first thought.
         first = bool(visible) and thought is visible[0]
         parts.append(_thought_part(thought, numbers, show_parts=first, session=session))
+    # The sub-questions these thoughts were on may just have been explored: their rows, to
+    # patch in place (a consumer skips a row its page shows in that state already).
+    moved = {t.sub_question.pk: t.sub_question for t in visible if t.sub_question is not None}
+    for question in moved.values():
+        html = _render("_sub_question_row.html", {"q": question, "oob": True})
+        parts.append(
+            {"kind": "subq", "seq": question.pk, "explored": question.explored, "html": html}
+        )
     if len(visible) < len(thoughts):
         summary = {**notes_context(session), "oob": True}
         parts.append({"kind": "replace", "html": _render("_scratchpad_summary.html", summary)})
@@ -162,7 +171,7 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
         "type": "session.update",
         "parts": parts,
         "sources": bool(event.sources or event.synthesis is not None or finished),
-        "questions": bool(event.questions or event.thoughts),
+        "questions": event.questions,
     }
 
 

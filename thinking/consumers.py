@@ -143,6 +143,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if part["kind"] == "header":
                 header = header_for(part, self.owner)  # last, after what it counts
                 continue
+            if part["kind"] == "subq":
+                # Only a row the page has, and not already in this state (no target, no swap).
+                if self.questions.get(part["seq"], part["explored"]) == part["explored"]:
+                    continue
+                self.questions[part["seq"]] = part["explored"]
+                pieces.append(part["html"])
+                continue
             seen = self.seen.get(part["kind"])
             if seen is not None:
                 if part["seq"] in seen:

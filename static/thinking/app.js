@@ -356,7 +356,7 @@
     var list = document.getElementById("thought-list");
     var live = document.getElementById("live");
     if (!list || !live || !stream.atEnd || filter.focus) return;
-    var items = list.querySelectorAll(':scope > li[id^="thought-"]');
+    var items = list.querySelectorAll(":scope > li.thought[id^='thought-']");
     var extra = items.length - KEEP_THOUGHTS;
     if (extra <= 0) return;
     for (var i = 0; i < extra; i++) items[i].remove();

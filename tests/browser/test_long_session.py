@@ -117,9 +117,16 @@ def test_a_long_session_stays_live_on_a_page_open_throughout_and_one_opened_late
         assert each.locator("#thought-list > li").count() <= 200
     assert page.evaluate("window.__sameDocument") is True, "the first page never reloaded"
     # Every page shows the same sub-questions and sources the server stored.
+    stored_sources = [
+        s["number"] for s in page.request.get(f"/api/sessions/{session_id}/sources").json()
+    ]
+    for each in (page, late):
+        numbers = each.eval_on_selector_all(
+            "#source-list > li", "items => items.map(item => +item.id.slice(7))"
+        )
+        assert numbers == stored_sources, (numbers, stored_sources)
     questions = {p: p.locator("li.subq").count() for p in (page, late)}
-    sources = {p: p.locator("#source-list > li").count() for p in (page, late)}
-    assert len(set(questions.values())) == 1 and len(set(sources.values())) == 1
+    assert len(set(questions.values())) == 1
 
     # Earlier thoughts load on demand on the late page.
     before = len(shown(late))

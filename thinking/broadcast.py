@@ -313,30 +313,42 @@ def catch_up(
                 row["thought"], numbers, show_parts=row["show_parts"], session=session
             )
             pieces.append(part["html"])
+            result.thoughts.add(part["seq"])  # stored since the state was read: seen now
         return pieces
 
     def notes() -> list[str]:
         missed = session.thoughts.filter(type=ThoughtType.SCRATCHPAD, sequence__gt=marks.thought)
+        shown = list(missed.order_by("-sequence")[:NOTE_PAGE])[::-1]
+        result.thoughts.update(note.sequence for note in shown)
         pieces = [
             _thought_part(note, numbers, show_parts=False, session=session)["html"]
-            for note in list(missed.order_by("-sequence")[:NOTE_PAGE])[::-1]
+            for note in shown
         ]
         summary = {**notes_context(session), "oob": True}
         return [*pieces, _render("_scratchpad_summary.html", summary)]
 
+    # Each section records what it sent beyond the state read above, so a live message
+    # about the same rows is not applied twice.
     def sources() -> list[str]:
-        return sources_after(session_id, marks.source)[0]
+        pieces, top = sources_after(session_id, marks.source)
+        result.source = max(result.source, top)
+        return pieces
 
     def questions() -> list[str]:
-        return sub_question_changes(session_id, {}, all_new_above=marks.question)[0]
+        pieces, result.questions = sub_question_changes(
+            session_id, {}, all_new_above=marks.question
+        )
+        return pieces
 
     def syntheses() -> list[str]:
+        missed = list(session.syntheses.filter(sequence__gt=marks.synthesis))
+        result.syntheses.update(synthesis.sequence for synthesis in missed)
         return [
             _render(
                 "_synthesis.html",
                 {"synthesis": synthesis, "append_to": "synthesis-list", "source_numbers": numbers},
             )
-            for synthesis in session.syntheses.filter(sequence__gt=marks.synthesis)
+            for synthesis in missed
         ]
 
     def header() -> list[str]:

@@ -20,6 +20,12 @@ install: $(STAMP)
 migrate: install
 	$(BIN)/python manage.py migrate --noinput
 
+# Daphne's --websocket-max-message-size caps what the server *sends* as well, so it stays at
+# daphne's default (1 MiB, far above the <= 32 KB live messages). Incoming client frames are
+# capped here, and again by the consumer at DEEPTHINK_WS_MAX_FRAME_BYTES (closing with 4413).
+# The browser and process tests run daphne with exactly these flags.
+DAPHNE_FLAGS := --websocket-max-frame-size 65536
+
 run: migrate
 	@echo ""
 	@echo "Deep Think on http://$(HOST):$(PORT)/"
@@ -27,7 +33,7 @@ run: migrate
 	@echo "  Model provider: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL for a local server,"
 	@echo "  e.g. 'make fake-claude' in another terminal and ANTHROPIC_BASE_URL=http://127.0.0.1:8765)."
 	@echo ""
-	DEBUG=$${DEBUG:-1} $(BIN)/daphne -b $(HOST) -p $(PORT) --websocket-max-message-size 65536 config.asgi:application
+	DEBUG=$${DEBUG:-1} $(BIN)/daphne $(DAPHNE_FLAGS) -b $(HOST) -p $(PORT) config.asgi:application
 
 # An offline stand-in for the Claude API (the same fake the tests use).
 fake-claude: install

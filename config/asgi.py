@@ -28,5 +28,6 @@ router = ProtocolTypeRouter(
     }
 )
 
-# On embedded defaults the web process is also the thinking worker.
+# On embedded defaults the web process is also the thinking worker, from its start.
 application = with_inprocess_worker(router)
+application.start_with_server()

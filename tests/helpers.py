@@ -81,12 +81,26 @@ async def login(user: Any) -> str:
     return client.cookies["sessionid"].value
 
 
-def communicator(session_id: Any, cookie: str | None, *, rev: Any = None, origin: str = "") -> Any:
-    """A WebSocket client for the session's live page, as the cookie's user."""
+def communicator(
+    session_id: Any,
+    cookie: str | None,
+    *,
+    rev: Any = None,
+    marks: dict[str, int] | None = None,
+    origin: str = "",
+    path: str | None = None,
+) -> Any:
+    """A WebSocket client for the session's live page, as the cookie's user; `marks` are
+    what the page already shows (its last thought, source, ... : the catch-up protocol)."""
+    from urllib.parse import urlencode
+
     from config.asgi import application
     from thinking.presenters import session_ws_path
 
-    path = session_ws_path(session_id) + (f"?rev={rev}" if rev is not None else "")
+    query = dict(marks or {})
+    if rev is not None:
+        query["rev"] = rev
+    path = (path or session_ws_path(session_id)) + (f"?{urlencode(query)}" if query else "")
     headers = [(b"origin", (origin or "http://testserver").encode())]
     if cookie:
         headers.append((b"cookie", f"sessionid={cookie}".encode()))
@@ -109,18 +123,25 @@ async def collect(comm: Any, until: Any, timeout: float = 30) -> list[str]:
 
 
 async def add_thought(session: Any, sequence: int, text: str) -> None:
-    """A thought stored as the worker would (revision bumped)."""
+    """A thought stored as the worker would: with its revision bump, in one transaction."""
+    from django.db import transaction
+
     from thinking.models import ThinkingSession, Thought
 
-    await Thought.objects.acreate(
-        session=session,
-        sequence=sequence,
-        text=text,
-        type="insight",
-        confidence=0.7,
-        time_offset_seconds=1,
-    )
-    await ThinkingSession.objects.filter(pk=session.pk).aupdate(revision=sequence + 1)
+    @sync_to_async
+    def store() -> None:
+        with transaction.atomic():
+            Thought.objects.create(
+                session=session,
+                sequence=sequence,
+                text=text,
+                type="insight",
+                confidence=0.7,
+                time_offset_seconds=1,
+            )
+            ThinkingSession.objects.filter(pk=session.pk).update(revision=sequence + 1)
+
+    await store()
 
 
 # --- time ----------------------------------------------------------------------------------

@@ -108,7 +108,7 @@ async def test_a_huge_frame_closes_the_socket(make_session: Any, alice: Any):
     assert (await comm.connect())[0]
     await comm.send_to(text_data="x" * 100_000)
     output = await comm.receive_output(timeout=2)
-    assert output["type"] == "websocket.close" and output["code"] == 1009
+    assert output["type"] == "websocket.close" and output["code"] == 4413
 
 
 @pytest.mark.django_db(transaction=True)

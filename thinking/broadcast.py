@@ -1,24 +1,45 @@
 """Render partials for the live stream and send them to the session's group.
 
-The only module that turns loop events into HTML. Each message carries the parts separately,
-tagged with the sequence of the row they show, so a consumer can drop what its page already
-has (after a catch-up) and never shows a row twice.
+The only module that turns loop events into HTML. A live message carries what changed (the
+new thoughts, the sub-questions that moved, the new sources), appended or patched in place
+by id, so its size never grows with the session. A page that missed updates catches up in
+bounded chunks (`catch_up`), by region and by sequence range. Each part is tagged with the
+row it shows, so a consumer drops what its page already has and never shows a row twice.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.contrib.auth.models import AnonymousUser
 from django.template.loader import render_to_string
 
 from .events import SessionEvent
-from .models import ThinkingSession, ThoughtType
-from .presenters import chart_context, plan_steps, session_context, sources_context
+from .models import Source, SubQuestion, ThinkingSession, Thought, ThoughtType
+from .presenters import (
+    NOTE_PAGE,
+    THOUGHT_PAGE,
+    chart_context,
+    header_context,
+    notes_context,
+    plan_steps,
+    source_numbers,
+    sources_summary_context,
+    steer_context,
+    sub_question_slot,
+    thought_page,
+    thought_rows,
+)
+
+# What one WebSocket message may carry. Rows are never split: a single row bigger than this
+# (a very long answer) goes alone, so a message is at most max(budget, one row).
+MESSAGE_BUDGET = 32 * 1024
 
 
 def group_name(session_id: uuid.UUID | str) -> str:
@@ -48,84 +69,294 @@ def render_live(event: SessionEvent) -> dict[str, Any]:
     return {"type": "session.update", "parts": [{"kind": "replace", "html": html}]}
 
 
+def _owner_of(session: ThinkingSession) -> Any:
+    """Stands in for the owner when rendering their variant: only `pk` is read."""
+    owner = AnonymousUser()
+    owner.pk = owner.id = session.owner_id  # type: ignore[assignment]
+    return owner
+
+
+def render_header(session: ThinkingSession) -> dict[str, Any]:
+    """The header for each role: the owner's has Cancel, a teammate's does not."""
+    owner = _owner_of(session)
+    return {
+        "kind": "header",
+        "html": _render("_header.html", {**header_context(session, owner), "oob": True}),
+        "html_member": _render(
+            "_header.html", {**header_context(session, AnonymousUser()), "oob": True}
+        ),
+    }
+
+
+def header_for(part: dict[str, Any], owner: bool) -> str:
+    return part["html"] if owner else part["html_member"]
+
+
+def _thought_part(
+    thought: Thought, numbers: set[int], *, show_parts: bool, session: ThinkingSession
+) -> dict[str, Any]:
+    if thought.type == ThoughtType.SCRATCHPAD:
+        html = _render("_note.html", {"thought": thought, "append_to": "scratchpad-list"})
+    else:
+        context = {
+            "session": session,
+            "thought": thought,
+            "append_to": "thought-list",
+            "show_parts": show_parts,
+            "source_numbers": numbers,
+        }
+        html = _render("_thought.html", context)
+    return {"kind": "thought", "seq": thought.sequence, "html": html}
+
+
+def _regions(session: ThinkingSession, numbers: set[int], *, plan: bool, finished: bool) -> list:
+    base = {"session": session, "oob": True, "source_numbers": numbers}
+    parts = []
+    if plan:
+        html = _render("_plan.html", {**base, "plan_steps": plan_steps(session)})
+        parts.append({"kind": "replace", "html": html})
+    if finished:
+        parts.append({"kind": "replace", "html": _render("_answer.html", base)})
+        parts.append({"kind": "replace", "html": _render("_live.html", base)})
+        parts.append({"kind": "replace", "html": _render("_steer.html", steer_context(session))})
+    return parts
+
+
 def render_event(event: SessionEvent) -> dict[str, Any]:
-    """The group message for one event: replaced regions and appended rows."""
+    """The group message for one event: what changed, never whole lists.
+
+    New sources and new sub-questions are flagged, not rendered: each consumer renders the
+    ones its page lacks (`sources_after`, `sub_question_changes`), so nothing is missed even
+    if an earlier message was. The rows of the sub-questions the new thoughts were on come
+    rendered, to patch in place.
+    """
     if event.live is not None:
         return render_live(event)
     session = ThinkingSession.objects.get(pk=event.session_id)
-    sources = sources_context(session)
-    base = {"session": session, "oob": True, "source_numbers": sources["source_numbers"]}
-    parts: list[dict[str, Any]] = [
-        {"kind": "replace", "html": _render("_header.html", base)},
-    ]
-    thoughts = (
+    numbers = source_numbers(session)
+    parts: list[dict[str, Any]] = [render_header(session)]
+    thoughts = list(
         session.thoughts.filter(sequence__in=event.thoughts)
         .select_related("sub_question")
         .order_by("sequence")
     )
     visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]
-    for index, thought in enumerate(visible):
+    for thought in thoughts:
         # One event is one cycle: its parts show once, under its first thought.
-        context = {
-            **base,
-            "thought": thought,
-            "append_to": "thought-list",
-            "show_parts": index == 0,
-        }
-        context.pop("oob")
-        html = _render("_thought.html", context)
-        parts.append({"kind": "thought", "seq": thought.sequence, "html": html})
+        first = bool(visible) and thought is visible[0]
+        parts.append(_thought_part(thought, numbers, show_parts=first, session=session))
+    # The sub-questions these thoughts were on may just have been explored: their rows, to
+    # patch in place (a consumer skips a row its page shows in that state already).
+    moved = {t.sub_question.pk: t.sub_question for t in visible if t.sub_question is not None}
+    for question in moved.values():
+        html = _render("_sub_question_row.html", {"q": question, "oob": True})
+        parts.append(
+            {"kind": "subq", "seq": question.pk, "explored": question.explored, "html": html}
+        )
     if len(visible) < len(thoughts):
-        notes = list(session.thoughts.filter(type=ThoughtType.SCRATCHPAD))
-        html = _render("_scratchpad.html", {**base, "scratchpad": notes})
-        parts.append({"kind": "replace", "html": html})
-    if event.sources or event.synthesis is not None:
-        parts.append({"kind": "replace", "html": _render("_sources.html", {**base, **sources})})
-    if event.plan or event.sources or event.finished:
-        context = {**base, "plan_steps": plan_steps(session)}
-        parts.append({"kind": "replace", "html": _render("_plan.html", context)})
-    if event.questions or event.thoughts:
-        subs = {"sub_questions": list(session.sub_questions.all()), **base}
-        parts.append({"kind": "replace", "html": _render("_sub_questions.html", subs)})
+        summary = {**notes_context(session), "oob": True}
+        parts.append({"kind": "replace", "html": _render("_scratchpad_summary.html", summary)})
     if event.synthesis is not None:
         synthesis = session.syntheses.get(sequence=event.synthesis)
-        context = {**base, "synthesis": synthesis, "append_to": "synthesis-list"}
-        context.pop("oob")
+        context = {"synthesis": synthesis, "append_to": "synthesis-list", "source_numbers": numbers}
         html = _render("_synthesis.html", context)
         parts.append({"kind": "synthesis", "seq": synthesis.sequence, "html": html})
-        chart = {**base, **chart_context(session)}
+        chart = {"oob": True, **chart_context(session)}
         parts.append({"kind": "replace", "html": _render("_confidence.html", chart)})
-    if event.finished or session.is_finished:
-        parts.append({"kind": "replace", "html": _render("_answer.html", base)})
-        parts.append({"kind": "replace", "html": _render("_live.html", base)})
-        parts.append({"kind": "replace", "html": _render("_steer.html", base)})
-    return {"type": "session.update", "parts": parts}
-
-
-def render_snapshot(session_id: uuid.UUID) -> tuple[str, set[int], set[int]]:
-    """Every live region, replaced wholesale: for a page that may have missed updates.
-
-    Returns the HTML and the thought and synthesis sequences it contains.
-    """
-    session = ThinkingSession.objects.get(pk=session_id)
-    context = {**session_context(session), "oob": True}
-    html = "".join(
-        _render(name, context)
-        for name in (
-            "_header.html",
-            "_live.html",
-            "_plan.html",
-            "_sources.html",
-            "_scratchpad.html",
-            "_thought_list.html",
-            "_sub_questions.html",
-            "_synthesis_list.html",
-            "_confidence.html",
-            "_answer.html",
-        )
+    finished = event.finished or session.is_finished
+    parts += _regions(
+        session, numbers, plan=event.plan or event.sources or finished, finished=finished
     )
-    thoughts = {t.sequence for t in [*context["thoughts"], *context["scratchpad"]]}
-    return html, thoughts, {s.sequence for s in context["syntheses"]}
+    return {
+        "type": "session.update",
+        "parts": parts,
+        "sources": bool(event.sources or event.synthesis is not None or finished),
+        "questions": event.questions,
+    }
+
+
+# --- per-page deltas: new sources, moved sub-questions ----------------------------------
+
+
+def sources_after(session_id: uuid.UUID, number: int) -> tuple[list[str], int]:
+    """Sources numbered above `number`, one appendable row each, and the summary line.
+    Returns the HTML pieces and the highest number sent."""
+    session = ThinkingSession.objects.get(pk=session_id)
+    rows = list(Source.objects.filter(session_id=session_id, number__gt=number))
+    pieces = [_render("_source.html", {"s": s, "append_to": "source-list"}) for s in rows]
+    if rows:
+        summary = {**sources_summary_context(session), "oob": True}
+        pieces.append(_render("_sources_summary.html", summary))
+    return pieces, max([number, *(s.number for s in rows)])
+
+
+def sub_question_states(session_id: uuid.UUID) -> dict[int, bool]:
+    rows = SubQuestion.objects.filter(session_id=session_id).order_by()
+    return dict(rows.values_list("pk", "explored"))
+
+
+def sub_question_changes(
+    session_id: uuid.UUID, known: dict[int, bool], *, all_new_above: int | None = None
+) -> tuple[list[str], dict[int, bool]]:
+    """Rows for sub-questions the page lacks (appended where the tree puts them, oldest
+    first so a parent is always there before its follow-ups) and rows whose state moved
+    (patched in place). Returns the HTML pieces and the states the page now has."""
+    parents = dict(
+        SubQuestion.objects.filter(session_id=session_id).order_by().values_list("pk", "parent_id")
+    )
+    states = sub_question_states(session_id)
+    if all_new_above is not None:  # a catch-up: the page has ids up to this, maybe stale
+        new = [pk for pk in states if pk > all_new_above]
+        moved = [pk for pk in states if pk <= all_new_above and states[pk]]
+    else:
+        new = [pk for pk in states if pk not in known]
+        moved = [pk for pk in states if pk in known and known[pk] != states[pk]]
+    wanted = SubQuestion.objects.in_bulk([*new, *moved])
+    pieces = []
+    for pk in sorted(new):
+        question = wanted[pk]
+        context = {"node": {"question": question, "children": []}}
+        context["append_to"] = sub_question_slot(question, parents)
+        pieces.append(_render("_sub_question.html", context))
+    for pk in sorted(moved):
+        pieces.append(_render("_sub_question_row.html", {"q": wanted[pk], "oob": True}))
+    return pieces, states
+
+
+# --- catch-up ------------------------------------------------------------------------------
+
+
+@dataclass
+class PageMarks:
+    """What a page already shows: the highest id of each list (from its DOM)."""
+
+    thought: int = -1
+    synthesis: int = -1
+    source: int = 0
+    question: int = 0
+
+
+@dataclass
+class CatchUp:
+    """What the page will have once caught up, and the sections that bring it there."""
+
+    thoughts: set[int] = field(default_factory=set)
+    syntheses: set[int] = field(default_factory=set)
+    source: int = 0
+    questions: dict[int, bool] = field(default_factory=dict)
+    sections: list[Callable[[], list[str]]] = field(default_factory=list)
+
+
+def chunks(pieces: Iterable[str], budget: int = MESSAGE_BUDGET) -> Iterator[str]:
+    """Pieces joined into messages of at most `budget` bytes (a bigger piece goes alone)."""
+    batch: list[str] = []
+    size = 0
+    for piece in pieces:
+        length = len(piece.encode())
+        if batch and size + length > budget:
+            yield "".join(batch)
+            batch, size = [], 0
+        batch.append(piece)
+        size += length
+    if batch:
+        yield "".join(batch)
+
+
+def catch_up(
+    session_id: uuid.UUID, revision: int | None, marks: PageMarks, *, owner: bool
+) -> CatchUp:
+    """What a page missed, as sections rendered one at a time (each a list of pieces the
+    consumer sends in bounded messages): the small regions first, then each list from where
+    the page's stops, and the header (with the revision) last, so a page that lost the
+    connection midway asks again. A page at the current `revision` gets no sections; only
+    what it has is recorded."""
+    session = ThinkingSession.objects.get(pk=session_id)
+    numbers = source_numbers(session)
+    result = CatchUp(
+        thoughts=set(session.thoughts.values_list("sequence", flat=True)),
+        syntheses=set(session.syntheses.values_list("sequence", flat=True)),
+        source=max(numbers, default=0),
+        questions=sub_question_states(session_id),
+    )
+    # Read after the rows: if the revision still is the page's, so were the rows (a stored
+    # change bumps the revision in its own transaction), and the page has them all.
+    current = ThinkingSession.objects.values_list("revision", flat=True).get(pk=session_id)
+    if revision == current:
+        return result
+    base = {"session": session, "oob": True, "source_numbers": numbers}
+    visible = session.thoughts.exclude(type=ThoughtType.SCRATCHPAD)
+
+    def regions() -> list[str]:
+        return [
+            _render("_live.html", base),
+            _render("_plan.html", {**base, "plan_steps": plan_steps(session)}),
+            _render("_answer.html", base),
+            _render("_steer.html", steer_context(session)),
+            _render("_confidence.html", {"oob": True, **chart_context(session)}),
+        ]
+
+    def thoughts() -> list[str]:
+        # What came after the page's last thought; if that is more than a page, the list
+        # starts over with the newest page (older ones load on demand).
+        missed = visible.filter(sequence__gt=marks.thought)
+        pieces = []
+        if missed.count() > THOUGHT_PAGE:
+            page = thought_page(session)
+            shell = {**page, "thought_rows": [], "session": session, "oob": True}
+            pieces.append(_render("_thought_list.html", shell))
+            rows = page["thought_rows"]
+        else:
+            before = visible.filter(sequence__lte=marks.thought).order_by("-sequence").first()
+            rows = thought_rows(list(missed.select_related("sub_question")), before)
+        for row in rows:
+            part = _thought_part(
+                row["thought"], numbers, show_parts=row["show_parts"], session=session
+            )
+            pieces.append(part["html"])
+            result.thoughts.add(part["seq"])  # stored since the state was read: seen now
+        return pieces
+
+    def notes() -> list[str]:
+        missed = session.thoughts.filter(type=ThoughtType.SCRATCHPAD, sequence__gt=marks.thought)
+        shown = list(missed.order_by("-sequence")[:NOTE_PAGE])[::-1]
+        result.thoughts.update(note.sequence for note in shown)
+        pieces = [
+            _thought_part(note, numbers, show_parts=False, session=session)["html"]
+            for note in shown
+        ]
+        summary = {**notes_context(session), "oob": True}
+        return [*pieces, _render("_scratchpad_summary.html", summary)]
+
+    # Each section records what it sent beyond the state read above, so a live message
+    # about the same rows is not applied twice.
+    def sources() -> list[str]:
+        pieces, top = sources_after(session_id, marks.source)
+        result.source = max(result.source, top)
+        return pieces
+
+    def questions() -> list[str]:
+        pieces, result.questions = sub_question_changes(
+            session_id, {}, all_new_above=marks.question
+        )
+        return pieces
+
+    def syntheses() -> list[str]:
+        missed = list(session.syntheses.filter(sequence__gt=marks.synthesis))
+        result.syntheses.update(synthesis.sequence for synthesis in missed)
+        return [
+            _render(
+                "_synthesis.html",
+                {"synthesis": synthesis, "append_to": "synthesis-list", "source_numbers": numbers},
+            )
+            for synthesis in missed
+        ]
+
+    def header() -> list[str]:
+        fresh = ThinkingSession.objects.get(pk=session_id)
+        return [header_for(render_header(fresh), owner)]
+
+    result.sections = [regions, thoughts, notes, sources, questions, syntheses, header]
+    return result
 
 
 async def publish(event: SessionEvent) -> None:

@@ -14,14 +14,24 @@ from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 
 from .access import find_session_for
-from .broadcast import group_name, render_snapshot
+from .broadcast import (
+    PageMarks,
+    catch_up,
+    chunks,
+    group_name,
+    header_for,
+    sources_after,
+    sub_question_changes,
+)
 from .models import ThinkingSession
 
 logger = logging.getLogger(__name__)
 
-CLOSE_NOT_FOUND = 4404
-CLOSE_TOO_BIG = 1009
+# Close codes the page understands (app.js): 4xxx never make the browser reconnect.
+CLOSE_NOT_FOUND = 4404  # no such session, or not this person's; also unknown paths
 CLOSE_GONE = 4403  # logged out, or no longer allowed to see the session
+CLOSE_TOO_BIG = 4413  # a client frame over DEEPTHINK_WS_MAX_FRAME_BYTES
+CLOSE_CATCH_UP_FAILED = 4500  # the catch-up could not be sent: reloading is the way out
 
 
 def still_allowed(user: Any, session_key: str | None, session_id: Any) -> bool:
@@ -38,6 +48,26 @@ def still_allowed(user: Any, session_key: str | None, session_id: Any) -> bool:
     return find_session_for(user, session_id) is not None
 
 
+def page_marks(query_string: bytes) -> tuple[int | None, PageMarks]:
+    """The revision and the last row of each list the page shows, from the socket's URL."""
+    query = parse_qs(query_string.decode("latin-1"))
+
+    def number(name: str, default: int) -> int:
+        try:
+            return int(query.get(name, [""])[0])
+        except ValueError:
+            return default
+
+    revision = number("rev", -1)
+    marks = PageMarks(
+        thought=number("t", -1),
+        synthesis=number("y", -1),
+        source=number("s", 0),
+        question=number("q", 0),
+    )
+    return (revision if revision >= 0 else None), marks
+
+
 class SessionConsumer(AsyncWebsocketConsumer):
     """One per open session page. Clients only listen; anything they send is ignored."""
 
@@ -48,6 +78,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Sequences the page already shows. A set, not a high-water mark: a person's
         # steering thought and the worker's thoughts can be published out of order.
         self.seen: dict[str, set[int]] = {"thought": set(), "synthesis": set()}
+        self.source = 0  # highest source number the page has
+        self.questions: dict[int, bool] = {}  # sub-question id -> explored, as the page shows
+        self.owner = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -59,29 +92,34 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         self.group = group_name(session.pk)
         self.session_id = session.pk
+        self.owner = session.is_owned_by(user)
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
         self.checked_at = time.monotonic()
         # Join first, then read: an update committed in between arrives as a live message
         # and is dropped below by sequence, so nothing is missed and nothing doubles.
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        await self._catch_up(session, self._client_revision())
+        await self._catch_up(session)
 
-    def _client_revision(self) -> int | None:
-        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+    async def _catch_up(self, session: ThinkingSession) -> None:
+        revision, marks = page_marks(self.scope.get("query_string", b""))
         try:
-            return int(query.get("rev", [""])[0])
-        except ValueError:
-            return None
-
-    async def _catch_up(self, session: ThinkingSession, client_revision: int | None) -> None:
-        html, thoughts, syntheses = await database_sync_to_async(render_snapshot)(session.pk)
-        self.seen = {"thought": thoughts, "synthesis": syntheses}
-        current = await database_sync_to_async(
-            lambda: ThinkingSession.objects.values_list("revision", flat=True).get(pk=session.pk)
-        )()
-        if client_revision != current:
-            await self.send(text_data=html)
+            plan = await database_sync_to_async(catch_up)(
+                session.pk, revision, marks, owner=self.owner
+            )
+            for section in plan.sections:
+                pieces = await database_sync_to_async(section)()
+                for message in chunks(pieces):
+                    await self.send(text_data=message)
+        except Exception:
+            # Logged once, and the page is told to reload: reconnecting would only render
+            # the same catch-up again.
+            logger.exception("Catch-up for session %s failed", session.pk)
+            await self.close(code=CLOSE_CATCH_UP_FAILED)
+            return
+        self.seen = {"thought": plan.thoughts, "synthesis": plan.syntheses}
+        self.source = plan.source
+        self.questions = plan.questions
 
     async def disconnect(self, code: int) -> None:
         if self.group:
@@ -102,13 +140,43 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if not allowed:
                 await self.close(code=CLOSE_GONE)
                 return
-        html = []
+        pieces = []
+        header = None
         for part in message["parts"]:
+            if part["kind"] == "header":
+                header = header_for(part, self.owner)  # last, after what it counts
+                continue
+            if part["kind"] == "subq":
+                # Only a row the page has, and not already in this state (no target, no swap).
+                if self.questions.get(part["seq"], part["explored"]) == part["explored"]:
+                    continue
+                self.questions[part["seq"]] = part["explored"]
+                pieces.append(part["html"])
+                continue
             seen = self.seen.get(part["kind"])
             if seen is not None:
                 if part["seq"] in seen:
                     continue
                 seen.add(part["seq"])
-            html.append(part["html"])
-        if html:
-            await self.send(text_data="".join(html))
+            pieces.append(part["html"])
+        if message.get("sources"):
+            found, self.source = await database_sync_to_async(sources_after)(
+                self.session_id, self.source
+            )
+            pieces += found
+        if message.get("questions"):
+            changed, self.questions = await database_sync_to_async(sub_question_changes)(
+                self.session_id, self.questions
+            )
+            pieces += changed
+        if header is not None:
+            pieces.append(header)
+        for chunk in chunks(pieces):
+            await self.send(text_data=chunk)
+
+
+class RefusingConsumer(AsyncWebsocketConsumer):
+    """Any other WebSocket path: refused at the handshake, without a traceback."""
+
+    async def connect(self) -> None:
+        await self.close(code=CLOSE_NOT_FOUND)

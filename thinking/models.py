@@ -289,8 +289,17 @@ class ThinkingSession(models.Model):
         elapsed = self.active_seconds
         if self.status == Status.THINKING and self.running_since is not None:
             now = now or timezone.now()
-            elapsed += max(0.0, (now - self.running_since).total_seconds())
+            end = min(now, self.clock_stops_at() or now)
+            elapsed += max(0.0, (end - self.running_since).total_seconds())
         return min(elapsed, self.budget_seconds) if not self.is_finished else elapsed
+
+    def clock_stops_at(self) -> datetime | None:
+        """Nothing thinks while the provider is awaited or once the worker stops renewing its
+        lease (it renews every heartbeat): the clock stands still from then, never runs on."""
+        grace = timedelta(seconds=settings.DEEPTHINK_HEARTBEAT_SECONDS * 1.5)
+        beat = self.heartbeat_at + grace if self.heartbeat_at else None
+        stops = [t for t in (self.waiting_since, beat) if t is not None]
+        return min(stops) if stops else None
 
     def remaining_seconds(self, now: datetime | None = None) -> float:
         if self.is_finished:

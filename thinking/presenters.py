@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Count
+from django.utils import timezone
+
 from .forms import SteerForm
-from .models import SourceKind, Status, SubQuestion, ThinkingSession, ThoughtType
+from .models import SourceKind, Status, SubQuestion, ThinkingSession, Thought, ThoughtType
 
 # WebSocket routes are not in Django's URLconf; routing.py builds its pattern from this.
 WS_SESSIONS = "ws/sessions/"
@@ -179,6 +182,22 @@ def sub_question_tree(questions: list[SubQuestion]) -> list[dict[str, Any]]:
     return forest
 
 
+def sub_question_slot(question: SubQuestion, parents: dict[int, int | None]) -> str:
+    """The id of the list a new sub-question joins, where `sub_question_tree` would put it:
+    under its parent, or flat under the ancestor at the last nested level."""
+    chain: list[int] = []
+    parent = question.parent_id
+    while parent is not None and parent in parents and parent not in chain:
+        chain.append(parent)
+        parent = parents[parent]
+    if not chain:
+        return "subq-tree"
+    # chain[0] is the parent, chain[-1] the root (depth 0); the parent's depth is len - 1.
+    depth = len(chain) - 1
+    slot = chain[0] if depth <= TREE_DEPTH - 1 else chain[len(chain) - TREE_DEPTH]
+    return f"subq-children-{slot}"
+
+
 def plan_steps(session: ThinkingSession) -> list[dict[str, Any]]:
     """The plan as a checklist. The current step is the one the model last reported with the
     progress tool, else estimated from the time used."""
@@ -201,28 +220,123 @@ def plan_steps(session: ThinkingSession) -> list[dict[str, Any]]:
     ]
 
 
-def sources_context(session: ThinkingSession) -> dict[str, Any]:
-    sources = list(session.sources.all())
+THOUGHT_PAGE = 50  # thoughts a page shows at first and per "Show earlier": the DOM stays small
+NOTE_PAGE = 50  # scratchpad notes shown (the newest)
+
+
+def source_numbers(session: ThinkingSession) -> set[int]:
+    return set(session.sources.values_list("number", flat=True))
+
+
+def sources_summary_context(session: ThinkingSession) -> dict[str, Any]:
+    rows = session.sources.order_by().values("kind").annotate(n=Count("id"))
+    counts = {row["kind"]: row["n"] for row in rows}
+    web, memory = counts.get(SourceKind.WEB, 0), counts.get(SourceKind.MEMORY, 0)
     return {
-        "sources": sources,
-        "source_numbers": {s.number for s in sources},
-        "web_count": sum(1 for s in sources if s.kind == SourceKind.WEB),
-        "memory_count": sum(1 for s in sources if s.kind == SourceKind.MEMORY),
+        "session": session,
+        "source_count": web + memory,
+        "web_count": web,
+        "memory_count": memory,
     }
 
 
-def session_context(session: ThinkingSession) -> dict[str, Any]:
-    """Everything the session page's partials need."""
-    thoughts = list(session.thoughts.select_related("sub_question"))
+def sources_context(session: ThinkingSession) -> dict[str, Any]:
+    sources = list(session.sources.all())
+    return {
+        **sources_summary_context(session),
+        "sources": sources,
+        "source_numbers": {s.number for s in sources},
+    }
+
+
+def thought_rows(thoughts: list[Thought], previous: Thought | None = None) -> list[dict[str, Any]]:
+    """Thoughts in order, each knowing whether it opens its cycle (the cycle's parts show
+    once, under its first thought). `previous` is the thought just before the first one."""
+    rows = []
+    cycle = previous.cycle if previous is not None else None
+    for thought in thoughts:
+        rows.append({"thought": thought, "show_parts": thought.cycle != cycle})
+        cycle = thought.cycle
+    return rows
+
+
+def _visible(session: ThinkingSession) -> Any:
+    return session.thoughts.exclude(type=ThoughtType.SCRATCHPAD).select_related("sub_question")
+
+
+def thought_page(
+    session: ThinkingSession, *, before: int | None = None, after: int | None = None
+) -> dict[str, Any]:
+    """A page of the thought stream: the newest THOUGHT_PAGE before `before` (or all after
+    `after`, oldest first), and where "Show earlier" continues from."""
+    rows = _visible(session)
+    if after is not None:
+        chosen = list(rows.filter(sequence__gt=after).order_by("sequence"))
+    else:
+        if before is not None:
+            rows = rows.filter(sequence__lt=before)
+        chosen = list(reversed(rows.order_by("-sequence")[:THOUGHT_PAGE]))
+    first = chosen[0].sequence if chosen else before
+    previous = None
+    earlier = 0
+    if first is not None:
+        earlier = _visible(session).filter(sequence__lt=first).count()
+        previous = _visible(session).filter(sequence__lt=first).order_by("-sequence").first()
+    return {
+        "thought_rows": thought_rows(chosen, previous),
+        "earlier_count": earlier,
+        "earlier_before": first,
+        "thought_page_size": min(THOUGHT_PAGE, earlier),
+    }
+
+
+def focus_thoughts(session: ThinkingSession, focus: int) -> dict[str, Any]:
+    """Every thought on one sub-question, for the stream filter (not only the loaded page)."""
+    rows = list(_visible(session).filter(sub_question_id=focus).order_by("sequence"))
+    return {"thought_rows": thought_rows(rows), "copy": True}
+
+
+def notes_context(session: ThinkingSession) -> dict[str, Any]:
+    notes = session.thoughts.filter(type=ThoughtType.SCRATCHPAD)
+    return {
+        "scratchpad": list(reversed(notes.order_by("-sequence")[:NOTE_PAGE])),
+        "note_count": notes.count(),
+    }
+
+
+def header_context(session: ThinkingSession, viewer: object) -> dict[str, Any]:
+    """The header for one viewer: only the owner is offered Cancel."""
+    stops = session.clock_stops_at()
+    tick_for = (stops - timezone.now()).total_seconds() if stops else None
+    return {
+        "session": session,
+        "user": viewer,
+        "viewer_owns": session.is_owned_by(viewer),
+        "clock_ticking": session.status == Status.THINKING
+        and session.running_since is not None
+        and session.waiting_since is None
+        and (tick_for is None or tick_for > 0),
+        "tick_for": max(0.0, tick_for) if tick_for is not None else 86400.0,
+    }
+
+
+def steer_context(session: ThinkingSession, form: SteerForm | None = None) -> dict[str, Any]:
+    return {"session": session, "steer_form": form or SteerForm()}
+
+
+def session_context(session: ThinkingSession, viewer: object = None) -> dict[str, Any]:
+    """Everything the session page's partials need; each part comes from the same function
+    the live broadcaster uses for it."""
     return {
         "session": session,
         "ws_path": session_ws_path(session.pk),
-        "thoughts": [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD],
-        "scratchpad": [t for t in thoughts if t.type == ThoughtType.SCRATCHPAD],
+        **thought_page(session),
+        **notes_context(session),
         "sub_questions": list(session.sub_questions.all()),
         "syntheses": list(session.syntheses.all()),
         "plan_steps": plan_steps(session),
-        "steer_form": SteerForm(),
+        **steer_context(session),
         **sources_context(session),
         **chart_context(session),
+        **header_context(session, viewer),
     }

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from . import page_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("sessions/", views.session_list, name="session-list"),
     path("sessions/new/", views.session_create, name="session-create"),
     path("sessions/<uuid:pk>/", views.session_detail, name="session-detail"),
+    path("sessions/<uuid:pk>/thoughts/", page_views.session_thoughts, name="session-thoughts"),
     path("sessions/<uuid:pk>/pause/", views.session_pause, name="session-pause"),
     path("sessions/<uuid:pk>/resume/", views.session_resume, name="session-resume"),
     path("sessions/<uuid:pk>/cancel/", views.session_cancel, name="session-cancel"),

@@ -15,7 +15,7 @@ from . import actions, limits, llm
 from .access import get_session_for
 from .forms import StartSessionForm, SteerForm
 from .models import IllegalTransition, Status, ThinkingSession
-from .presenters import session_context
+from .presenters import header_context, session_context
 
 
 def _start_page(request: HttpRequest, form: StartSessionForm, status: int = 200) -> HttpResponse:
@@ -61,6 +61,9 @@ def session_list(request: HttpRequest) -> HttpResponse:
     query = " ".join(request.GET.get("q", "").split())[:SEARCH_MAX_CHARS]
     if query:
         sessions = sessions.filter(question__icontains=query)
+    shared = request.GET.get("shared") == "1"
+    if shared:  # shared with me: my teams' sessions, not my own
+        sessions = sessions.exclude(owner=request.user)
     status = request.GET.get("status", "")
     if status in Status.values:
         sessions = sessions.filter(status=status)
@@ -72,6 +75,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
         "rows": page.object_list,
         "query": query,
         "status": status,
+        "shared": shared,
         "status_label": Status(status).label if status else "",
         "statuses": Status.choices,
     }
@@ -88,10 +92,9 @@ def session_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 def session_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     session = get_session_for(request.user, pk)
-    context = session_context(session)
     if request.htmx:
-        return render(request, "thinking/_header.html", context)
-    return render(request, "thinking/session_detail.html", context)
+        return render(request, "thinking/_header.html", header_context(session, request.user))
+    return render(request, "thinking/session_detail.html", session_context(session, request.user))
 
 
 def _change_state(
@@ -106,7 +109,8 @@ def _change_state(
     if request.htmx:
         # The swapped header shows the new state, or why it could not change, in place: a
         # flash message would only surface on some later page.
-        return render(request, "thinking/_header.html", {"session": session, "problem": problem})
+        context = {**header_context(session, request.user), "problem": problem}
+        return render(request, "thinking/_header.html", context)
     if problem:
         messages.error(request, problem)
     else:

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import uuid
 import weakref
 from collections.abc import Callable
@@ -111,9 +112,16 @@ class Supervisor:
     async def heartbeat(self) -> int:
         if not self.running:
             return 0
-        return await database_sync_to_async(ThinkingSession.renew)(
+        renewed = await database_sync_to_async(ThinkingSession.renew)(
             list(self.running), worker_id=self.worker_id
         )
+        # Open pages get a fresh header: their clock runs only while the lease is renewed.
+        for session_id in list(self.running):
+            try:
+                await self.publish(SessionEvent(session_id))
+            except Exception:  # a lost header is refreshed by the next one
+                logger.warning("Could not publish the heartbeat of %s", session_id)
+        return renewed
 
     async def sweep(self) -> int:
         """Start sessions nobody runs: a lost start message, a dead worker, a resume."""
@@ -205,15 +213,32 @@ class ThinkingWorker(Worker):
 
     On SIGTERM (a deploy, a scale-down) it stops listening, releases the leases of the
     sessions it runs and rings the doorbell for each, so another worker takes them over at
-    once instead of after the lease goes stale.
+    once instead of after the lease goes stale. In a web process (`chain_signal`) the
+    server's own SIGTERM handler runs afterwards, so the process still exits.
     """
+
+    def __init__(self, *args: Any, chain_signal: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.chain_signal = chain_signal
+
+    def _on_sigterm(self, stop: asyncio.Event) -> Any:
+        running = asyncio.get_running_loop()
+        if not self.chain_signal:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                running.add_signal_handler(signal.SIGTERM, stop.set)
+            return None
+        # Chained, not replaced: asyncio's add_signal_handler would drop daphne's (twisted's)
+        # handler, and the process would hand its sessions over but never exit.
+        previous = signal.getsignal(signal.SIGTERM)
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to chain
+            signal.signal(signal.SIGTERM, lambda *_: running.call_soon_threadsafe(stop.set))
+        return previous
 
     async def handle(self) -> None:
         supervisor = get_supervisor()
         supervisor.ensure_background()
         stop = asyncio.Event()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        previous = self._on_sigterm(stop)
         listening = asyncio.create_task(super().handle())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({listening, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -232,6 +257,12 @@ class ThinkingWorker(Worker):
             await layer.close_pools()
         for session_id in stopped:
             await layer.send(CHANNEL, {"type": "session.start", "id": str(session_id)})
+        if self.chain_signal:
+            logger.info(
+                "Worker %s: sessions handed over, stopping the server", supervisor.worker_id
+            )
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
 
 
 def request_start(session_id: uuid.UUID) -> None:
@@ -248,24 +279,54 @@ def request_start(session_id: uuid.UUID) -> None:
 
 
 def with_inprocess_worker(application: Any) -> Any:
-    """Wrap the ASGI app so that, on embedded defaults, the first connection also starts
-    this process's thinking worker (daphne has no lifespan events to hook)."""
+    """Wrap the ASGI app so that, on embedded defaults, the web process is also the thinking
+    worker. It starts with the process (`start_with_server` under daphne, the ASGI lifespan
+    under other servers), so sessions a restart interrupted resume with nobody visiting; the
+    first connection starts it too, should neither hook have run."""
     started: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
     tasks: set[asyncio.Task[Any]] = set()  # held so the worker task is not garbage collected
 
+    def start(running: asyncio.AbstractEventLoop) -> None:
+        if not settings.DEEPTHINK_INPROCESS_WORKER or running in started:
+            return
+        started.add(running)
+        worker = ThinkingWorker(
+            application=application,
+            channels=[CHANNEL],
+            channel_layer=get_channel_layer(),
+            chain_signal=True,
+        )
+        task = running.create_task(worker.arun(), name="thinking-worker")
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        if settings.DEEPTHINK_INPROCESS_WORKER and scope["type"] in ("http", "websocket"):
-            running = asyncio.get_running_loop()
-            if running not in started:
-                started.add(running)
-                worker = ThinkingWorker(
-                    application=application,
-                    channels=[CHANNEL],
-                    channel_layer=get_channel_layer(),
-                )
-                task = asyncio.create_task(worker.arun(), name="thinking-worker")
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+        if scope["type"] == "lifespan":
+            return await _lifespan(receive, send, lambda: start(asyncio.get_running_loop()))
+        if scope["type"] in ("http", "websocket"):
+            start(asyncio.get_running_loop())
         return await application(scope, receive, send)
 
+    def start_with_server() -> None:
+        """Under daphne (no lifespan events): start once twisted's reactor runs, after it
+        installed its signal handlers, on the asyncio loop daphne serves on."""
+        reactor_module = sys.modules.get("twisted.internet.reactor")
+        server = sys.modules.get("daphne.server")
+        if reactor_module is None or server is None or not settings.DEEPTHINK_INPROCESS_WORKER:
+            return
+        serving = server.twisted_loop
+        reactor_module.callWhenRunning(lambda: serving.call_soon(start, serving))
+
+    app.start_with_server = start_with_server  # type: ignore[attr-defined]
     return app
+
+
+async def _lifespan(receive: Any, send: Any, on_startup: Callable[[], None]) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            on_startup()
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

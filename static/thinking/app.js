@@ -8,18 +8,49 @@
 
   var FINISHED = { completed: 1, failed: 1, cancelled: 1 };
 
-  // Each (re)connect tells the server which revision the page shows, so the server sends a
-  // full catch-up only when the page missed something.
-  htmx.createWebSocket = function (url) {
+  // Each (re)connect tells the server which revision the page shows and the last row of each
+  // list, so the server sends only what the page missed, in parts.
+  function lastId(selector, prefix) {
+    var last = -1;
+    document.querySelectorAll(selector).forEach(function (el) {
+      var n = parseInt(el.id.slice(prefix.length), 10);
+      if (n > last) last = n;
+    });
+    return last;
+  }
+
+  function pageMarks() {
     var header = document.getElementById("session-header");
-    var rev = header ? header.dataset.revision : "";
+    return {
+      rev: header ? header.dataset.revision : "",
+      t: lastId('#thought-list > li[id^="thought-"], #scratchpad-list > li[id^="thought-"]', "thought-"),
+      y: lastId('#synthesis-list > li[id^="synthesis-"]', "synthesis-"),
+      s: Math.max(0, lastId('#source-list > li[id^="source-"]', "source-")),
+      q: Math.max(0, lastId('li.subq[id^="subq-"]', "subq-")),
+    };
+  }
+
+  htmx.createWebSocket = function (url) {
+    var marks = pageMarks();
+    var query = Object.keys(marks).map(function (key) {
+      return key + "=" + encodeURIComponent(marks[key]);
+    });
     var sep = url.indexOf("?") === -1 ? "?" : "&";
-    return new WebSocket(url + sep + "rev=" + encodeURIComponent(rev || ""), []);
+    return new WebSocket(url + sep + query.join("&"), []);
   };
 
   // ---- Connection indicator -------------------------------------------------------------
 
-  var connection = { everOpen: false, catchingUp: false, timer: 0 };
+  // Closes in a row without a working connection in between; after MAX_FAILURES the page
+  // stops trying and says so, with a reload button.
+  var MAX_FAILURES = 6;
+  var connection = { everOpen: false, catchingUp: false, timer: 0, failures: 0, gaveUp: false, openedAt: 0 };
+
+  htmx.config.wsReconnectDelay = function (retry) {
+    if (connection.gaveUp) return 2147483647; // never: the message asks for a reload
+    var n = Math.min(Math.max(retry, connection.failures), 6);
+    return 500 * Math.pow(2, n) * (0.5 + Math.random() / 2);
+  };
 
   function setConnection(state, text) {
     var el = document.getElementById("connection");
@@ -29,6 +60,8 @@
       state = "finished";
       text = "Finished";
     }
+    var reload = document.getElementById("reload");
+    if (reload) reload.hidden = state !== "closed";
     if (el.dataset.state === state && el.textContent === text) return;
     el.dataset.state = state;
     el.textContent = text;
@@ -41,17 +74,23 @@
     setConnection("live", "Live");
   }
 
+  function giveUp(text) {
+    connection.gaveUp = true;
+    setConnection("closed", text);
+  }
+
   document.addEventListener("htmx:wsConnecting", function () {
     if (!connection.everOpen) setConnection("connecting", "Connecting…");
   });
   document.addEventListener("htmx:wsOpen", function () {
+    connection.openedAt = Date.now();
     if (!connection.everOpen) {
       connection.everOpen = true;
       setConnection("live", "Live");
       return;
     }
-    // After a reconnect the server's first message is the catch-up snapshot, if the page
-    // missed anything; if it missed nothing no message comes, so stop waiting after a moment.
+    // After a reconnect the server first sends what the page missed, if anything; if it
+    // missed nothing no message comes, so stop waiting after a moment.
     connection.catchingUp = true;
     setConnection("catching-up", "Catching up…");
     clearTimeout(connection.timer);
@@ -61,14 +100,45 @@
     clearTimeout(connection.timer);
     connection.catchingUp = false;
     var code = event.detail && event.detail.event ? event.detail.event.code : 0;
-    if (code === 4404 || code === 1000) {
-      setConnection("closed", "Not connected: reload the page");
+    // A connection that held for a while was working: the count starts over.
+    if (connection.openedAt && Date.now() - connection.openedAt > 10000) connection.failures = 0;
+    connection.openedAt = 0;
+    connection.failures += 1;
+    if (code === 4403) {
+      giveUp("Signed out, or no longer shared with you: reload to sign in again");
+    } else if (code === 4404) {
+      giveUp("This session is not available: reload the page");
+    } else if (code === 4500) {
+      giveUp("The page could not catch up: reload it");
+    } else if (code === 1000 || (code >= 4000 && code < 5000)) {
+      giveUp("Not connected: reload the page");
+    } else if (connection.failures >= MAX_FAILURES) {
+      giveUp("Cannot reach the server (tried " + connection.failures + " times): reload the page");
     } else {
       setConnection("reconnecting", "Reconnecting…");
+      checkAccess();
     }
   });
+
+  // A refused handshake looks like a network error to the browser (1006). Asking for the page
+  // tells the difference: a login redirect or a 404 means retrying cannot help.
+  function checkAccess() {
+    if (!window.fetch) return;
+    fetch(window.location.pathname, { credentials: "same-origin", redirect: "manual", headers: { "HX-Request": "true" } })
+      .then(function (response) {
+        if (response.type === "opaqueredirect" || response.status === 401 || response.status === 302) {
+          giveUp("Signed out: reload to sign in again");
+        } else if (response.status === 404 || response.status === 403) {
+          giveUp("You no longer have access to this session: reload the page");
+        }
+      })
+      .catch(function () { /* the server is unreachable: keep retrying */ });
+  }
   document.addEventListener("htmx:wsError", function () {
-    setConnection("reconnecting", "Connection problem, retrying…");
+    if (!connection.gaveUp) setConnection("reconnecting", "Connection problem, retrying…");
+  });
+  document.addEventListener("click", function (event) {
+    if (event.target.closest("#reload")) window.location.reload();
   });
 
   // ---- After every live update ------------------------------------------------------------
@@ -150,30 +220,65 @@
 
   // ---- The thought-stream filter: one sub-question's thoughts -------------------------------
 
-  // The filter is a generated style rule, so thoughts that arrive later are filtered too
-  // without any work per message. Sub-question ids are integers; anything else is ignored.
-  var filter = { focus: "", label: "" };
+  // The page holds only the newest thoughts, so the filter asks the server for every thought
+  // on the sub-question and shows them in their own list; thoughts that arrive later on the
+  // same sub-question are copied into it. Sub-question ids are integers; anything else is ignored.
+  var filter = { focus: "", label: "", request: 0 };
 
-  function filterStyle() {
-    var style = document.getElementById("stream-filter-style");
-    if (!style) {
-      style = document.createElement("style");
-      style.id = "stream-filter-style";
-      // The Content-Security-Policy admits this one style element by the page's nonce.
-      var nonce = document.querySelector('meta[name="csp-nonce"]');
-      if (nonce) style.nonce = nonce.getAttribute("content");
-      document.head.appendChild(style);
-    }
-    return style;
+  function focusList() {
+    return document.getElementById("focus-list");
   }
 
   function setFilter(focus, label) {
     filter.focus = /^\d+$/.test(focus || "") ? focus : "";
     filter.label = filter.focus ? label || "" : "";
-    filterStyle().textContent = filter.focus
-      ? '#thought-list > li:not([data-focus="' + filter.focus + '"]) { display: none; }'
-      : "";
+    var list = focusList();
+    var stream = document.getElementById("thought-list");
+    if (list) list.replaceChildren();
+    if (stream) stream.hidden = !!filter.focus;
+    if (list) list.hidden = !filter.focus;
     syncFilter();
+    if (!filter.focus || !list) return;
+    var live = document.getElementById("live");
+    var base = live ? live.dataset.thoughtsUrl : "";
+    if (!base) return;
+    var request = ++filter.request;
+    list.setAttribute("aria-busy", "true");
+    fetch(base + "?focus=" + filter.focus, { credentials: "same-origin", headers: { "HX-Request": "true" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error(String(response.status));
+        return response.text();
+      })
+      .then(function (html) {
+        if (request !== filter.request) return; // another sub-question was chosen meanwhile
+        var parsed = new DOMParser().parseFromString("<ol>" + html + "</ol>", "text/html");
+        var items = parsed.querySelectorAll("ol > li");
+        var have = {};
+        list.querySelectorAll("li[data-seq]").forEach(function (li) { have[li.dataset.seq] = 1; });
+        var fragment = document.createDocumentFragment();
+        items.forEach(function (li) { if (!have[li.dataset.seq]) fragment.appendChild(li); });
+        list.prepend(fragment);
+        list.removeAttribute("aria-busy");
+        syncFilter();
+      })
+      .catch(function () {
+        list.removeAttribute("aria-busy");
+        var bar = document.getElementById("stream-filter");
+        if (bar) bar.querySelector("[data-role=count]").textContent = "(could not load them: try again)";
+      });
+  }
+
+  // A thought appended live on the selected sub-question shows in the filtered list too.
+  function copyToFocus(node) {
+    var list = focusList();
+    if (!list || !filter.focus || node.dataset.focus !== filter.focus) return;
+    var seq = node.id.replace("thought-", "");
+    if (list.querySelector('li[data-seq="' + seq + '"]')) return;
+    var copy = node.cloneNode(true);
+    copy.removeAttribute("id");
+    copy.dataset.seq = seq;
+    copy.querySelectorAll("[id]").forEach(function (el) { el.removeAttribute("id"); });
+    list.appendChild(copy);
   }
 
   function syncFilter() {
@@ -199,7 +304,15 @@
       var text = node.querySelector(".subq-text");
       if (text) filter.label = text.textContent.trim();
     }
-    var count = document.querySelectorAll('#thought-list > li[data-focus="' + focus + '"]').length;
+    var list = focusList();
+    var count = list ? list.querySelectorAll("li[data-seq]").length : 0;
+    if (list && list.getAttribute("aria-busy") === "true") {
+      bar.querySelector("[data-role=focus-text]").textContent = filter.label;
+      bar.querySelector("[data-role=count]").textContent = "(loading…)";
+      bar.hidden = false;
+      if (empty) empty.hidden = true;
+      return;
+    }
     bar.querySelector("[data-role=focus-text]").textContent = filter.label;
     bar.querySelector("[data-role=count]").textContent =
       "(" + count + " thought" + (count === 1 ? "" : "s") + ")";
@@ -235,9 +348,41 @@
     if (event.key === "Escape" && filter.focus) setFilter("");
   });
 
+  // A page left open on a long session keeps only the newest thoughts, like a fresh page;
+  // the older ones go behind "Show earlier" (only while the person follows the end).
+  var KEEP_THOUGHTS = 150;
+
+  function trimStream() {
+    var list = document.getElementById("thought-list");
+    var live = document.getElementById("live");
+    if (!list || !live || !stream.atEnd || filter.focus) return;
+    var items = list.querySelectorAll(":scope > li.thought[id^='thought-']");
+    var extra = items.length - KEEP_THOUGHTS;
+    if (extra <= 0) return;
+    for (var i = 0; i < extra; i++) items[i].remove();
+    var before = items[extra].id.slice("thought-".length);
+    var earlier = document.getElementById("thought-earlier");
+    var hidden = (earlier ? parseInt(earlier.dataset.count || "0", 10) : 0) + extra;
+    if (earlier) earlier.remove();
+    earlier = document.createElement("li");
+    earlier.id = "thought-earlier";
+    earlier.className = "earlier";
+    earlier.dataset.count = String(hidden);
+    var button = document.createElement("button");
+    button.type = "button";
+    button.setAttribute("hx-get", live.dataset.thoughtsUrl + "?before=" + before);
+    button.setAttribute("hx-target", "#thought-earlier");
+    button.setAttribute("hx-swap", "outerHTML");
+    button.textContent = "Show earlier thoughts (" + hidden + " not shown)";
+    earlier.appendChild(button);
+    list.prepend(earlier);
+    htmx.process(earlier);
+  }
+
   function afterUpdate() {
     restoreDetails();
     followReasoning();
+    trimStream();
     followStream();
     syncFilter();
     announceChanges();
@@ -260,13 +405,12 @@
     return m + ":" + String(s).padStart(2, "0");
   }
 
-  var anchor = { rev: null, at: 0 };
+  var anchor = { header: null, at: 0 };
   setInterval(function () {
     var header = document.getElementById("session-header");
     if (!header) return;
-    if (anchor.rev !== header.dataset.revision + header.dataset.status) {
-      anchor = { rev: header.dataset.revision + header.dataset.status, at: Date.now() };
-    }
+    // Each rendered header carries the server's elapsed time as of its rendering.
+    if (anchor.header !== header) anchor = { header: header, at: Date.now() };
     var live = document.getElementById("live-reasoning");
     if (live && live.dataset.started && live.dataset.writing !== "1") {
       var counter = live.querySelector("[data-role=thinking-seconds]");
@@ -275,7 +419,11 @@
     }
     if (header.dataset.ticking !== "1") return;
     var budget = parseFloat(header.dataset.budget);
-    var elapsed = parseFloat(header.dataset.elapsed) + (Date.now() - anchor.at) / 1000;
+    // Honest clock: it runs only as long as the server says something is thinking (the
+    // worker's lease is fresh, the provider is not being waited for), then stands still.
+    var tickFor = parseFloat(header.dataset.tickFor || "0");
+    var since = Math.min((Date.now() - anchor.at) / 1000, isNaN(tickFor) ? 0 : tickFor);
+    var elapsed = parseFloat(header.dataset.elapsed) + since;
     elapsed = Math.min(elapsed, budget);
     var remaining = header.querySelector("[data-role=remaining]");
     var bar = header.querySelector("[data-role=bar]");
@@ -324,7 +472,9 @@
     records.forEach(function (record) {
       if (record.target.id !== "thought-list") return;
       record.addedNodes.forEach(function (node) {
-        if (node.nodeType === 1) node.classList.add("arrived");
+        if (node.nodeType !== 1 || !node.id) return;
+        node.classList.add("arrived");
+        copyToFocus(node);
       });
     });
   }

@@ -35,6 +35,7 @@ class AppServer:
     claude: FakeAnthropic
     exa: FakeExa
     log: Path
+    daphne: Daphne | None = None  # the process, for tests that signal or restart it
 
 
 def free_port() -> int:
@@ -54,7 +55,15 @@ def _wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: flo
     raise RuntimeError(f"daphne did not listen on {port} within {timeout} s:\n{log.read_text()}")
 
 
-def _env(workdir: Path, claude: FakeAnthropic, exa: FakeExa) -> dict[str, str]:
+def daphne_flags() -> list[str]:
+    """The flags `make run` gives daphne: the tests serve under the same configuration."""
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        if line.startswith("DAPHNE_FLAGS :="):
+            return line.partition(":=")[2].split()
+    raise RuntimeError("Makefile has no DAPHNE_FLAGS line")
+
+
+def _env(workdir: Path, claude: FakeAnthropic, exa: FakeExa, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     # Embedded defaults: SQLite and the in-memory layer, so the web process runs sessions.
     for name in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"):
@@ -74,45 +83,68 @@ def _env(workdir: Path, claude: FakeAnthropic, exa: FakeExa) -> dict[str, str]:
         DJANGO_SUPERUSER_PASSWORD=PASSWORD,
         PYTHONUNBUFFERED="1",
     )
+    env.update(extra)
     return env
 
 
+class Daphne:
+    """One daphne process serving the app as `make run` does; startable again (a restart)."""
+
+    def __init__(self, env: dict[str, str], log: Path, port: int | None = None) -> None:
+        self.env, self.log = env, log
+        self.port = port or free_port()
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> Daphne:
+        bin_dir = Path(sys.executable).parent
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [str(bin_dir / "daphne"), *daphne_flags(), "-b", "127.0.0.1",
+                 "-p", str(self.port), "config.asgi:application"],
+                env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        _wait_for_port(self.port, self.process, self.log)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def prepare(workdir: Path, env: dict[str, str]) -> None:
+    """Migrate a fresh database and create the login."""
+    python = str(Path(sys.executable).parent / "python")
+    manage = [python, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "--noinput"], env=env, cwd=ROOT, check=True,
+                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [*manage, "createsuperuser", "--noinput", "--username", USERNAME,
+         "--email", "alice@example.org"],
+        env=env, cwd=ROOT, check=True, capture_output=True,
+    )  # fmt: skip
+
+
 @contextlib.contextmanager
-def serve(workdir: Path, *, model_delay: float = 0.2) -> Iterator[AppServer]:
+def serve(workdir: Path, *, model_delay: float = 0.2, **extra_env: str) -> Iterator[AppServer]:
     """Migrate a fresh database, create the login, start the fakes and daphne; stop them all."""
-    bin_dir = Path(sys.executable).parent
-    python = str(bin_dir / "python")
     claude = FakeAnthropic(delay=model_delay).start()
     exa = FakeExa(delay=0.05).start()
-    process: subprocess.Popen | None = None
+    server: Daphne | None = None
     log = workdir / "daphne.log"
     try:
-        env = _env(workdir, claude, exa)
-        manage = [python, str(ROOT / "manage.py")]
-        subprocess.run([*manage, "migrate", "--noinput"], env=env, cwd=ROOT, check=True,
-                       capture_output=True)  # fmt: skip
-        subprocess.run(
-            [*manage, "createsuperuser", "--noinput", "--username", USERNAME,
-             "--email", "alice@example.org"],
-            env=env, cwd=ROOT, check=True, capture_output=True,
-        )  # fmt: skip
-        port = free_port()
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [str(bin_dir / "daphne"), "-b", "127.0.0.1", "-p", str(port),
-                 "config.asgi:application"],
-                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        _wait_for_port(port, process, log)
-        yield AppServer(url=f"http://127.0.0.1:{port}", claude=claude, exa=exa, log=log)
+        env = _env(workdir, claude, exa, **extra_env)
+        prepare(workdir, env)
+        server = Daphne(env, log).start()
+        url = f"http://127.0.0.1:{server.port}"
+        yield AppServer(url=url, claude=claude, exa=exa, log=log, daphne=server)
     finally:
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if server is not None:
+            server.stop()
         exa.stop()
         claude.stop()
 

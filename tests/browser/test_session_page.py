@@ -298,10 +298,14 @@ def test_selecting_a_sub_question_filters_the_stream_as_thoughts_arrive(page: An
     expect(banner.locator("[data-role=focus-text]")).to_have_text(button.text_content().strip())
 
     def visible_focuses() -> list[str]:
+        # The filtered list (every thought on it, from the server) replaces the stream.
         return page.eval_on_selector_all(
-            THOUGHTS, "ts => ts.filter(t => t.checkVisibility()).map(t => t.dataset.focus)"
+            "#thought-list > li.thought, #focus-list > li.thought",
+            "ts => ts.filter(t => t.checkVisibility()).map(t => t.dataset.focus)",
         )
 
+    expect(page.locator("#focus-list > li").first).to_be_visible()
+    expect(page.locator("#thought-list")).to_be_hidden()
     assert visible_focuses() and set(visible_focuses()) == {focus}
     total = len(thought_ids(page))
     wait_for_thoughts(page, total + 3)  # new thoughts arrive live and are filtered too

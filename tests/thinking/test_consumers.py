@@ -9,9 +9,10 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 from django.urls import reverse
 
-from tests.helpers import add_thought, collect, communicator, login, services_available
+from tests.helpers import add_thought, collect, services_available
+from tests.live_page import Page, communicator, drain, login, long_session
 from thinking.events import SessionEvent
-from thinking.models import Status, ThinkingSession
+from thinking.models import Status, ThinkingSession, Thought
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,10 +58,12 @@ async def test_a_page_that_missed_updates_gets_them_once(make_session: Any, alic
     session = await sync_to_async(make_session)(status=Status.THINKING)
     await add_thought(session, 0, "seen by the page")
     await add_thought(session, 1, "missed while away")
-    comm = communicator(session.pk, await login(alice), rev=1)
+    comm = communicator(session.pk, await login(alice), rev=1, marks={"t": 0})
     assert (await comm.connect())[0]
-    catch_up = await comm.receive_from()
-    assert "missed while away" in catch_up and 'id="thought-list"' in catch_up
+    page = Page()
+    page.thoughts = [0]
+    await drain(comm, page)
+    assert page.thoughts == [0, 1] and page.errors == [] and page.revision == 2
 
     # A late live message about a thought the catch-up already showed is not repeated...
     await publish(SessionEvent(session.pk, thoughts=(1,)))
@@ -80,6 +83,7 @@ async def test_model_text_arrives_escaped(make_session: Any, alice: Any):
     session = await sync_to_async(make_session)(status=Status.THINKING)
     comm = communicator(session.pk, await login(alice), rev=0)
     assert (await comm.connect())[0]
+    assert await comm.receive_nothing(timeout=0.3)  # up to date: no catch-up
     await add_thought(session, 0, '<script>alert("x")</script>')
     await publish(SessionEvent(session.pk, thoughts=(0,)))
     html = await comm.receive_from()
@@ -202,3 +206,116 @@ async def test_an_idle_live_page_stays_connected_over_redis(
     await publish(SessionEvent(session.pk, thoughts=(0,)))
     assert "still listening" in await comm.receive_from(timeout=5)
     await comm.disconnect()
+
+
+async def test_an_unknown_websocket_path_is_refused_cleanly(alice: Any):
+    comm = communicator(None, await login(alice), path="/ws/nothing-here/")
+    connected, code = await comm.connect()
+    assert not connected and code == 4404
+
+
+async def test_a_client_frame_over_the_limit_closes_with_a_4xxx_code(
+    make_session: Any, alice: Any, settings: Any
+):
+    settings.DEEPTHINK_WS_MAX_FRAME_BYTES = 1024
+    session = await sync_to_async(make_session)(revision=0)
+    comm = communicator(session.pk, await login(alice), rev=0)
+    assert (await comm.connect())[0]
+    await comm.send_to(text_data="x" * 1000)  # under the limit: ignored
+    assert await comm.receive_nothing(timeout=0.2)
+    await comm.send_to(text_data="x" * 1025)
+    output = await comm.receive_output(timeout=2)
+    assert output == {"type": "websocket.close", "code": 4413}
+
+
+def team_with(owner: Any, member: Any) -> Any:
+    from django.utils import timezone
+
+    from accounts.models import Membership, Role, Team
+
+    team = Team.objects.create(name="Lab")
+    Membership.objects.create(team=team, user=owner, role=Role.OWNER, accepted_at=timezone.now())
+    Membership.objects.create(team=team, user=member, role=Role.MEMBER, accepted_at=timezone.now())
+    return team
+
+
+async def test_live_headers_offer_cancel_to_the_owner_only(make_session: Any, alice: Any, bob: Any):
+    from thinking.broadcast import publish
+
+    team = await sync_to_async(team_with)(alice, bob)
+    session = await sync_to_async(make_session)(status=Status.THINKING, team=team)
+    pages = {}
+    for name, user in (("owner", alice), ("teammate", bob)):
+        pages[name] = communicator(session.pk, await login(user), rev=0)
+        assert (await pages[name].connect())[0]
+        assert await pages[name].receive_nothing(timeout=0.2)
+    await add_thought(session, 0, "a thought for both")
+    await publish(SessionEvent(session.pk, thoughts=(0,)))
+    owner, teammate = [await pages[n].receive_from() for n in ("owner", "teammate")]
+    assert "a thought for both" in owner and "a thought for both" in teammate
+    assert ">Cancel</button>" in owner and "Pause" in owner
+    assert ">Cancel</button>" not in teammate and "Pause" in teammate
+    for comm in pages.values():
+        await comm.disconnect()
+
+
+async def live_message_after_a_step(session: ThinkingSession, alice: Any) -> None:
+    """One step on a session: a thought on a sub-question that it explored, a new source."""
+    from thinking.broadcast import publish
+    from thinking.models import Source, SubQuestion
+
+    comm = communicator(session.pk, await login(alice), rev=session.revision)
+    assert (await comm.connect())[0]
+    assert await comm.receive_nothing(timeout=0.3)
+    question = await SubQuestion.objects.filter(session=session, explored=False).afirst()
+    sequence = await session.thoughts.acount()
+    number = await session.sources.acount() + 1
+    await Thought.objects.acreate(
+        session=session,
+        sequence=sequence,
+        text="The newest thought [1].",
+        type="insight",
+        confidence=0.8,
+        time_offset_seconds=5,
+        sub_question=question,
+    )
+    await SubQuestion.objects.filter(pk=question.pk).aupdate(explored=True, answer="Found.")
+    await Source.objects.acreate(
+        session=session, number=number, kind="web", title="The newest source", key=f"k{number}"
+    )
+    await publish(SessionEvent(session.pk, thoughts=(sequence,), questions=True, sources=True))
+    page = Page()
+    page.ids |= {f"subq-row-{question.pk}"}
+    await drain(comm, page)
+    await comm.disconnect()
+    assert page.errors == [] and page.frames == 1
+    assert page.thoughts == [sequence] and page.sources == [number] and page.questions == []
+
+
+async def test_a_live_message_carries_only_what_changed_whatever_the_sessions_length(
+    make_session: Any, alice: Any, monkeypatch: Any
+):
+    from thinking import consumers
+
+    sizes = []
+    sent: list[str] = []
+    original = consumers.SessionConsumer.send
+
+    async def record(self: Any, text_data: str | None = None, **kwargs: Any) -> None:
+        sent.append(text_data or "")
+        await original(self, text_data=text_data, **kwargs)
+
+    monkeypatch.setattr(consumers.SessionConsumer, "send", record)
+    for thoughts, sources, questions in ((20, 10, 6), (900, 400, 240)):
+        session = await sync_to_async(long_session)(
+            make_session, thoughts=thoughts, sources=sources, questions=questions
+        )
+        sent.clear()
+        await live_message_after_a_step(session, alice)
+        assert len(sent) == 1
+        sizes.append(len(sent[0].encode()))
+    small, large = sizes
+    assert large <= 32 * 1024
+    # The same step, 45 times the session: the message is the same size, give or take the
+    # digits of the counts and ids in it.
+    assert large < small * 1.1, sizes

@@ -1,84 +1,48 @@
-"""A page that loses its WebSocket mid-session and reconnects ends with exactly the stored
-rows: nothing missed, nothing twice."""
+"""A page that loses its WebSocket mid-session, or opens late on a long one, ends with exactly
+the stored rows: nothing missed, nothing twice, in messages that stay small."""
 
 from __future__ import annotations
 
 import asyncio
-import re
-from html.parser import HTMLParser
+import logging
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.helpers import communicator, login
+from tests.live_page import Page, communicator, drain, login, long_session, receive_until
 from thinking import broadcast
 from thinking.models import Status, ThinkingSession
+from thinking.presenters import THOUGHT_PAGE
 from thinking.worker import Supervisor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-THOUGHT_ID = re.compile(r"thought-(\d+)")
+
+async def stored(session: ThinkingSession) -> dict[str, list[int]]:
+    def read() -> dict[str, list[int]]:
+        thoughts = session.thoughts.order_by("sequence")
+        return {
+            "thoughts": list(
+                thoughts.exclude(type="scratchpad").values_list("sequence", flat=True)
+            ),
+            "sources": list(session.sources.order_by("number").values_list("number", flat=True)),
+            "questions": sorted(session.sub_questions.values_list("pk", flat=True)),
+            "syntheses": list(
+                session.syntheses.order_by("sequence").values_list("sequence", flat=True)
+            ),
+        }
+
+    return await sync_to_async(read)()
 
 
-class Swaps(HTMLParser):
-    """The top-level elements of a frame: their swap instruction and the thoughts inside."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.depth = 0
-        self.elements: list[dict[str, Any]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = dict(attrs)
-        if self.depth == 0:
-            self.elements.append(
-                {"id": values.get("id"), "swap": values.get("hx-swap-oob"), "thoughts": []}
-            )
-        elif tag == "li" and THOUGHT_ID.fullmatch(values.get("id") or ""):
-            self.elements[-1]["thoughts"].append(int(THOUGHT_ID.fullmatch(values["id"])[1]))
-        if tag not in ("br", "img", "input", "meta", "link", "circle", "line", "polyline"):
-            self.depth += 1
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag not in ("br", "img", "input", "meta", "link", "circle", "line", "polyline"):
-            self.depth -= 1
-
-
-class Page:
-    """What a browser shows of the thought stream after applying frames as htmx would."""
-
-    def __init__(self) -> None:
-        self.thoughts: list[int] = []
-        self.revision = 0
-
-    def apply(self, frame: str) -> None:
-        found = re.search(r'data-revision="(\d+)"', frame)
-        if found:
-            self.revision = int(found[1])
-        parser = Swaps()
-        parser.feed(frame)
-        for element in parser.elements:
-            if element["id"] == "thought-list" and element["swap"] == "true":
-                self.thoughts = list(element["thoughts"])
-            elif element["swap"] == "beforeend:#thought-list":
-                for number in element["thoughts"]:
-                    assert number not in self.thoughts, f"thought {number} shown twice"
-                    self.thoughts.append(number)
-
-
-async def receive_until(comm: Any, page: Page, done: Any, timeout: float = 30) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        try:
-            frame = await comm.receive_from(timeout=max(0.1, deadline - loop.time()))
-        except TimeoutError:
-            continue
-        page.apply(frame)
-        if done(frame):
-            return
-    raise AssertionError("the awaited frame never came")
+def shown(page: Page) -> dict[str, list[int]]:
+    return {
+        "thoughts": page.thoughts,
+        "sources": page.sources,
+        "questions": sorted(page.questions),
+        "syntheses": page.syntheses,
+    }
 
 
 async def test_a_page_that_reconnects_ends_with_exactly_the_servers_rows(
@@ -86,35 +50,33 @@ async def test_a_page_that_reconnects_ends_with_exactly_the_servers_rows(
 ):
     fake_claude.delay = 0.03
     session = await sync_to_async(make_session)(
-        budget_seconds=2.0, synthesis_interval_seconds=0.6, thinking_mode="off"
+        budget_seconds=3.0, synthesis_interval_seconds=0.6, thinking_mode="off", plan={}
     )
     cookie = await login(alice)
     page = Page()
-    comm = communicator(session.pk, cookie, rev=0)
+    comm = communicator(session.pk, cookie, rev=0, marks=page.marks())
     assert (await comm.connect())[0]
     supervisor = Supervisor(worker_id="w", publish=broadcast.publish)
     assert await supervisor.start(session.pk)
 
-    await receive_until(comm, page, lambda f: len(page.thoughts) >= 6)
+    await receive_until(comm, page, lambda f: len(page.thoughts) >= 4)
     await comm.disconnect()  # a network blip: updates published now go nowhere
     await asyncio.sleep(0.5)
     assert await session.thoughts.acount() > len(page.thoughts), "the page missed some"
 
-    comm = communicator(session.pk, cookie, rev=page.revision)
+    comm = communicator(session.pk, cookie, rev=page.revision, marks=page.marks())
     assert (await comm.connect())[0]
-    await receive_until(comm, page, lambda f: "status-completed" in f)
+    await receive_until(comm, page, lambda f: 'data-status="completed"' in f)
+    await drain(comm, page)
     await comm.disconnect()
     await supervisor.wait_idle()
 
     await session.arefresh_from_db()
     assert session.status == Status.COMPLETED
-    stored = [
-        n
-        async for n in session.thoughts.exclude(type="scratchpad")
-        .order_by("sequence")
-        .values_list("sequence", flat=True)
-    ]
-    assert page.thoughts == stored
+    assert page.errors == []
+    rows = await stored(session)
+    assert rows["questions"] and rows["syntheses"]
+    assert shown(page) == rows
 
 
 async def test_an_up_to_date_page_that_reconnects_gets_no_duplicates(make_session: Any, alice: Any):
@@ -124,3 +86,70 @@ async def test_an_up_to_date_page_that_reconnects_gets_no_duplicates(make_sessio
     assert (await comm.connect())[0]
     assert await comm.receive_nothing(timeout=0.3)
     await comm.disconnect()
+
+
+async def test_a_page_opened_late_on_a_long_session_catches_up_in_bounded_parts(
+    make_session: Any, alice: Any
+):
+    session = await sync_to_async(long_session)(
+        make_session, thoughts=600, sources=200, questions=120
+    )
+    page = Page()  # a page that shows nothing yet
+    comm = communicator(session.pk, await login(alice), rev=0, marks=page.marks())
+    assert (await comm.connect())[0]
+    await drain(comm, page)
+    await comm.disconnect()
+
+    assert page.errors == []
+    assert page.frames > 5, "in parts"
+    assert page.largest <= broadcast.MESSAGE_BUDGET
+    rows = await stored(session)
+    # The stream shows the newest page of thoughts; every other list is complete.
+    assert page.thoughts == rows["thoughts"][-THOUGHT_PAGE:]
+    assert page.sources == rows["sources"]
+    assert sorted(page.questions) == rows["questions"]
+    assert page.syntheses == rows["syntheses"]
+    assert "thought-earlier" in page.ids, "older thoughts are offered on demand"
+
+
+async def test_a_page_that_missed_a_few_rows_gets_only_those(make_session: Any, alice: Any):
+    session = await sync_to_async(long_session)(
+        make_session, thoughts=300, sources=100, questions=40
+    )
+    rows = await stored(session)
+    page = Page()
+    # The page shows all but the last 5 thoughts, 3 sources and 2 sub-questions.
+    page.thoughts = rows["thoughts"][-THOUGHT_PAGE:-5]
+    page.sources = rows["sources"][:-3]
+    page.questions = rows["questions"][:-2]
+    page.syntheses = rows["syntheses"]
+    page.ids |= {f"subq-children-{pk}" for pk in page.questions} | {"thought-earlier"}
+    page.ids |= {f"subq-row-{pk}" for pk in page.questions}
+    comm = communicator(session.pk, await login(alice), rev=1, marks=page.marks())
+    assert (await comm.connect())[0]
+    await drain(comm, page)
+    await comm.disconnect()
+
+    assert page.errors == []
+    assert page.thoughts == rows["thoughts"][-THOUGHT_PAGE:]
+    assert page.sources == rows["sources"] and sorted(page.questions) == rows["questions"]
+
+
+async def test_a_catch_up_that_fails_is_logged_once_and_tells_the_page_to_reload(
+    make_session: Any, alice: Any, monkeypatch: Any, caplog: Any
+):
+    from thinking import consumers
+
+    session = await sync_to_async(make_session)(status=Status.THINKING, revision=3)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the template broke")
+
+    monkeypatch.setattr(consumers, "catch_up", broken)
+    comm = communicator(session.pk, await login(alice), rev=1)
+    with caplog.at_level(logging.ERROR, logger="thinking.consumers"):
+        assert (await comm.connect())[0]
+        output = await comm.receive_output(timeout=2)
+    # A 4xxx close: the browser does not reconnect into the same failure, it offers a reload.
+    assert output["type"] == "websocket.close" and output["code"] == 4500
+    assert len([r for r in caplog.records if "Catch-up" in r.getMessage()]) == 1

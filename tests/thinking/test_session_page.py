@@ -251,3 +251,174 @@ def test_steering_offers_hint_or_sub_question_as_radio_buttons(
     html = page_of(alice_client, make_session(status=Status.THINKING))
     assert 'type="radio" name="kind" value="hint"' in html
     assert 'type="radio" name="kind" value="question"' in html
+
+
+# -- long sessions: a light page, older thoughts on demand, the filter over all of them -------
+
+
+def many_thoughts(make_session: Any, count: int, **fields: Any) -> tuple[ThinkingSession, Any]:
+    session = make_session(status=Status.COMPLETED, **fields)
+    early = SubQuestion.objects.create(session=session, text="An early question", priority=5)
+    Thought.objects.bulk_create(
+        Thought(
+            session=session,
+            sequence=n,
+            cycle=n,
+            text=f"Thought number {n}.",
+            type="insight",
+            confidence=0.5,
+            time_offset_seconds=n,
+            sub_question=early if n % 100 == 0 else None,
+        )
+        for n in range(count)
+    )
+    return session, early
+
+
+def shown_thoughts(html: str) -> list[int]:
+    return [int(n) for n in re.findall(r'<li id="thought-(\d+)"', html)]
+
+
+def test_a_long_sessions_page_shows_the_newest_thoughts_and_loads_earlier_ones(
+    alice_client: Any, make_session: Any
+):
+    session, _ = many_thoughts(make_session, 2000)
+    page = page_of(alice_client, session)
+    assert shown_thoughts(page) == list(range(2000 - presenters.THOUGHT_PAGE, 2000))
+    assert "1950 not shown" in page
+    url = reverse("session-thoughts", args=[session.pk])
+    assert f'hx-get="{url}?before=1950"' in page
+
+    earlier = alice_client.get(url, {"before": 1950}, HTTP_HX_REQUEST="true").content.decode()
+    assert shown_thoughts(earlier) == list(range(1900, 1950))
+    assert f'hx-get="{url}?before=1900"' in earlier and "1900 not shown" in earlier
+    first = alice_client.get(url, {"before": 50}).content.decode()
+    assert shown_thoughts(first) == list(range(50)) and 'id="thought-earlier"' not in first
+
+
+def test_the_filter_finds_a_sub_questions_thoughts_across_the_whole_session(
+    alice_client: Any, make_session: Any
+):
+    session, early = many_thoughts(make_session, 2000)
+    url = reverse("session-thoughts", args=[session.pk])
+    html = alice_client.get(url, {"focus": early.pk}).content.decode()
+    # Copies for the filtered list: every thought on it, none with an id the stream uses.
+    assert re.findall(r'data-seq="(\d+)"', html) == [str(n) for n in range(0, 2000, 100)]
+    assert 'id="thought-' not in html
+
+
+@pytest.mark.parametrize("query", [{"before": "x"}, {"focus": "-1"}, {"before": "9" * 30}])
+def test_a_thoughts_request_without_a_clear_range_is_refused(
+    alice_client: Any, make_session: Any, query: dict
+):
+    session = make_session()
+    response = alice_client.get(reverse("session-thoughts", args=[session.pk]), query)
+    assert response.status_code == 400
+
+
+def test_thoughts_on_demand_are_only_for_who_may_see_the_session(
+    client: Any, make_session: Any, bob: Any
+):
+    session, early = many_thoughts(make_session, 60)
+    url = reverse("session-thoughts", args=[session.pk])
+    assert client.get(url, {"before": 10}).status_code == 302  # to the login
+    client.force_login(bob)
+    assert client.get(url, {"before": 10}).status_code == 404
+    assert client.get(url, {"focus": early.pk}).status_code == 404
+
+
+# -- controls per viewer, and "Shared with me" -------------------------------------------------
+
+
+@pytest.fixture
+def lab(alice: Any, bob: Any) -> Any:
+    from django.utils import timezone
+
+    from accounts.models import Membership, Role, Team
+
+    team = Team.objects.create(name="Lab")
+    Membership.objects.create(team=team, user=alice, role=Role.OWNER, accepted_at=timezone.now())
+    Membership.objects.create(team=team, user=bob, role=Role.MEMBER, accepted_at=timezone.now())
+    return team
+
+
+def test_a_teammate_sees_only_the_controls_they_may_use(
+    client: Any, make_session: Any, alice: Any, bob: Any, lab: Any
+):
+    session = make_session(status=Status.THINKING, team=lab)
+    client.force_login(alice)
+    assert ">Cancel</button>" in page_of(client, session)
+    client.force_login(bob)
+    page = page_of(client, session)
+    assert ">Cancel</button>" not in page and "Pause</button>" in page
+    # Pausing over htmx swaps in a header rendered for them too.
+    header = client.post(
+        reverse("session-pause", args=[session.pk]), HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert "Resume</button>" in header and ">Cancel</button>" not in header
+    client.force_login(alice)
+    header = client.post(
+        reverse("session-resume", args=[session.pk]), HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert ">Cancel</button>" in header
+
+
+def test_the_list_filters_sessions_shared_with_me(
+    client: Any, make_session: Any, alice: Any, bob: Any, lab: Any
+):
+    make_session(question="Alice's own, private")
+    make_session(question="Alice's, shared with the lab", team=lab)
+    make_session(question="Bob's, shared with the lab", owner=bob, team=lab)
+    client.force_login(bob)
+    everything = client.get(reverse("session-list")).content.decode()
+    assert "Alice&#x27;s, shared" in everything and "Bob&#x27;s, shared" in everything
+    shared = client.get(reverse("session-list"), {"shared": "1"}).content.decode()
+    assert "Alice&#x27;s, shared" in shared and "Bob&#x27;s" not in shared
+    assert "private" not in shared and "shared with you" in shared
+
+
+# -- honest clocks ------------------------------------------------------------------------------
+
+
+def test_the_clock_stands_still_while_waiting_for_the_provider_or_a_dead_worker(
+    make_session: Any, settings: Any
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.DEEPTHINK_HEARTBEAT_SECONDS = 10
+    now = timezone.now()
+    session = make_session(
+        status=Status.THINKING,
+        budget_seconds=600,
+        active_seconds=20,
+        running_since=now - timedelta(seconds=60),
+        heartbeat_at=now,
+    )
+    assert session.elapsed_seconds(now) == pytest.approx(80)
+    # The provider is down since 30 s ago: the clock stopped then, and stays stopped.
+    session.waiting_since = now - timedelta(seconds=30)
+    assert session.elapsed_seconds(now) == pytest.approx(50)
+    assert session.elapsed_seconds(now + timedelta(minutes=5)) == pytest.approx(50)
+    # The worker died (no heartbeat for a minute): the clock stopped a heartbeat and a half
+    # after its last sign of life, not when its lease ran out or never.
+    session.waiting_since = None
+    session.heartbeat_at = now - timedelta(seconds=40)
+    assert session.elapsed_seconds(now) == pytest.approx(20 + 60 - 40 + 15)
+    assert session.remaining_seconds(now) == pytest.approx(600 - 55)
+
+
+def test_the_page_clock_knows_when_to_stop(alice_client: Any, make_session: Any):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    session = make_session(status=Status.THINKING, running_since=now, heartbeat_at=now)
+    header = re.search(r'<section id="session-header"[^>]*>', page_of(alice_client, session))[0]
+    assert 'data-ticking="1"' in header
+    assert 0 < float(re.search(r'data-tick-for="([\d.]+)"', header)[1]) <= 15
+    ThinkingSession.objects.filter(pk=session.pk).update(waiting_since=now - timedelta(seconds=1))
+    header = re.search(r'<section id="session-header"[^>]*>', page_of(alice_client, session))[0]
+    assert 'data-ticking="0"' in header

@@ -562,3 +562,8 @@ def export_session(
         f'attachment; filename="deep-think-{session.pk}.{params.format}"'
     )
     return response
+
+
+# --- knowledge ----------------------------------------------------------------------------
+# Mounted last so research's routes (research/api.py) share this API's auth and errors.
+api.add_router("/knowledge", "research.api.router")

@@ -372,3 +372,57 @@ async def check_synthesis_citations(
         logger.exception("Citation check failed for session %s", session.pk)  # type: ignore[attr-defined]
         return session
     return await database_sync_to_async(ThinkingSession.objects.get)(pk=session.pk)  # type: ignore[attr-defined]
+
+
+# --- reading the verdicts (pages, JSON, export) --------------------------------------------
+
+MARKS = {"supported": "✓", "partial": "≈", "unsupported": "✗", "unchecked": "?"}
+LABELS = {
+    "supported": "supported by the source",
+    "partial": "partly supported by the source",
+    "unsupported": "not supported by the source",
+    "unchecked": "not checked",
+}
+
+
+def check_map(checks: Iterable[object]) -> dict[tuple[int, int], tuple[str, str]]:
+    """(number, occurrence) -> (verdict, why): which citation in a text carries which mark."""
+    return {(c.number, c.occurrence): (c.verdict, c.why) for c in checks}  # type: ignore[attr-defined]
+
+
+def check_rows(synthesis: object) -> list[dict[str, object]]:
+    """`citation_checks` of a synthesis for JSON and the API: claim, number, verdict, why."""
+    return [
+        {"claim": c.claim, "number": c.number, "verdict": c.verdict, "why": c.why}
+        for c in synthesis.citation_checks.all()  # type: ignore[attr-defined]
+    ]
+
+
+def session_counts(session: object) -> dict[str, int]:
+    """Verdicts over the whole session, by kind (zeros included), for the header."""
+    from django.db.models import Count
+
+    from .models import CitationCheck
+
+    counts = dict.fromkeys(MARKS, 0)
+    rows = (
+        CitationCheck.objects.filter(synthesis__session=session)
+        .values("verdict")
+        .annotate(n=Count("id"))
+    )
+    for row in rows:
+        counts[row["verdict"]] = row["n"]
+    return counts
+
+
+def unsupported_in_answer(session: object) -> list[object]:
+    """The final answer's claims the checker found unsupported (or only partly supported)."""
+    from .models import CitationCheck
+
+    return list(
+        CitationCheck.objects.filter(
+            synthesis__session=session,
+            synthesis__is_final=True,
+            verdict__in=["unsupported", "partial"],
+        ).order_by("-verdict", "id")
+    )

@@ -27,7 +27,7 @@ from django.utils import timezone
 from research import knowledge
 from research.models import Source as KnowledgeSource
 
-from . import evidence, parsing, planner, prompts, tags, tools
+from . import citations, evidence, parsing, planner, prompts, tags, tools
 from .events import LiveStep, Publish, SessionEvent
 from .llm import LLM, LLMError, Reply, Usage, user_message
 from .models import (
@@ -580,6 +580,10 @@ def _store_thoughts(
             for index, thought in enumerate(reading.thoughts)
         )
         _record_calls(session, "thoughts", replies)
+        known = set(session.sources.values_list("number", flat=True))
+        unknown = sum(len(citations.unknown_citations(t.text, known)) for t in reading.thoughts)
+        if unknown:  # thoughts cite too: counted like the syntheses' citations
+            changes["unknown_citations"] = F("unknown_citations") + unknown
         routes = dict(session.parse_routes)
         routes[reading.route] = routes.get(reading.route, 0) + 1
         changes["parse_routes"] = routes
@@ -953,10 +957,14 @@ async def deliberate(
         if synthesis_due(session):
             session, event = await synthesise(session=session, **steps)
             await _publish(publish, event)
+            session = await citations.check_synthesis_citations(
+                session, event.synthesis, llm, publish
+            )
     session, event = await synthesise(
         session=session, final=True, reason=ending_reason(session), **steps
     )
     await _publish(publish, event)
+    session = await citations.check_synthesis_citations(session, event.synthesis, llm, publish)
     return session.status
 
 

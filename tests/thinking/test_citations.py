@@ -13,7 +13,7 @@ from django.test import Client
 from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import HttpError, Reply
 from thinking import citations, loop
-from thinking.citations import claims_in, cited_numbers, find_citations, parse_verdicts
+from thinking.citations import cited_numbers, claims_in, find_citations, parse_verdicts
 from thinking.events import SessionEvent
 from thinking.export import session_document, session_markdown
 from thinking.llm import LLM

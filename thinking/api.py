@@ -21,8 +21,10 @@ from ninja.security import HttpBearer, SessionAuth
 from . import llm, tokens
 from .access import get_session_for
 from .broadcast import publish_sync
+from .citations import session_counts
 from .events import SessionEvent
 from .export import (
+    reference_summary,
     session_document,
     session_markdown,
     source_row,
@@ -248,6 +250,21 @@ class SessionSummaryOut(Schema):
     finished_at: datetime | None
 
 
+class ReferenceToolOut(Schema):
+    tool: Literal["plan", "web_search", "memory_search"]
+    label: str
+    searches: int
+    new: int = Field(description="Sources it found first.")
+    known: int = Field(description="Sources it found again that already had a number.")
+
+
+class CitationCountsOut(Schema):
+    supported: int
+    partial: int
+    unsupported: int
+    unchecked: int
+
+
 class SessionOut(SessionSummaryOut):
     completion_note: str | None
     error: str | None
@@ -263,6 +280,8 @@ class SessionOut(SessionSummaryOut):
     confidence_evolution: list[float]
     usage: UsageOut
     final_answer: str | None
+    reference_summary: list[ReferenceToolOut] = Field(description="Sources per search tool.")
+    citation_checks: CitationCountsOut = Field(description="Verdicts on cited claims.")
 
 
 class SessionPageOut(Schema):
@@ -333,6 +352,8 @@ def detail(session: ThinkingSession) -> dict[str, Any]:
             "estimated_cost_usd": session.estimated_cost,
         },
         "final_answer": session.final_answer or None,
+        "reference_summary": reference_summary(session),
+        "citation_checks": session_counts(session),
     }
 
 
@@ -456,6 +477,13 @@ class SubQuestionOut(Schema):
     created_at: datetime
 
 
+class CitationCheckOut(Schema):
+    claim: str
+    number: int
+    verdict: Literal["supported", "partial", "unsupported", "unchecked"]
+    why: str
+
+
 class SynthesisOut(Schema):
     sequence: int
     text: str
@@ -466,6 +494,9 @@ class SynthesisOut(Schema):
     is_final: bool
     reasoning: str | None
     created_at: datetime
+    citation_checks: list[CitationCheckOut] = Field(
+        description="Each cited claim judged against the passage of the source it cites."
+    )
 
 
 class SourceOut(Schema):
@@ -476,6 +507,7 @@ class SourceOut(Schema):
     snippet: str
     score: float
     query: str
+    found_by: str = Field(description="plan, web_search or memory_search: what found it first.")
     created_at: datetime
 
 

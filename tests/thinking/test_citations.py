@@ -4,6 +4,7 @@ cited claim against the passage of the source it cites, by the (fake) fast model
 from __future__ import annotations
 
 import re
+from html import unescape
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from thinking.export import session_document, session_markdown
 from thinking.llm import LLM
 from thinking.models import CitationCheck, ModelCall, Source, Synthesis, ThinkingSession
 from thinking.templatetags.thinking_extras import cited
+from thinking.tokens import create_token
 
 WORKER = "worker-test"
 
@@ -293,3 +295,63 @@ async def test_the_loop_checks_every_synthesis_and_the_answer(
     assert cites == {True}, "the scripted model cites its sources"
     assert all(checked) and len(checked) >= 2 and calls >= len(checked)
     assert await sync_to_async(CitationCheck.objects.filter(synthesis__is_final=True).exists)()
+
+
+# --- the reference summary per tool, and searches that find only known sources -----------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_search_that_finds_only_known_sources_names_their_numbers(
+    fake_claude: Any, fake_exa: Any, make_session: Any, alice: Any
+):
+    session = await sync_to_async(make_session)(budget_seconds=0.2, synthesis_interval_seconds=60)
+    search = {"name": "web_search", "input": {"query": "octopus sleep"}}
+    fake_claude.enqueue(
+        Reply(text="Searching.", tool_uses=[search]),
+        Reply(text="Again.", tool_uses=[search]),
+        Reply(text="THOUGHT: Octopuses sleep [1] and [2-3], not [42]\nCONFIDENCE: 0.8"),
+    )
+    fake_claude.responder = lambda body: fake_claude.scripted_mind({**body, "tools": []})
+    await run_session(session)
+
+    again = fake_claude.requests[2]["body"]["messages"][-1]["content"][0]["content"]
+    numbers = [n async for n in session.sources.order_by("number").values_list("number", flat=True)]
+    assert "No sources found" not in again
+    assert again.startswith("No new sources. Found again, already numbered: ")
+    assert all(f"[{n}]" in again for n in numbers)
+    await session.arefresh_from_db()
+    tally = session.search_tally["web_search"]
+    assert tally == {"searches": 2, "new": len(numbers), "known": len(numbers)}
+    assert session.unknown_citations >= 1  # the thought's [42]: thoughts are counted too
+
+    def shown() -> tuple[str, dict]:
+        client = Client()
+        client.force_login(alice)
+        html = client.get(session.get_absolute_url()).content.decode()
+        token = create_token(alice, "t")[1]
+        api = Client(headers={"Authorization": f"Bearer {token}"})
+        return unescape(html), api.get(f"/api/sessions/{session.pk}").json()
+
+    html, detail = await sync_to_async(shown)()
+    expected = f"2 searches, {len(numbers)} new sources, {len(numbers)} already known found again"
+    assert f"The model's web_search: {expected}" in html
+    assert "found by the model's web search" in html
+    [row] = [r for r in detail["reference_summary"] if r["tool"] == "web_search"]
+    assert (row["searches"], row["new"], row["known"]) == (2, len(numbers), len(numbers))
+    report = await sync_to_async(session_markdown)(session)
+    assert f"- The model's web_search: {expected}" in report
+
+
+async def run_session(session: ThinkingSession) -> None:
+    assert await sync_to_async(ThinkingSession.claim)(
+        session.pk, worker_id=WORKER, lease_seconds=30
+    )
+    llm = LLM.from_settings()
+
+    async def publish(event: SessionEvent) -> None:
+        pass
+
+    try:
+        await loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
+    finally:
+        await llm.close()

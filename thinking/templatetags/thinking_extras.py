@@ -220,6 +220,14 @@ def citation_counts(session: Any) -> dict[str, int]:
     return session_counts(session)
 
 
+@register.simple_tag(name="reference_summary")
+def reference_summary_tag(session: Any) -> list[dict[str, Any]]:
+    """Per search tool: searches, new sources and known ones found again (export.py)."""
+    from thinking.export import reference_summary
+
+    return reference_summary(session)
+
+
 @register.simple_tag
 def unsupported_claims(session: Any) -> list[Any]:
     return unsupported_in_answer(session)

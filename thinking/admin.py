@@ -5,7 +5,20 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from .models import ApiToken, SubQuestion, Synthesis, ThinkingSession, Thought
+from .models import ApiToken, CitationCheck, SubQuestion, Synthesis, ThinkingSession, Thought
+
+
+class CitationCheckInline(admin.TabularInline):
+    """Read-only: verdicts are written by the citation check (thinking/citations.py)."""
+
+    model = CitationCheck
+    fields = ("number", "verdict", "claim", "why")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
 
 
 class ThoughtInline(admin.TabularInline):
@@ -173,6 +186,7 @@ class SynthesisAdmin(admin.ModelAdmin):
     list_filter = ("is_final",)
     search_fields = ("text",)
     raw_id_fields = ("session",)
+    inlines = (CitationCheckInline,)
 
 
 @admin.register(ApiToken)

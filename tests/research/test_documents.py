@@ -14,6 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from research.documents import DocumentError, passages, read_document
+from research.knowledge import add_item, read_upload
 from research.memory import search_memory
 from research.models import KnowledgeItem, Passage, Team
 from tests.research.pdfs import make_pdf
@@ -208,3 +209,64 @@ def test_the_api_shares_only_with_the_callers_own_teams(alice: Any, bob: Any):
 def test_the_api_needs_credentials():
     upload = SimpleUploadedFile("n.md", b"# Note", "text/markdown")
     assert Client().post("/api/knowledge", {"file": upload}).status_code == 401
+
+
+# --- sessions cite passages, and keep what the model was shown --------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_session_cites_the_passage_of_a_document_with_its_page(
+    alice: Any, make_session: Any
+):
+    from asgiref.sync import sync_to_async
+
+    from thinking import evidence
+
+    pdf = make_pdf(["Overview of reef ecology.", "Bleaching begins above thirty degrees."])
+    _, body, sections = read_upload(pdf, name="reefs.pdf")
+    await sync_to_async(add_item)(owner=alice, title="Reef report", body=body, sections=sections)
+    session = await sync_to_async(make_session)()
+
+    async def nothing(sources: list) -> None:
+        pass
+
+    research = await sync_to_async(evidence.Research.for_session)(session)
+    [source] = await evidence.gather(
+        session_id=session.pk, research=research, web_queries=[],
+        memory_queries=["bleaching degrees"], on_sources=nothing,
+    )  # fmt: skip
+    assert source.title == "Reef report (p. 2)"
+    assert source.snippet == "Bleaching begins above thirty degrees."
+    assert source.key.startswith("passage:")
+    # What the model reads is exactly what is stored (and what the citation check reads).
+    pack = evidence.evidence_pack([source])
+    assert "Bleaching begins above thirty degrees." in pack and 'title="Reef report (p. 2)"' in pack
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_web_source_keeps_the_page_text_the_model_was_shown(
+    fake_exa: Any, make_session: Any
+):
+    from asgiref.sync import sync_to_async
+
+    from thinking import evidence
+
+    session = await sync_to_async(make_session)()
+
+    async def nothing(sources: list) -> None:
+        pass
+
+    research = await sync_to_async(evidence.Research.for_session)(session)
+    try:
+        sources = await evidence.gather(
+            session_id=session.pk, research=research, web_queries=["reef bleaching"],
+            memory_queries=[], on_sources=nothing,
+        )  # fmt: skip
+    finally:
+        await research.close()
+    first = min(sources, key=lambda s: s.number)
+    # The highlight, then the page's own text (asked of Exa, bounded), not only the summary.
+    assert first.snippet.startswith("Source 1 explains reef bleaching with evidence")
+    assert "Source 1 reports measurements on reef bleaching" in first.snippet
+    assert len(first.snippet) <= 1200
+    assert first.snippet in evidence.evidence_pack([first])

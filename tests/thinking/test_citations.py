@@ -355,3 +355,20 @@ async def run_session(session: ThinkingSession) -> None:
         await loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
     finally:
         await llm.close()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_verdicts_reach_open_pages_as_a_live_update(fake_claude: Any, make_session: Any):
+    from thinking.broadcast import render_event
+
+    session, synthesis = await checked_session(make_session, PLANTED)
+    await sync_to_async(ThinkingSession.objects.filter(pk=session.pk).update)(status="completed")
+    [event] = await run_check(session, synthesis)
+
+    message = await sync_to_async(render_event)(event)
+    html = "".join(part["html"] for part in message["parts"] if part["kind"] == "replace")
+    row = html[html.index('id="synthesis-0"') :]
+    assert row.startswith('id="synthesis-0" class="synthesis final" hx-swap-oob="true"')
+    assert "verdict-unsupported" in row and "verdict-supported" in row
+    assert "Citations checked" in html  # the header's counts
+    assert "Claims the sources do not back" in html  # the answer, re-rendered

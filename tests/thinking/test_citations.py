@@ -268,9 +268,19 @@ async def test_the_loop_checks_every_synthesis_and_the_answer(
     fake_claude: Any, fake_exa: Any, make_session: Any, settings: Any
 ):
     settings.DEEPTHINK_TOOLS = False
-    session = await sync_to_async(make_session)(
-        budget_seconds=0.6, synthesis_interval_seconds=0.2, plan={}
-    )
+
+    def planned() -> ThinkingSession:
+        # Planned, with its sources found: the loop goes straight to thinking.
+        session = make_session(budget_seconds=1.0, synthesis_interval_seconds=0.1)
+        Source.objects.create(
+            session=session, number=1, kind="web", title="Reef", snippet=REEF, key="r"
+        )
+        Source.objects.create(
+            session=session, number=2, kind="memory", title="Tides", snippet=TIDES, key="t"
+        )
+        return session
+
+    session = await sync_to_async(planned)()
     fake_claude.delay = 0.02
     assert await sync_to_async(ThinkingSession.claim)(
         session.pk, worker_id=WORKER, lease_seconds=30

@@ -153,7 +153,8 @@ def check_prompt(claims: Sequence[tuple[int, Claim]], passages: dict[int, tuple[
     for k, claim in claims:
         title, passage = passages[claim.number]
         parts += [
-            f"CLAIM {k}: {' '.join(claim.sentence.split())} [{claim.number}]",
+            # The claim is model text that may echo a page: it cannot open or close a block.
+            f"CLAIM {k}: {_data(' '.join(claim.sentence.split()))} [{claim.number}]",
             f'<passage claim="{k}" source="{claim.number}" title="{_data(title[:200])}">',
             _data(passage),
             "</passage>",
@@ -241,8 +242,13 @@ async def judge(
     size = max(1, int(getattr(settings, "DEEPTHINK_CHECK_BATCH", 8)))
     parallel = asyncio.Semaphore(max(1, int(getattr(settings, "DEEPTHINK_CHECK_PARALLEL", 4))))
     max_tokens = int(getattr(settings, "DEEPTHINK_CHECK_MAX_TOKENS", 1500))
-    numbered = list(enumerate(claims, start=1))
     run = CheckRun({}, [], [], 0.0)
+    numbered = []
+    for k, claim in enumerate(claims, start=1):
+        if passages.get(claim.number, ("", ""))[1].strip():
+            numbered.append((k, claim))
+        else:  # nothing the model was shown to compare with: say so, do not guess
+            run.verdicts[k - 1] = Verdict(UNCHECKED, "The source has no stored passage.")
 
     async def one(batch: list[tuple[int, Claim]]) -> None:
         async with parallel:

@@ -148,6 +148,8 @@ def test_search_points_to_the_passage_that_matches(alice: Any, client: Client):
     assert result.passage == "Bleaching begins above thirty degrees."
     assert result.locator == "p. 2"
     assert Passage.objects.get(pk=result.passage_id).page == 2
+    html = client.get(reverse("knowledge-list"), {"q": "bleaching"}).content.decode()
+    assert '<span class="locator" title="The passage that matches best">p. 2</span>' in html
 
 
 def test_changing_an_item_rebuilds_its_passages(alice: Any, tmp_path: Path):

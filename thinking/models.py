@@ -510,7 +510,8 @@ class Source(models.Model):
     snippet = models.TextField(blank=True)
     score = models.FloatField(default=0.0)
     query = models.TextField(blank=True, help_text="The query that found it.")
-    # A knowledge-base item's id, or the URL for the web: how duplicates are spotted.
+    # "passage:<id>" (or "item:<id>") for the knowledge base, the URL for the web: how
+    # duplicates are spotted.
     key = models.CharField(max_length=2000)
     # What found it first: "plan" (the research plan's searches), "web_search" or
     # "memory_search" (the model's own tool calls).

@@ -95,6 +95,11 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
         parts.append({"kind": "synthesis", "seq": synthesis.sequence, "html": html})
         chart = {**base, **chart_context(session)}
         parts.append({"kind": "replace", "html": _render("_confidence.html", chart)})
+    if event.checked is not None:
+        # Citation verdicts arrived: the synthesis is re-rendered in place with its marks.
+        synthesis = session.syntheses.get(sequence=event.checked)
+        context = {**base, "synthesis": synthesis, "replace_row": True}
+        parts.append({"kind": "replace", "html": _render("_synthesis.html", context)})
     if event.finished or session.is_finished:
         parts.append({"kind": "replace", "html": _render("_answer.html", base)})
         parts.append({"kind": "replace", "html": _render("_live.html", base)})

@@ -55,6 +55,7 @@ def _kind(reply: Reply) -> str:
     if reply.tool_uses:
         return "tool-round"
     for marker, kind in (
+        ("VERDICT:", "check"),
         ("PLAN:", "plan"),
         ("ANSWER:", "final"),
         ("SYNTHESIS:", "synthesis"),

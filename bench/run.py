@@ -65,7 +65,11 @@ async def run_all(setup: Setup, only: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="", help="comma-separated benchmark numbers (1-6)")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated benchmark numbers (1-6, 8; figure 7 comes with 6)",
+    )
     args = parser.parse_args(argv)
     only = [n.strip() for n in args.only.split(",") if n.strip()]
     quick = os.environ.get("BENCH_QUICK", "").strip() not in ("", "0")

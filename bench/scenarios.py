@@ -815,6 +815,155 @@ async def cache_share(setup: Setup) -> dict[str, Any]:
     }
 
 
+# --- 8. citation check ------------------------------------------------------------------
+
+
+def _check_costs(session_id: Any) -> list[dict[str, Any]]:
+    """Per synthesis: the wall time from storing it to storing its verdicts, the claims, and
+    the tokens and cost of its check calls next to those of the synthesis call itself."""
+    from thinking import pricing
+    from thinking.models import ModelCall, Synthesis
+
+    calls = list(ModelCall.objects.filter(session_id=session_id).order_by("id"))
+    rows: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for call in calls:  # a synthesis's check calls follow its own call
+        if call.purpose in ("synthesis", "final"):
+            current = {"call": call, "checks": []}
+            rows.append(current)
+        elif call.purpose == "check" and current is not None:
+            current["checks"].append(call)
+
+    def cost(items: list[Any]) -> float:
+        return sum(
+            pricing.estimate(
+                c.model,
+                input_tokens=c.input_tokens,
+                output_tokens=c.output_tokens,
+                cache_read_tokens=c.cache_read_tokens,
+                cache_write_tokens=c.cache_write_tokens,
+            )
+            or 0.0
+            for c in items
+        )
+
+    syntheses = list(Synthesis.objects.filter(session_id=session_id).order_by("sequence"))
+    out = []
+    for synthesis, row in zip(syntheses, rows, strict=False):
+        checks = list(synthesis.citation_checks.all())
+        if not checks or not row["checks"]:
+            continue
+        added = (max(c.created_at for c in checks) - synthesis.created_at).total_seconds()
+        out.append(
+            {
+                "final": synthesis.is_final,
+                "claims": len(checks),
+                "check_calls": len(row["checks"]),
+                "added_seconds": round(added, 4),
+                "synthesis_call_seconds": row["call"].duration_ms / 1000,
+                "check_cost_usd": cost(row["checks"]),
+                "synthesis_cost_usd": cost([row["call"]]),
+                "check_tokens": sum(c.input_tokens + c.output_tokens for c in row["checks"]),
+            }
+        )
+    return out
+
+
+async def citation_check(setup: Setup) -> dict[str, Any]:
+    """What checking every cited claim adds per synthesis: wall time (storing the synthesis
+    to storing its verdicts) against the synthesis call's own time, and the check calls' cost
+    against the synthesis call's, with every model call taking L."""
+    latency = 0.05 if setup.quick else 0.5
+    cycles = 4 if setup.quick else 8
+    setup.fakes.reset()
+    setup.fakes.configure(delay=latency, exa_delay=0.0, cycles=cycles)
+    user = await _new_user(f"check-{setup.run_id}")
+    key = f"{setup.run_id}-check"
+    runs = await _new_sessions(user, [key], synthesis_seconds=3 * latency)
+    await run_supervised(runs, timeout=120 + 40 * latency * cycles)
+    rows = await sync_to_async(_check_costs)(runs[0].id)
+    if not rows:
+        raise RuntimeError("no synthesis was checked")
+    added = statistics.mean(r["added_seconds"] for r in rows)
+    call = statistics.mean(r["synthesis_call_seconds"] for r in rows)
+    check_cost = statistics.mean(r["check_cost_usd"] for r in rows)
+    synthesis_cost = statistics.mean(r["synthesis_cost_usd"] for r in rows)
+    latency_ratio = added / call if call else None
+    cost_ratio = check_cost / synthesis_cost if synthesis_cost else None
+    claims = statistics.mean(r["claims"] for r in rows)
+    many, many_seconds = await _many_claims(runs[0].id, count=24)
+    many_ratio = many_seconds / call if call else None
+    return {
+        "figures": [
+            figure(
+                f"8. citation check latency per synthesis, L = {round(latency * 1000)} ms",
+                latency_ratio,
+                f"+{added:.2f} s per synthesis = {latency_ratio:.2f}x the synthesis call "
+                f"({claims:.1f} claims, batches in parallel)",
+                "<= 1.5x (one round trip)",
+                latency_ratio is not None and latency_ratio <= 1.5,
+            ),
+            figure(
+                "8. citation check cost per synthesis",
+                cost_ratio,
+                f"${check_cost:.4f} per synthesis = {100 * (cost_ratio or 0):.0f}% of the "
+                "synthesis call's cost (same model; a cheaper DEEPTHINK_FAST_MODEL divides it)",
+                "<= 50%",
+                cost_ratio is not None and cost_ratio <= 0.5,
+            ),
+            figure(
+                f"8. citation check of {many} claims, L = {round(latency * 1000)} ms",
+                many_ratio,
+                f"{many_seconds:.2f} s = {many_ratio:.2f}x one synthesis call (batches of "
+                "DEEPTHINK_CHECK_BATCH, DEEPTHINK_CHECK_PARALLEL at once)",
+                "<= 1.5x",
+                many_ratio is not None and many_ratio <= 1.5,
+            ),
+        ],
+        "details": {
+            "latency": latency,
+            "cycles": cycles,
+            "syntheses": rows,
+            "many_claims": {"claims": many, "seconds": round(many_seconds, 4)},
+        },
+    }
+
+
+async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float]:
+    """Check a synthesis with `count` cited sentences (over the session's own sources)."""
+    from thinking import citations
+    from thinking.llm import LLM
+    from thinking.models import Source, Synthesis
+
+    def make() -> Any:
+        numbers = list(
+            Source.objects.filter(session_id=session_id).values_list("number", flat=True)
+        )
+        text = " ".join(
+            f"Finding {k} holds in the measured cases [{numbers[k % len(numbers)]}]."
+            for k in range(count)
+        )
+        top = Synthesis.objects.filter(session_id=session_id).count()
+        return Synthesis.objects.create(
+            session_id=session_id, sequence=top, text=text, confidence=0.5,
+            time_offset_seconds=0.0,
+        )  # fmt: skip
+
+    synthesis = await sync_to_async(make)()
+    llm = LLM.from_settings()
+    try:
+        began = time.monotonic()
+        # The session has completed (no lease to hold): the check writes as for a final answer.
+        run = await citations.check_synthesis(synthesis.pk, llm=llm, worker_id="bench")
+        seconds = time.monotonic() - began
+    finally:
+        await llm.close()
+    claims = await sync_to_async(synthesis.citation_checks.count)()
+    if run is None or claims != count:
+        raise RuntimeError(f"expected {count} checked claims, got {claims}")
+    return claims, seconds
+
+
 SCENARIOS = {
     "1": overhead,
     "2": research,
@@ -822,4 +971,5 @@ SCENARIOS = {
     "4": live,
     "5": throughput,
     "6": cache_share,
+    "8": citation_check,
 }

@@ -374,8 +374,21 @@ DEEPTHINK_RESEARCH_TIMEOUT_SECONDS = env_float(
     "DEEPTHINK_RESEARCH_TIMEOUT_SECONDS", 20.0, minimum=0.1
 )
 DEEPTHINK_KNOWLEDGE_MAX_UPLOAD_BYTES = env_int(
-    "DEEPTHINK_KNOWLEDGE_MAX_UPLOAD_BYTES", 1_000_000, minimum=1
+    "DEEPTHINK_KNOWLEDGE_MAX_UPLOAD_BYTES", 20_000_000, minimum=1
 )
+# The largest file `import_knowledge` reads; bigger ones are skipped with a message.
+DEEPTHINK_KNOWLEDGE_MAX_FILE_BYTES = env_int(
+    "DEEPTHINK_KNOWLEDGE_MAX_FILE_BYTES", 50_000_000, minimum=1
+)
+# Page text asked of Exa per web result (bounded), besides its highlights.
+DEEPTHINK_WEB_TEXT_CHARS = env_int("DEEPTHINK_WEB_TEXT_CHARS", 3000, minimum=0)
+# The citation check (thinking/citations.py): on/off, claims per checker call, calls at
+# once, claims checked per synthesis at most, and the checker's reply budget.
+DEEPTHINK_CITATION_CHECK = env_bool("DEEPTHINK_CITATION_CHECK", True)
+DEEPTHINK_CHECK_BATCH = env_int("DEEPTHINK_CHECK_BATCH", 8, minimum=1)
+DEEPTHINK_CHECK_PARALLEL = env_int("DEEPTHINK_CHECK_PARALLEL", 4, minimum=1)
+DEEPTHINK_CHECK_MAX_CLAIMS = env_int("DEEPTHINK_CHECK_MAX_CLAIMS", 60, minimum=1)
+DEEPTHINK_CHECK_MAX_TOKENS = env_int("DEEPTHINK_CHECK_MAX_TOKENS", 1500, minimum=100)
 # Tools while thinking: web_search, memory_search, progress, and the think scratchpad.
 DEEPTHINK_TOOLS = env_bool("DEEPTHINK_TOOLS", True)
 DEEPTHINK_THINK_TOOL = env_bool("DEEPTHINK_THINK_TOOL", True)

@@ -5,7 +5,21 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import KnowledgeItem, SearchCache
+from .models import KnowledgeItem, Passage, SearchCache
+
+
+class PassageInline(admin.TabularInline):
+    """Read-only: passages are rebuilt from the document whenever it changes."""
+
+    model = Passage
+    fields = ("position", "page", "heading", "text")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(KnowledgeItem)
@@ -18,6 +32,7 @@ class KnowledgeItemAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     readonly_fields = ("created_at", "updated_at")
     fields = ("owner", "title", "body", "url", "source", "origin", "created_at", "updated_at")
+    inlines = (PassageInline,)
 
 
 @admin.register(SearchCache)

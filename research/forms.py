@@ -7,15 +7,8 @@ from django import forms
 
 from accounts.models import Team
 
-from .knowledge import (
-    TEXT_SUFFIXES,
-    UnreadableText,
-    clean_text,
-    decode_text,
-    max_upload_bytes,
-    title_from_filename,
-    title_from_text,
-)
+from .documents import DESCRIPTION, DocumentError
+from .knowledge import TEXT_SUFFIXES, clean_text, max_upload_bytes, read_upload
 from .models import KnowledgeItem
 
 
@@ -66,8 +59,11 @@ class KnowledgeItemForm(forms.ModelForm):
 
 class UploadForm(forms.Form):
     file = forms.FileField(
-        label="Text or Markdown file",
-        help_text="A .txt or .md file in UTF-8; the first Markdown heading becomes the title.",
+        label="Document",
+        help_text=(
+            "PDF, HTML (the main text is kept), Markdown or text. Long documents are split "
+            "into passages, so sessions cite the page or section that says it."
+        ),
         widget=forms.ClearableFileInput(attrs={"accept": ",".join(sorted(TEXT_SUFFIXES))}),
     )
 
@@ -75,20 +71,18 @@ class UploadForm(forms.Form):
         upload = self.cleaned_data["file"]
         name = Path(upload.name or "upload.txt").name
         if Path(name).suffix.lower() not in TEXT_SUFFIXES:
-            raise forms.ValidationError(f"“{name}” is not a .txt or .md file.")
+            raise forms.ValidationError(f"“{name}” is not a {DESCRIPTION} file.")
         limit = max_upload_bytes()
         if upload.size > limit:
             raise forms.ValidationError(
                 f"“{name}” is {upload.size:,} bytes; the limit is {limit:,} bytes."
             )
         try:
-            text = decode_text(upload.read(), name=name)
-        except UnreadableText as error:
+            title, body, sections = read_upload(upload.read(), name=name)
+        except DocumentError as error:
             raise forms.ValidationError(str(error)) from None
-        body = clean_text(text)
-        if not body:
-            raise forms.ValidationError(f"“{name}” is empty.")
         self.cleaned_data["name"] = name
         self.cleaned_data["body"] = body
-        self.cleaned_data["title"] = title_from_text(body, fallback=title_from_filename(name))
+        self.cleaned_data["title"] = title
+        self.cleaned_data["sections"] = sections
         return upload

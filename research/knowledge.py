@@ -1,7 +1,8 @@
-"""Writing the knowledge base: notes, uploaded and imported text files, session answers.
+"""Writing the knowledge base: notes, uploaded and imported documents, session answers.
 
 Everything that adds an item goes through `add_item` (or `save_item`, which also says what
-happened), so titles and bodies are cleaned the same way wherever they come from.
+happened), so titles and bodies are cleaned the same way wherever they come from, and every
+item is split into passages (with their page or heading) that search and citations point to.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from django.db import transaction
 
 from accounts.models import Team
 
-from .models import KnowledgeItem, KnowledgeSource
+from . import documents
+from .documents import Document, DocumentError, Section, read_document
+from .models import KnowledgeItem, KnowledgeSource, Passage
 
-TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown"})
+# Every format a document may come in (research/documents.py), so the folder walk, the
+# upload form and the API accept the same files.
+TEXT_SUFFIXES = documents.SUFFIXES
 TITLE_MAX = KnowledgeItem._meta.get_field("title").max_length or 300
 # An ATX Markdown heading ("# Title", "## Title ##"), not a "#hashtag".
 HEADING = re.compile(r"^\s{0,3}#{1,6}[ \t]+(?P<title>.+?)(?:[ \t]+#+)?[ \t]*$", re.MULTILINE)
@@ -45,7 +50,31 @@ class Saved:
 
 
 def max_upload_bytes() -> int:
-    return int(getattr(settings, "DEEPTHINK_KNOWLEDGE_MAX_UPLOAD_BYTES", 1_000_000))
+    """The largest file the upload form and the API take."""
+    return int(getattr(settings, "DEEPTHINK_KNOWLEDGE_MAX_UPLOAD_BYTES", 20_000_000))
+
+
+def max_file_bytes() -> int:
+    """The largest file `import_knowledge` reads; bigger ones are skipped with a message."""
+    return int(getattr(settings, "DEEPTHINK_KNOWLEDGE_MAX_FILE_BYTES", 50_000_000))
+
+
+def replace_passages(item: KnowledgeItem, sections: list[Section] | None = None) -> int:
+    """Split `item` into passages (from `sections` when the document gave them, else from its
+    Markdown headings) and store them in place of the old ones."""
+    parts = documents.passages(sections or documents.markdown_sections(item.body))
+    Passage.objects.filter(item=item).delete()
+    Passage.objects.bulk_create(
+        Passage(
+            item=item,
+            position=index,
+            heading=clean_title(part.heading)[:300] if part.heading else "",
+            page=part.page,
+            text=clean_text(part.text),
+        )
+        for index, part in enumerate(parts)
+    )
+    return len(parts)
 
 
 def clean_text(text: str) -> str:
@@ -105,16 +134,19 @@ def save_item(
     source: str = KnowledgeSource.NOTE,
     origin: str = "",
     team: Team | None = None,
+    sections: list[Section] | None = None,
 ) -> Saved:
     """Add an item, or, when `origin` names one this owner already has, update it in place
-    (or leave it alone if nothing changed)."""
+    (or leave it alone if nothing changed). Its passages are rebuilt whenever it changes."""
     body = clean_text(body)
     title = clean_title(title, body=body)
     url = safe_url(url)
     if not origin:
-        item = KnowledgeItem.objects.create(
-            owner=owner, title=title, body=body, url=url, source=source, team=team
-        )
+        with transaction.atomic():
+            item = KnowledgeItem.objects.create(
+                owner=owner, title=title, body=body, url=url, source=source, team=team
+            )
+            replace_passages(item, sections)
         return Saved(item, Change.CREATED)
     with transaction.atomic():
         existing = (
@@ -133,6 +165,7 @@ def save_item(
                 origin=origin,
                 team=team,
             )
+            replace_passages(item, sections)
             return Saved(item, Change.CREATED)
         if (existing.title, existing.body, existing.url, existing.team_id) == (
             title,
@@ -144,6 +177,7 @@ def save_item(
         existing.title, existing.body, existing.url, existing.source = title, body, url, source
         existing.team = team
         existing.save(update_fields=["title", "body", "url", "source", "team", "updated_at"])
+        replace_passages(existing, sections)
         return Saved(existing, Change.UPDATED)
 
 
@@ -156,12 +190,31 @@ def add_item(
     source: str = KnowledgeSource.NOTE,
     origin: str = "",
     team: Team | None = None,
+    sections: list[Section] | None = None,
 ) -> KnowledgeItem:
     """Add a knowledge item. With an `origin` ("session:<uuid>", a file path), adding the
     same origin again updates that item instead of making a second one."""
     return save_item(
-        owner=owner, title=title, body=body, url=url, source=source, origin=origin, team=team
+        owner=owner,
+        title=title,
+        body=body,
+        url=url,
+        source=source,
+        origin=origin,
+        team=team,
+        sections=sections,
     ).item
+
+
+def read_upload(data: bytes, *, name: str) -> tuple[str, str, list[Section]]:
+    """(title, body, sections) of an uploaded or imported file; DocumentError when it cannot
+    be read. The title is the document's own, else its first heading, else the file name."""
+    document: Document = read_document(data, name=name)
+    body = clean_text(document.body)
+    if not body:
+        raise DocumentError(f"“{name}” is empty.", short="empty")
+    title = document.title or title_from_text(body, fallback=title_from_filename(name))
+    return title, body, document.sections
 
 
 # --- importing a folder ----------------------------------------------------------------
@@ -182,8 +235,8 @@ class ImportSummary:
 
 
 def text_files(root: Path, skipped: list[tuple[str, str]] | None = None) -> Iterator[Path]:
-    """The .txt/.md files under `root`, in a stable order, leaving out hidden files and
-    folders (.git, .obsidian, editor backups).
+    """The documents (PDF, HTML, Markdown, text) under `root`, in a stable order, leaving out
+    hidden files and folders (.git, .obsidian, editor backups).
 
     Links are followed only to files inside `root` (a link must not pull in a file from
     elsewhere on the machine); links out of it, dangling links, linked folders and special
@@ -217,35 +270,33 @@ def _not_importable(root: Path, path: Path) -> str:
 
 
 def import_folder(root: Path, *, owner: AbstractBaseUser) -> ImportSummary:
-    """Import every text file under `root` for `owner`. A file imported before is matched by
+    """Import every document under `root` for `owner`; a file that cannot be read is skipped
+    with the reason, and the rest goes on. A file imported before is matched by
     its absolute path: unchanged files are left alone, changed ones updated in place."""
     root = root.resolve()
     summary = ImportSummary()
-    limit = max_upload_bytes()
+    limit = max_file_bytes()
     for path in text_files(root, summary.skipped):
         shown = path.relative_to(root).as_posix()
         try:
-            if path.stat().st_size > limit:
-                summary.skipped.append((shown, f"larger than {limit:,} bytes"))
+            size = path.stat().st_size
+            if size > limit:
+                summary.skipped.append((shown, f"{size:,} bytes, over the {limit:,}-byte limit"))
                 continue
-            text = decode_text(path.read_bytes(), name=shown)
-        except UnreadableText:
-            summary.skipped.append((shown, "not UTF-8 text"))
+            title, body, sections = read_upload(path.read_bytes(), name=path.name)
+        except DocumentError as error:
+            summary.skipped.append((shown, error.short))
             continue
         except OSError as error:  # removed or unreadable since the folder was listed
             summary.skipped.append((shown, error.strerror or "could not be read"))
             continue
-        body = clean_text(text)
-        if not body:
-            summary.skipped.append((shown, "empty"))
-            continue
-        title = title_from_text(body, fallback=title_from_filename(path.name))
         saved = save_item(
             owner=owner,
             title=title,
             body=body,
             source=KnowledgeSource.IMPORT,
             origin=f"file:{path}",
+            sections=sections,
         )
         getattr(summary, saved.change.value).append(shown)
     return summary

@@ -13,9 +13,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from asgiref.sync import sync_to_async
 from django.db import connection
+
+if TYPE_CHECKING:
+    from .models import Passage
 
 # A word is a run of letters and digits (underscores separate, as in the FTS5 tokenizer).
 WORD = re.compile(r"[^\W_]+")
@@ -50,6 +54,11 @@ class MemoryResult:
     url: str
     source: str
     score: float  # higher is better; comparable only within one search
+    # The passage of the item that best matches the query (what the model is shown and
+    # citations point to), with where it sits ("p. 3 · § Results").
+    passage: str = ""
+    passage_id: int | None = None
+    locator: str = ""
 
 
 def query_terms(text: str) -> list[str]:
@@ -98,17 +107,40 @@ def search_memory(
         rows = _search_postgresql(owners, teams, terms, limit)
     else:  # no full-text index was made for this database
         return []
-    return [
-        MemoryResult(
-            item_id=item_id,
-            title=title,
-            snippet=_clean_snippet(snippet),
-            url=url,
-            source=source,
-            score=max(float(score or 0.0), MIN_SCORE),
+    passages = best_passages([row[0] for row in rows], terms)
+    results = []
+    for item_id, title, url, source, snippet, score in rows:
+        best = passages.get(item_id)
+        results.append(
+            MemoryResult(
+                item_id=item_id,
+                title=title,
+                snippet=_clean_snippet(snippet),
+                url=url,
+                source=source,
+                score=max(float(score or 0.0), MIN_SCORE),
+                passage=best.text if best else "",
+                passage_id=best.pk if best else None,
+                locator=best.locator if best else "",
+            )
         )
-        for item_id, title, url, source, snippet, score in rows
-    ]
+    return results
+
+
+def best_passages(item_ids: Sequence[int], terms: Sequence[str]) -> dict[int, Passage]:
+    """For each item, the passage where the query's words occur most (a heading hit counts
+    double); ties go to the earlier passage."""
+    from .models import Passage
+
+    wanted = set(terms)
+    best: dict[int, tuple[int, Passage]] = {}
+    for passage in Passage.objects.filter(item_id__in=list(item_ids)).order_by("item", "position"):
+        words = [w.lower() for w in WORD.findall(passage.text)]
+        score = sum(1 for w in words if w in wanted)
+        score += 2 * sum(1 for w in WORD.findall(passage.heading.lower()) if w in wanted)
+        if passage.item_id not in best or score > best[passage.item_id][0]:
+            best[passage.item_id] = (score, passage)
+    return {item_id: passage for item_id, (_, passage) in best.items()}
 
 
 async def asearch_memory(

@@ -71,6 +71,34 @@ class KnowledgeItem(models.Model):
         return reverse("knowledge-detail", args=[self.pk])
 
 
+class Passage(models.Model):
+    """A part of a knowledge item, with the page or heading it sits under: what search
+    results and citations point to, so a long document is cited by the part that says it."""
+
+    item = models.ForeignKey(KnowledgeItem, on_delete=models.CASCADE, related_name="passages")
+    position = models.PositiveIntegerField()
+    heading = models.CharField(max_length=300, blank=True)
+    page = models.PositiveIntegerField(null=True, blank=True)
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["item", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["item", "position"], name="passage_position_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.item_id} #{self.position} {self.locator}"
+
+    @property
+    def locator(self) -> str:
+        """Where in the document it is: "p. 3", "§ Results", "p. 3 · § Results"."""
+        parts = [f"p. {self.page}"] if self.page else []
+        if self.heading:
+            parts.append(f"§ {self.heading}")
+        return " · ".join(parts)
+
+
 class SearchCacheQuerySet(models.QuerySet["SearchCache"]):
     def fresh(self, now: datetime | None = None) -> SearchCacheQuerySet:
         return self.filter(expires_at__gt=now or timezone.now())

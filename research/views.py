@@ -108,6 +108,7 @@ def knowledge_upload(request: HttpRequest) -> HttpResponse:
         title=form.cleaned_data["title"],
         body=form.cleaned_data["body"],
         source=KnowledgeSource.UPLOAD,
+        sections=form.cleaned_data["sections"],
     )
     messages.success(request, f"Uploaded “{form.cleaned_data['name']}” as “{item.title}”.")
     return redirect(item)

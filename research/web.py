@@ -27,8 +27,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.exa.ai"
 # Highlights are the passages Exa picks for the query (the SDK's advice for LLM context);
-# the summary is a short abstract of the page.
+# the summary is a short abstract of the page; the text (bounded) is the page itself, so a
+# citation can be checked against what the page says, not only Exa's picks.
 CONTENTS: dict[str, Any] = {"highlights": True, "summary": True}
+TEXT_CHARS = 3000  # page text asked of Exa per result (DEEPTHINK_WEB_TEXT_CHARS)
+PASSAGE_CHARS = 1200  # the passage of a page shown to the model and kept with the source
 MAX_NUM_RESULTS = 100  # Exa's own ceiling
 SNIPPET_CHARS = 600
 STATUS_IN_MESSAGE = re.compile(r"status code (\d{3})")
@@ -64,6 +67,9 @@ class WebResult:
     score: float | None  # Exa's relevance, higher is better; None when Exa gives none
     published_date: str | None  # as Exa gives it, ISO 8601
     query: str  # the search that found it
+    # What the model is shown of the page: highlights, then the page text, bounded. Stored
+    # with the source so a citation is checked against exactly this.
+    passage: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -198,6 +204,18 @@ def is_web_url(url: str) -> bool:
     return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
 
 
+def _passage(result: Any) -> str:
+    highlights = [" ".join(h.split()) for h in (result.highlights or []) if h and h.strip()]
+    text = " ".join((result.text or "").split())
+    parts = [*highlights]
+    if text and not any(text.startswith(h[:60]) for h in highlights):
+        parts.append(text)
+    passage = " … ".join(parts) or " ".join((result.summary or "").split())
+    if len(passage) > PASSAGE_CHARS:
+        passage = passage[: PASSAGE_CHARS - 1].rstrip() + "…"
+    return passage
+
+
 def _to_result(result: Any, *, query: str) -> WebResult | None:
     url = (result.url or "").strip()
     if not is_web_url(url):
@@ -211,6 +229,7 @@ def _to_result(result: Any, *, query: str) -> WebResult | None:
         score=float(score) if isinstance(score, int | float) else None,
         published_date=result.published_date or None,
         query=query,
+        passage=_passage(result),
     )
 
 
@@ -228,6 +247,7 @@ class WebSearch:
         max_items_per_source: int = 10,
         cache_seconds: float = 24 * 3600,
         retry_base_seconds: float = 1.0,
+        text_chars: int = TEXT_CHARS,
     ) -> None:
         if not api_key:
             raise ResearchError(NOT_CONFIGURED, kind="not_configured")
@@ -235,6 +255,9 @@ class WebSearch:
         self.max_items_per_source = max(1, max_items_per_source)
         self.cache_seconds = cache_seconds
         self.retry_base_seconds = retry_base_seconds
+        self.contents: dict[str, Any] = {**CONTENTS}
+        if text_chars > 0:
+            self.contents["text"] = {"max_characters": text_chars}
         # exa-py joins base URL and path by plain concatenation: no trailing slash.
         self._exa = AsyncExa(
             api_key=api_key, api_base=(base_url or DEFAULT_BASE_URL).rstrip("/"), timeout=timeout
@@ -253,6 +276,7 @@ class WebSearch:
             max_items_per_source=int(getattr(settings, "DEEPTHINK_WEB_MAX_ITEMS_PER_SOURCE", 10)),
             cache_seconds=float(getattr(settings, "DEEPTHINK_SEARCH_CACHE_SECONDS", 24 * 3600)),
             retry_base_seconds=float(getattr(settings, "DEEPTHINK_RETRY_BASE_SECONDS", 1.0)),
+            text_chars=int(getattr(settings, "DEEPTHINK_WEB_TEXT_CHARS", TEXT_CHARS)),
         )
 
     async def aclose(self) -> None:
@@ -272,7 +296,7 @@ class WebSearch:
         if not text:
             return []
         count = max(1, min(num_results, self.max_items_per_source, MAX_NUM_RESULTS))
-        options = {"num_results": count, "contents": CONTENTS}
+        options = {"num_results": count, "contents": self.contents}
         key = cache_key(kind="web", scope=scope, query=text, options=options)
         if self.cache_seconds > 0:
             cached = await cached_results(key)
@@ -306,7 +330,7 @@ class WebSearch:
                 # exa-py's timeout bounds each wait for data; this bounds the whole call.
                 async with asyncio.timeout(self.timeout):
                     return await self._exa.search(
-                        text, contents=CONTENTS, num_results=count, timeout=self.timeout
+                        text, contents=self.contents, num_results=count, timeout=self.timeout
                     )
             except Exception as error:
                 failure = describe_error(error, timeout=self.timeout)

@@ -5,7 +5,20 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import SubQuestion, Synthesis, ThinkingSession, Thought
+from .models import CitationCheck, SubQuestion, Synthesis, ThinkingSession, Thought
+
+
+class CitationCheckInline(admin.TabularInline):
+    """Read-only: verdicts are written by the citation check (thinking/citations.py)."""
+
+    model = CitationCheck
+    fields = ("number", "verdict", "claim", "why")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
 
 
 class ThoughtInline(admin.TabularInline):
@@ -198,3 +211,4 @@ class SynthesisAdmin(admin.ModelAdmin):
     list_filter = ("is_final",)
     search_fields = ("text",)
     raw_id_fields = ("session",)
+    inlines = (CitationCheckInline,)

@@ -23,7 +23,9 @@ from accounts import tokens
 
 from . import actions, limits
 from .access import get_session_for
+from .citations import session_counts
 from .export import (
+    reference_summary,
     session_document,
     session_markdown,
     source_row,
@@ -268,6 +270,21 @@ class SessionSummaryOut(Schema):
     finished_at: datetime | None
 
 
+class ReferenceToolOut(Schema):
+    tool: Literal["plan", "web_search", "memory_search"]
+    label: str
+    searches: int
+    new: int = Field(description="Sources it found first.")
+    known: int = Field(description="Sources it found again that already had a number.")
+
+
+class CitationCountsOut(Schema):
+    supported: int
+    partial: int
+    unsupported: int
+    unchecked: int
+
+
 class SessionOut(SessionSummaryOut):
     completion_note: str | None
     error: str | None
@@ -283,6 +300,8 @@ class SessionOut(SessionSummaryOut):
     confidence_evolution: list[float]
     usage: UsageOut
     final_answer: str | None
+    reference_summary: list[ReferenceToolOut] = Field(description="Sources per search tool.")
+    citation_checks: CitationCountsOut = Field(description="Verdicts on cited claims.")
 
 
 class SessionPageOut(Schema):
@@ -357,6 +376,8 @@ def detail(session: ThinkingSession) -> dict[str, Any]:
             "truncated_replies": session.truncated_replies,
         },
         "final_answer": session.final_answer or None,
+        "reference_summary": reference_summary(session),
+        "citation_checks": session_counts(session),
     }
 
 
@@ -470,6 +491,13 @@ class SubQuestionOut(Schema):
     created_at: datetime
 
 
+class CitationCheckOut(Schema):
+    claim: str
+    number: int
+    verdict: Literal["supported", "partial", "unsupported", "unchecked"]
+    why: str
+
+
 class SynthesisOut(Schema):
     sequence: int
     text: str
@@ -480,6 +508,9 @@ class SynthesisOut(Schema):
     is_final: bool
     reasoning: str | None
     created_at: datetime
+    citation_checks: list[CitationCheckOut] = Field(
+        description="Each cited claim judged against the passage of the source it cites."
+    )
 
 
 class SourceOut(Schema):
@@ -490,6 +521,7 @@ class SourceOut(Schema):
     snippet: str
     score: float
     query: str
+    found_by: str = Field(description="plan, web_search or memory_search: what found it first.")
     created_at: datetime
 
 
@@ -576,3 +608,8 @@ def export_session(
         f'attachment; filename="deep-think-{session.pk}.{params.format}"'
     )
     return response
+
+
+# --- knowledge ----------------------------------------------------------------------------
+# Mounted last so research's routes (research/api.py) share this API's auth and errors.
+api.add_router("/knowledge", "research.api.router")

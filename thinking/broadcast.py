@@ -163,6 +163,12 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
         parts.append({"kind": "synthesis", "seq": synthesis.sequence, "html": html})
         chart = {"oob": True, **chart_context(session)}
         parts.append({"kind": "replace", "html": _render("_confidence.html", chart)})
+    if event.checked is not None:
+        # Citation verdicts arrived: the synthesis is re-rendered in place with its marks,
+        # and the answer (its unsupported claims) if the session is done.
+        synthesis = session.syntheses.get(sequence=event.checked)
+        context = {"synthesis": synthesis, "replace_row": True, "source_numbers": numbers}
+        parts.append({"kind": "replace", "html": _render("_synthesis.html", context)})
     finished = event.finished or session.is_finished
     parts += _regions(
         session, numbers, plan=event.plan or event.sources or finished, finished=finished

@@ -27,6 +27,7 @@ class SessionEvent:
     sources: bool = False  # new sources were stored
     plan: bool = False  # the plan, its current step, the progress line or research notes changed
     live: LiveStep | None = None  # a step in flight (nothing stored by this event)
+    checked: int | None = None  # sequence of a synthesis whose citations were just checked
 
 
 Publish = Callable[[SessionEvent], Awaitable[None]]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from accounts.models import team_ids_of
 from research.memory import MemoryResult, asearch_memory
 from research.web import ResearchError, WebResult, WebSearch, is_web_url
 
+from . import citations
 from .models import Source, SourceKind, ThinkingSession
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,19 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _identity(result: WebResult | MemoryResult) -> tuple[str, str, str, str, float]:
+    """(key, url, title, passage shown to the model, score) of a search result. A knowledge
+    item found through one of its passages is cited by that passage, with its page/heading."""
+    if isinstance(result, WebResult):
+        passage = result.passage or result.summary or result.snippet
+        return result.url, result.url, result.title, passage, result.score or 0.0
+    title = f"{result.title} ({result.locator})" if result.locator else result.title
+    if result.passage_id is not None:
+        key = f"passage:{result.passage_id}"
+        return key, result.url, title, result.passage, result.score
+    return f"item:{result.item_id}", result.url, title, result.snippet, result.score
+
+
 @database_sync_to_async
 def store_sources(
     session_id: uuid.UUID,
@@ -72,45 +85,57 @@ def store_sources(
     query: str,
     *,
     worker_id: str,
+    found_by: str = "plan",
+    again: list[int] | None = None,
 ) -> list[Source]:
     """Store new sources with the next citation numbers; a source already found (same URL,
-    same knowledge item) keeps its number. Returns the new ones. Only while `worker_id`
-    holds the session's lease and it is not cancelled (else LeaseLost / Stopped)."""
+    same passage) keeps its number, which is added to `again`. Returns the new ones. The
+    session's per-tool tally (`search_tally`) counts the search, its new and known sources.
+    Only while `worker_id` holds the session's lease and it is not cancelled (else LeaseLost
+    / Stopped)."""
     created: list[Source] = []
+    known_again: list[int] = []
     # The step's row lock serialises numbering between parallel searches of one session.
-    with ThinkingSession.step(session_id, worker_id=worker_id):
-        existing = set(
-            Source.objects.filter(session_id=session_id, kind=kind).values_list("key", flat=True)
+    with ThinkingSession.step(session_id, worker_id=worker_id) as step:
+        existing = dict(
+            Source.objects.filter(session_id=session_id, kind=kind).values_list("key", "number")
         )
         top = Source.objects.filter(session_id=session_id).aggregate(top=Max("number"))["top"]
         number = (top or 0) + 1
         for result in results:
-            if isinstance(result, WebResult):
-                if not is_web_url(result.url):
-                    continue  # only http(s) links are stored (research/web.py filters too)
-                key, url = result.url, result.url
-                snippet = result.summary or result.snippet
-                score = result.score or 0.0
-            else:
-                key, url = f"item:{result.item_id}", result.url
-                snippet, score = result.snippet, result.score
+            if isinstance(result, WebResult) and not is_web_url(result.url):
+                continue  # only http(s) links are stored (research/web.py filters too)
+            key, url, title, passage, score = _identity(result)
+            key = key[:2000]
             if key in existing:
+                if existing[key] not in known_again:
+                    known_again.append(existing[key])
                 continue
-            existing.add(key)
+            existing[key] = number
             created.append(
                 Source.objects.create(
                     session_id=session_id,
                     number=number,
                     kind=kind,
-                    title=_clip(result.title or url or "Untitled", 500),
+                    title=_clip(title or url or "Untitled", 500),
                     url=url[:2000],
-                    snippet=_clip(snippet, MAX_SNIPPET_CHARS),
+                    snippet=_clip(passage, MAX_SNIPPET_CHARS),
                     score=float(score),
                     query=query[:1000],
-                    key=key[:2000],
+                    key=key,
+                    found_by=found_by,
                 )
             )
             number += 1
+        tally = dict(step.session.search_tally or {})
+        row = dict(tally.get(found_by) or {"searches": 0, "new": 0, "known": 0})
+        row["searches"] += 1
+        row["new"] += len(created)
+        row["known"] += len(known_again)
+        tally[found_by] = row
+        step.update(search_tally=tally)
+    if again is not None:
+        again.extend(known_again)
     return created
 
 
@@ -134,9 +159,11 @@ async def search_one(
     query: str,
     limit: int,
     worker_id: str,
+    found_by: str = "plan",
+    again: list[int] | None = None,
 ) -> list[Source]:
-    """One query against one provider, with a time limit; its sources stored. A failure
-    becomes a note for the page and raises nothing."""
+    """One query against one provider, with a time limit; its sources stored (the numbers
+    of sources found again go to `again`). A failure becomes a note and raises nothing."""
     timeout = settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS
     try:
         if kind == SourceKind.WEB:
@@ -172,7 +199,9 @@ async def search_one(
             worker_id=worker_id,
         )
         return []
-    return await store_sources(session_id, kind, results, query, worker_id=worker_id)
+    return await store_sources(
+        session_id, kind, results, query, worker_id=worker_id, found_by=found_by, again=again
+    )
 
 
 async def gather(
@@ -273,8 +302,6 @@ def best_sources(session_id: uuid.UUID, limit: int) -> list[Source]:
     return sorted(chosen, key=lambda s: s.number)
 
 
-_CITATION = re.compile(r"\[(\d{1,4})\]")
-
-
 def cited_numbers(text: str) -> list[int]:
-    return [int(n) for n in _CITATION.findall(text or "")]
+    """Every cited number (all citation forms: thinking/citations.py)."""
+    return citations.cited_numbers(text)

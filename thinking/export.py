@@ -7,11 +7,11 @@ lease, and never ModelCall.content (it holds thinking signatures).
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from .citations import MARKS, check_rows, find_citations, session_counts
 from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought, ThoughtType
 from .templatetags.thinking_extras import duration, percent
 
@@ -74,6 +74,8 @@ def synthesis_row(s: Synthesis) -> dict[str, Any]:
         "is_final": s.is_final,
         "reasoning": s.reasoning or None,
         "created_at": s.created_at.isoformat(),
+        # Each cited claim judged against the cited source's passage (thinking/citations.py).
+        "citation_checks": check_rows(s),
     }
 
 
@@ -86,8 +88,35 @@ def source_row(s: Source) -> dict[str, Any]:
         "snippet": s.snippet,
         "score": s.score,
         "query": s.query,
+        "found_by": s.found_by or "plan",
         "created_at": s.created_at.isoformat(),
     }
+
+
+TOOLS = (
+    ("plan", "Plan searches"),
+    ("web_search", "The model's web_search"),
+    ("memory_search", "The model's memory_search"),
+)
+
+
+def reference_summary(session: ThinkingSession) -> list[dict[str, Any]]:
+    """Per search tool: searches run, new sources found, known sources found again."""
+    tally = session.search_tally if isinstance(session.search_tally, dict) else {}
+    rows = []
+    for tool, label in TOOLS:
+        row = tally.get(tool) or {}
+        if row:
+            rows.append(
+                {
+                    "tool": tool,
+                    "label": label,
+                    "searches": int(row.get("searches", 0)),
+                    "new": int(row.get("new", 0)),
+                    "known": int(row.get("known", 0)),
+                }
+            )
+    return rows
 
 
 def session_document(session: ThinkingSession) -> dict[str, Any]:
@@ -134,6 +163,8 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
         "plan": session.plan,
         "research_notes": session.research_notes,
         "unknown_citations": session.unknown_citations,
+        "reference_summary": reference_summary(session),
+        "citation_check_counts": session_counts(session),
         "sources": [source_row(s) for s in session.sources.all()],
         # Usage per call, for accounting. Only these columns: `content` stays on the server.
         "model_calls": [
@@ -160,9 +191,6 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
 # images of its own (brackets are escaped); the only links are the ones written here, to the
 # session's own http(s) sources.
 
-# A citation as it looks after escaping: \[3\] or \[1, 4\]. Not followed by `(`, `[` or `:`,
-# which would turn it into an inline link, a reference link or a link definition.
-_ESCAPED_CITATION = re.compile(r"\\\[(\d+(?:\s*,\s*\d+)*)\\\](?![(\[:])")
 _URL_SAFE = "!#$%&'()*+,-./:;=?@[]_~"
 
 
@@ -178,16 +206,35 @@ def _one_line(text: str) -> str:
 
 
 def _cited(text: str, numbers: set[int]) -> str:
-    """Inert text whose citations of known sources stay [n], linked by the definitions at
-    the end of the report; citations of unknown numbers stay plain text."""
+    """Inert text whose citations (every form: thinking/citations.py) of known sources become
+    [n], linked by the definitions at the end of the report; unknown numbers stay text."""
+    out: list[str] = []
+    pos = 0
+    for citation in find_citations(text):
+        before = _inert(text[pos : citation.start])
+        if before.endswith("!"):  # "![1]" would be an image of the source's page
+            before = before[:-1] + "\\!"
+        out.append(before)
+        out.append(", ".join(f"[{n}]" if n in numbers else f"\\[{n}\\]" for n in citation.numbers))
+        if text[citation.end : citation.end + 1] == "[":
+            out.append(" ")  # "[1][4]" would be one reference link
+        pos = citation.end
+    out.append(_inert(text[pos:]))
+    return "".join(out)
 
-    def restore(match: re.Match[str]) -> str:
-        cited = [int(n) for n in re.split(r"\s*,\s*", match.group(1))]
-        if not all(n in numbers for n in cited):
-            return match.group(0)
-        return ", ".join(f"[{n}]" for n in cited)
 
-    return _ESCAPED_CITATION.sub(restore, _inert(text))
+def _checks(synthesis: Synthesis, numbers: set[int]) -> list[str]:
+    rows = check_rows(synthesis)
+    if not rows:
+        return []
+    lines = ["Citation checks:", ""]
+    for row in rows:
+        why = f" ({_one_line(str(row['why']))})" if row["why"] else ""
+        lines.append(
+            f"- {MARKS.get(str(row['verdict']), '')} {row['verdict']}: "
+            f"{_one_line(str(row['claim']))} {_cited(f'[{row["number"]}]', numbers)}{why}"
+        )
+    return [*lines, ""]
 
 
 def _safe_url(url: str) -> str | None:
@@ -230,10 +277,29 @@ def session_markdown(session: ThinkingSession) -> str:
             _cited(session.final_answer, numbers),
             "",
         ]
+        final = next((s for s in reversed(syntheses) if s.is_final), None)
+        checked = check_rows(final) if final else []
+        doubtful = [row for row in checked if row["verdict"] in ("unsupported", "partial")]
+        if doubtful:
+            lines += ["**Claims the sources do not back:**", ""]
+            for row in doubtful:
+                why = f" ({_one_line(str(row['why']))})" if row["why"] else ""
+                lines.append(
+                    f"- {row['verdict']}: {_one_line(str(row['claim']))} "
+                    f"{_cited(f'[{row["number"]}]', numbers)}{why}"
+                )
+            lines.append("")
     else:
         lines += [f"*No final answer ({session.get_status_display().lower()}).*", ""]
 
     lines += ["## References", ""]
+    for row in reference_summary(session):
+        lines.append(
+            f"- {row['label']}: {row['searches']} searches, {row['new']} new sources, "
+            f"{row['known']} already known found again"
+        )
+    if session.search_tally:
+        lines.append("")
     if sources:
         for source in sources:
             url = _safe_url(source.url)
@@ -283,6 +349,7 @@ def _timeline(session: ThinkingSession, syntheses: list[Any], numbers: set[int])
             _cited(s.text, numbers),
             "",
         ]
+        lines += _checks(s, numbers)
         for heading, items in (
             ("Key insights", s.key_insights),
             ("Remaining questions", s.remaining_questions),

@@ -21,7 +21,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import F
 
-from . import budget, evidence, parsing, planner, prompts, steps, tags, tools, transcript
+from . import budget, citations, evidence, parsing, planner, prompts, steps, tags, tools, transcript
 from .asking import ask
 from .events import Publish, SessionEvent
 from .live import publish_safely
@@ -445,9 +445,15 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
         if synthesis_due(session):
             session, event = await synthesise(session=session, run=run)
             await publish_safely(run.publish, event)
+            session = await citations.check_synthesis_citations(
+                session, event.synthesis, run.llm, run.publish, worker_id=run.worker_id
+            )
     reason = ending_reason(session)
     session, event = await synthesise(session=session, run=run, final=True, reason=reason)
     await publish_safely(run.publish, event)
+    session = await citations.check_synthesis_citations(
+        session, event.synthesis, run.llm, run.publish, worker_id=run.worker_id
+    )
     return session.status
 
 

@@ -238,6 +238,9 @@ class ThinkingSession(models.Model):
     unknown_citations = models.PositiveIntegerField(default=0)
     # Replies still cut off by max_tokens after one retry with more room (kept as parsed).
     truncated_replies = models.PositiveIntegerField(default=0)
+    # Per search tool ("plan", "web_search", "memory_search"): searches, new sources, and
+    # sources found again that already had a number.
+    search_tally = models.JSONField(default=dict, blank=True)
     # Bumped on every stored change, so a reconnecting page knows whether it missed anything.
     revision = models.PositiveIntegerField(default=0)
 
@@ -707,8 +710,12 @@ class Source(models.Model):
     snippet = models.TextField(blank=True)
     score = models.FloatField(default=0.0)
     query = models.TextField(blank=True, help_text="The query that found it.")
-    # A knowledge-base item's id, or the URL for the web: how duplicates are spotted.
+    # "passage:<id>" (or "item:<id>") for the knowledge base, the URL for the web: how
+    # duplicates are spotted.
     key = models.CharField(max_length=2000)
+    # What found it first: "plan" (the research plan's searches), "web_search" or
+    # "memory_search" (the model's own tool calls).
+    found_by = models.CharField(max_length=16, default="plan", blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -720,3 +727,32 @@ class Source(models.Model):
 
     def __str__(self) -> str:
         return f"[{self.number}] {self.title[:70]}"
+
+
+class Verdict(models.TextChoices):
+    SUPPORTED = "supported", "Supported"
+    PARTIAL = "partial", "Partly supported"
+    UNSUPPORTED = "unsupported", "Unsupported"
+    UNCHECKED = "unchecked", "Not checked"
+
+
+class CitationCheck(models.Model):
+    """One cited claim of a synthesis, judged against the passage of the source it cites
+    (thinking/citations.py). `occurrence` says which citation of `number` in the text it is,
+    so the page can mark that very citation."""
+
+    synthesis = models.ForeignKey(
+        Synthesis, on_delete=models.CASCADE, related_name="citation_checks"
+    )
+    number = models.PositiveIntegerField()
+    occurrence = models.PositiveIntegerField(default=0)
+    claim = models.TextField()
+    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    why = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["synthesis", "id"]
+
+    def __str__(self) -> str:
+        return f"[{self.number}] {self.verdict}: {self.claim[:60]}"

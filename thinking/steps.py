@@ -19,7 +19,7 @@ from django.utils import timezone
 from research import knowledge
 from research.models import KnowledgeSource
 
-from . import evidence, parsing
+from . import citations, evidence, parsing
 from .events import SessionEvent
 from .llm import Reply, Usage
 from .models import (
@@ -228,6 +228,10 @@ def store_thoughts(
             for index, thought in enumerate(reading.thoughts)
         )
         record_calls(step, "thoughts", replies)
+        known = set(session.sources.values_list("number", flat=True))
+        unknown = sum(len(citations.unknown_citations(t.text, known)) for t in reading.thoughts)
+        if unknown:  # thoughts cite too: counted like the syntheses' citations
+            step.update(unknown_citations=F("unknown_citations") + unknown)
         routes = dict(session.parse_routes)
         routes[reading.route] = routes.get(reading.route, 0) + 1
         step.update(parse_routes=routes)

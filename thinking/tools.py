@@ -7,7 +7,7 @@ Tool inputs come from the model and are untrusted: every field is checked and cl
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,12 +109,18 @@ def _count(value: object, default: int, maximum: int) -> int:
     return max(1, min(maximum, value)) if isinstance(value, int) else default
 
 
-def format_sources(sources: list[Source], *, found_before: int = 0) -> str:
+def format_sources(sources: list[Source], *, found_again: Sequence[int] = ()) -> str:
+    again = ", ".join(f"[{n}]" for n in found_again)
     if not sources:
-        if found_before:
-            return f"No new sources ({found_before} already in the list above were found again)."
+        if found_again:
+            return (
+                f"No new sources. Found again, already numbered: {again}. "
+                "Cite them by those numbers."
+            )
         return "No sources found."
     # The same delimited data blocks as the evidence pack: search results are data.
+    if found_again:
+        return f"{evidence.evidence_pack(sources)}\n\nAlso found again, already numbered: {again}."
     return evidence.evidence_pack(sources)
 
 
@@ -136,6 +142,7 @@ async def run_tool(
         if kind == SourceKind.WEB and research.web is None:
             return ToolOutcome("Web search is not available here.", is_error=True)
         limit = _count(args.get("max_results"), 5, 10 if kind == SourceKind.WEB else 40)
+        again: list[int] = []
         sources = await evidence.search_one(
             session_id=session_id,
             research=research,
@@ -143,8 +150,10 @@ async def run_tool(
             query=query,
             limit=limit,
             worker_id=worker_id,
+            found_by=name,
+            again=again,
         )
-        return ToolOutcome(format_sources(sources), sources=tuple(sources))
+        return ToolOutcome(format_sources(sources, found_again=again), sources=tuple(sources))
     if name == "think":
         # An empty thought is accepted: the tool only appends to the log.
         return ToolOutcome("Noted.", scratchpad=_text(args.get("thought"), 8000))

@@ -288,7 +288,10 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
             else f"Let me consider {topic} carefully before answering."
         )
 
-    if "WEB QUERIES:" in prompt and "PLAN:" in prompt:
+    if "VERDICT: supported | partial | unsupported" in prompt:
+        _, n = state.bump("plain")
+        text = _check_citations(prompt)
+    elif "WEB QUERIES:" in prompt and "PLAN:" in prompt:
         _, n = state.bump("plans")
         text = (
             f"PLAN:\n1. Clarify what {topic} asks\n2. Gather evidence from notes and the web\n"
@@ -336,6 +339,28 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
         _, n = state.bump("plain")
         text = f"Noted. A brief reflection on {topic}: it is worth approaching step by step (#{n})."
     return Reply(text=text, thinking=thinking)
+
+
+_CLAIM_RE = re.compile(
+    r"^CLAIM (\d+): (.*?) \[\d+\]\n<passage [^>]*>\n(.*?)\n</passage>", re.MULTILINE | re.DOTALL
+)
+_WORD_RE = re.compile(r"[a-z0-9]{4,}")
+
+
+def _check_citations(prompt: str) -> str:
+    """A naive but honest checker: a claim is supported when most of its longer words are in
+    the passage it cites, partial when some are, unsupported otherwise."""
+    blocks = []
+    for k, claim, passage in _CLAIM_RE.findall(prompt):
+        words = set(_WORD_RE.findall(claim.lower()))
+        found = words & set(_WORD_RE.findall(passage.lower()))
+        share = len(found) / len(words) if words else 0.0
+        verdict = "supported" if share >= 0.6 else "partial" if share >= 0.3 else "unsupported"
+        blocks.append(
+            f"CLAIM: {k}\nVERDICT: {verdict}\n"
+            f"WHY: {len(found)} of the claim's {len(words)} key words are in the passage."
+        )
+    return "\n---\n".join(blocks) or "No claims to check."
 
 
 def _use_tools(state: MindState, tools: set, rounds: int, subject: str) -> Reply | None:

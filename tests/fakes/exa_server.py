@@ -106,7 +106,10 @@ def default_results(query: str, num_results: int | None, contents: Any) -> list[
         page = {
             "url": url,
             "title": f"{query.strip()[:80]} — source {n}",
-            "text": f"Full text of source {n} about {query}. " * 3,
+            "text": (
+                f"Full text of source {n} about {query}. "
+                + f"Source {n} reports measurements on {query}. " * 40
+            ),
             "highlights": [f"Source {n} explains {query} with evidence (passage {n})."],
             "summary": f"Source {n} summarises what is known about {query}.",
         }
@@ -131,6 +134,11 @@ def _contents_fields(page: dict[str, Any], contents: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if contents.get("text"):
         fields["text"] = page["text"]
+        options = contents["text"]
+        # {"text": {"maxCharacters": n}} bounds the text, as Exa does.
+        limit = options.get("maxCharacters") if isinstance(options, dict) else None
+        if isinstance(limit, int) and limit > 0:
+            fields["text"] = page["text"][:limit]
     if contents.get("highlights"):
         fields["highlights"] = page["highlights"]
         fields["highlightScores"] = [0.8 for _ in page["highlights"]]

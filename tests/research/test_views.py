@@ -121,7 +121,9 @@ def test_a_file_that_is_not_utf8_is_refused_with_a_clear_error(alice_client: Any
 @pytest.mark.parametrize(
     ("name", "data", "message"),
     [
-        ("photo.png", b"\x89PNG", "is not a .txt or .md file"),
+        ("photo.png", b"\x89PNG", "is not a PDF, HTML, Markdown or text file"),
+        ("notes.txt", bytes(range(256)) * 3, "looks like a binary file, not text"),
+        ("broken.pdf", b"%PDF-1.4\n1 0 obj garbage", "is a damaged or unreadable PDF"),
         ("empty.md", b"  \n ", "is empty"),
         ("big.txt", b"x" * 2_000, "the limit is 1,000 bytes"),
     ],

@@ -55,15 +55,30 @@ async def test_results_are_read_from_exas_wire_format(fake_exa: FakeExa):
         score=0.85,
         published_date=first.published_date,
         query="Why do we dream?",
+        passage=first.passage,
     )
     assert first.published_date and first.published_date.startswith("2026-")
     [request] = fake_exa.searches
     assert request.headers["x-api-key"] == fake_exa.api_key
     assert request.body == {
         "query": "Why do we dream?",
-        "contents": {"highlights": True, "summary": True},
+        "contents": {"highlights": True, "summary": True, "text": {"maxCharacters": 3000}},
         "numResults": 5,
     }
+    # The passage the model is shown: the highlight, then the page text, bounded.
+    assert first.passage.startswith("Source 1 explains Why do we dream? with evidence")
+    assert "Source 1 reports measurements on Why do we dream?" in first.passage
+    assert len(first.passage) <= 1200 and first.passage.endswith("…")
+
+
+async def test_page_text_asked_of_exa_is_bounded_by_the_setting(settings: Any, fake_exa: FakeExa):
+    settings.DEEPTHINK_WEB_TEXT_CHARS = 200
+    [first, *_] = await web_search("bounded text")
+    assert fake_exa.searches[0].body["contents"]["text"] == {"maxCharacters": 200}
+    highlight = "Source 1 explains bounded text with evidence (passage 1)."
+    # Exa sent at most 200 characters of text: the passage is the highlight plus those.
+    assert first.passage.startswith(highlight)
+    assert len(first.passage) <= len(highlight) + len(" … ") + 200
 
 
 async def test_the_same_page_under_different_urls_is_kept_once(fake_exa: FakeExa):

@@ -89,6 +89,7 @@ def test_schema_describes_exactly_the_routes(client: Client):
         "/api/sessions/{session_id}/syntheses": ["get"],
         "/api/sessions/{session_id}/sources": ["get"],
         "/api/sessions/{session_id}/export": ["get"],
+        "/api/knowledge": ["post"],
     }
     assert set(schema["components"]["securitySchemes"]) == {"BearerToken", "SessionCookie"}
 

@@ -145,6 +145,7 @@ def test_the_json_document_has_every_stored_row(finished: ThinkingSession):
         "snippet": "REM sleep...",
         "score": 0.9,
         "query": "dreams memory",
+        "found_by": "plan",
         "created_at": doc["sources"][0]["created_at"],
     }
     assert doc["plan"] == {"steps": ["survey", "weigh"], "current": 1, "source": "model"}

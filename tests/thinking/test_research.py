@@ -189,8 +189,8 @@ async def test_citations_link_to_their_sources_and_unknown_ones_are_counted(
     assert session.unknown_citations == 1
     await sync_to_async(client.force_login)(alice)
     html = (await sync_to_async(client.get)(session.get_absolute_url())).content.decode()
-    assert re.search(r'<a class="cite" href="#source-1"[^>]*>\[1\]</a>', html)
-    assert re.search(r'<a class="cite" href="#source-2"[^>]*>\[2\]</a>', html)
+    assert re.search(r'<a class="cite[^"]*" href="#source-1"[^>]*>\[1\][^<]*</a>', html)
+    assert re.search(r'<a class="cite[^"]*" href="#source-2"[^>]*>\[2\][^<]*</a>', html)
     assert 'href="#source-99"' not in html and "[99]" in html
     assert 'id="source-1"' in html and "1 citation pointed to no source" in html
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from collections.abc import Container, Sequence
 from typing import Any
 
@@ -13,6 +12,14 @@ from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
 from thinking import presenters
+from thinking.citations import (
+    LABELS,
+    MARKS,
+    check_map,
+    find_citations,
+    session_counts,
+    unsupported_in_answer,
+)
 from thinking.models import SubQuestion
 
 register = template.Library()
@@ -67,7 +74,6 @@ def part_items(parts: dict[str, str] | None) -> list[tuple[str, str]]:
     ]
 
 
-_CITATION = re.compile(r"\[(\d{1,4})\]")
 _LINK_SCHEMES = ("http://", "https://")
 
 
@@ -77,8 +83,12 @@ def _validate_link(url: str) -> bool:
 
 
 def _link_citations(state: StateCore) -> None:
-    """Turn [n] in plain text into a link to source n, when the page has source n."""
+    """Turn every citation form ([n], [1, 4], [1][4], [2-3]; thinking/citations.py) in plain
+    text into links to the sources the page has, each as [n]; a number with no source stays
+    plain text. A citation the checker judged carries its verdict's mark."""
     numbers = state.env.get("source_numbers") or ()
+    checks = state.env.get("checks") or {}
+    seen: dict[int, int] = state.env.setdefault("seen", {})
     for block in state.tokens:
         if block.type != "inline" or not block.children:
             continue
@@ -90,19 +100,36 @@ def _link_citations(state: StateCore) -> None:
                 tokens.append(token)
                 continue
             text, pos = token.content, 0
-            for match in _CITATION.finditer(text):
-                number = int(match.group(1))
-                if number not in numbers:
-                    continue
-                if match.start() > pos:
-                    tokens.append(_text(text[pos : match.start()]))
-                opening = Token("link_open", "a", 1)
-                opening.attrs = {"class": "cite", "href": f"#source-{number}"}
-                tokens += [opening, _text(match.group(0)), Token("link_close", "a", -1)]
-                pos = match.end()
+            for citation in find_citations(text):
+                if citation.start > pos:
+                    tokens.append(_text(text[pos : citation.start]))
+                for index, number in enumerate(citation.numbers):
+                    occurrence = seen.get(number, 0)
+                    seen[number] = occurrence + 1
+                    if index:
+                        tokens.append(_text(", "))
+                    if number not in numbers:
+                        tokens.append(_text(f"[{number}]"))
+                        continue
+                    tokens += _citation_link(number, checks.get((number, occurrence)))
+                pos = citation.end
             if pos < len(text):
                 tokens.append(_text(text[pos:]))
         block.children = tokens
+
+
+def _citation_link(number: int, check: tuple[str, str] | None) -> list[Token]:
+    opening = Token("link_open", "a", 1)
+    opening.attrs = {"class": "cite", "href": f"#source-{number}"}
+    label = f"[{number}]"
+    if check is not None:
+        verdict, why = check
+        opening.attrs["class"] = f"cite verdict-{verdict}"
+        opening.attrs["title"] = f"Source {number}: {LABELS.get(verdict, verdict)}" + (
+            f". {why}" if why else ""
+        )
+        label += MARKS.get(verdict, "")
+    return [opening, _text(label), Token("link_close", "a", -1)]
 
 
 def _text(content: str) -> Token:
@@ -115,7 +142,8 @@ def _render_link_open(
     renderer: RendererHTML, tokens: Sequence[Token], idx: int, options: Any, env: Any
 ) -> str:
     token = tokens[idx]
-    if token.attrGet("class") != "cite":  # a web page the model named: leave the app safely
+    # A web page the model named (not one of our citation links): leave the app safely.
+    if not str(token.attrGet("class") or "").startswith("cite"):
         token.attrSet("rel", "noopener noreferrer nofollow")
         token.attrSet("target", "_blank")
     return renderer.renderToken(tokens, idx, options, env)
@@ -147,19 +175,62 @@ def cited(text: str | None, numbers: Container[int] | None) -> SafeString:
     Markdown's own and links to http(s) pages or to a source number we generated. A citation
     with no such source stays plain text.
     """
-    html = _MARKDOWN.render(str(text or ""), {"source_numbers": numbers or ()})
+    return _render_cited(text, numbers, {})
+
+
+def _render_cited(
+    text: str | None, numbers: Container[int] | None, checks: dict[tuple[int, int], Any]
+) -> SafeString:
+    html = _MARKDOWN.render(
+        str(text or ""), {"source_numbers": numbers or (), "checks": checks, "seen": {}}
+    )
     # Defence in depth: whatever the renderer let through, the maintained sanitizer keeps
     # only formatting and links to http(s) pages or our own sources.
     html = nh3.clean(
         html,
         tags=SAFE_TAGS,
-        attributes={"a": {"href", "target"}, "th": {"style"}, "td": {"style"}},
-        allowed_classes={"a": {"cite"}},
+        attributes={"a": {"href", "target", "title"}, "th": {"style"}, "td": {"style"}},
+        allowed_classes={"a": CITE_CLASSES},
         url_schemes={"http", "https"},
         link_rel="noopener noreferrer nofollow",
         filter_style_properties={"text-align"},
     )
     return mark_safe(html)  # noqa: S308 - escaped by markdown-it, then sanitized by nh3
+
+
+CITE_CLASSES = {"cite", *(f"verdict-{v}" for v in MARKS)}
+
+
+@register.simple_tag
+def cited_checked(synthesis: Any, numbers: Container[int] | None) -> SafeString:
+    """A synthesis's text like `cited`, each checked citation marked with its verdict."""
+    if synthesis is None:
+        return mark_safe("")
+    return _render_cited(synthesis.text, numbers, check_map(synthesis.citation_checks.all()))
+
+
+@register.simple_tag
+def final_synthesis(session: Any) -> Any:
+    """The synthesis that is the session's final answer, if any."""
+    return session.syntheses.filter(is_final=True).order_by("-sequence").first()
+
+
+@register.simple_tag
+def citation_counts(session: Any) -> dict[str, int]:
+    return session_counts(session)
+
+
+@register.simple_tag(name="reference_summary")
+def reference_summary_tag(session: Any) -> list[dict[str, Any]]:
+    """Per search tool: searches, new sources and known ones found again (export.py)."""
+    from thinking.export import reference_summary
+
+    return reference_summary(session)
+
+
+@register.simple_tag
+def unsupported_claims(session: Any) -> list[Any]:
+    return unsupported_in_answer(session)
 
 
 @register.filter

@@ -1,4 +1,4 @@
-"""Import a folder of .txt/.md files into one person's knowledge base."""
+"""Import a folder of documents (PDF, HTML, Markdown, text) into one person's knowledge base."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ from research.knowledge import import_folder
 
 class Command(BaseCommand):
     help = (
-        "Import the .txt and .md files under PATH (recursively) as knowledge items of --owner. "
-        "The title is the first Markdown heading, else the file name. Files imported before "
-        "are matched by path: unchanged ones are skipped, changed ones updated."
+        "Import the PDF, HTML, Markdown and text files under PATH (recursively) as knowledge "
+        "items of --owner, each split into passages. A file that cannot be read is skipped "
+        "with the reason and the rest goes on. The title is the document's own, else its "
+        "first heading, else the file name. Files imported before are matched by path: "
+        "unchanged ones are skipped, changed ones updated."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("path", help="a folder of .txt/.md files")
+        parser.add_argument("path", help="a folder of documents")
         parser.add_argument("--owner", required=True, help="the username that will own the items")
 
     def handle(self, *args: Any, **options: Any) -> None:

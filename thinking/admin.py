@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from .models import ApiToken, SubQuestion, Synthesis, ThinkingSession, Thought
 
@@ -30,8 +31,18 @@ class SubQuestionInline(admin.TabularInline):
     model = SubQuestion
     fk_name = "session"
     extra = 0
-    fields = ("priority", "text", "why", "explored", "explored_at", "answer", "parent")
-    readonly_fields = ("explored_at",)
+    fields = (
+        "priority",
+        "initial_priority",
+        "priority_changes",
+        "text",
+        "why",
+        "explored",
+        "explored_at",
+        "answer",
+        "parent",
+    )
+    readonly_fields = ("explored_at", "initial_priority", "priority_changes")
     raw_id_fields = ("parent",)
 
 
@@ -83,6 +94,8 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
         "confidence_evolution",
         "parse_routes",
         "stop_requested",
+        "stage_history",
+        "format_errors",
     )
     fieldsets = (
         (
@@ -99,7 +112,8 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("Format", {"fields": ("format_mode", "format_spec", "parse_routes")}),
+        ("Format", {"fields": ("format_mode", "format_spec", "parse_routes", "format_errors")}),
+        ("Research and stages", {"fields": ("research_enabled", "web_enabled", "stage_history")}),
         ("Budget", {"fields": ("budget_seconds", "synthesis_interval_seconds")}),
         ("Answer", {"fields": ("final_answer", "final_confidence", "confidence_evolution")}),
         ("Error", {"fields": ("error_message",), "classes": ("collapse",)}),
@@ -141,6 +155,20 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
         ),
         ("Worker lease", {"fields": ("worker_id", "heartbeat_at"), "classes": ("collapse",)}),
     )
+
+    @admin.display(description="Stages")
+    def stage_history(self, obj: ThinkingSession) -> str:
+        # format_html_join escapes every value: stage messages can come from the model.
+        rows = format_html_join(
+            "",
+            "<li>{} · <strong>{}</strong> {}: {}</li>",
+            (
+                (item.get("at", ""), item.get("stage", ""), item.get("label", ""), item["message"])
+                for item in obj.stages
+                if isinstance(item, dict) and "message" in item
+            ),
+        )
+        return format_html("<ol>{}</ol>", rows) if obj.stages else "—"
 
     @admin.display(description="Question", ordering="question")
     def question_short(self, obj: ThinkingSession) -> str:

@@ -18,7 +18,7 @@ from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
-from . import llm, tokens
+from . import llm, stages, tokens
 from .access import get_session_for
 from .broadcast import publish_sync
 from .events import SessionEvent
@@ -30,7 +30,7 @@ from .export import (
     synthesis_row,
     thought_row,
 )
-from .forms import StartSessionForm
+from .forms import StartSessionForm, SteerForm
 from .models import (
     CompletionReason,
     Effort,
@@ -156,7 +156,7 @@ def unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse
     return response
 
 
-def form_errors(form: StartSessionForm) -> ValidationError:
+def form_errors(form: StartSessionForm | SteerForm) -> ValidationError:
     """The start form's errors in the shape of ninja's own 422s."""
     errors = []
     for field, messages in form.errors.get_json_data().items():
@@ -191,12 +191,20 @@ class StartIn(Schema):
     team: int | None = Field(
         None, ge=1, le=MAX_BIGINT, description="Share with one of your teams (its id)."
     )
+    research: bool = Field(
+        True,
+        description="false: no plan, no searches, no evidence, no search tools; "
+        "the model's own knowledge only.",
+    )
+    web: bool = Field(True, description="false: research never searches the web.")
 
     def form_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
         for name, value in self.model_dump().items():
             if value is None:
                 data[name] = ""
+            elif name in ("research", "web"):
+                data[name] = "on" if value else "off"
             elif name == "format_spec" and not isinstance(value, str):
                 data[name] = json.dumps(value)
             else:
@@ -248,6 +256,24 @@ class SessionSummaryOut(Schema):
     finished_at: datetime | None
 
 
+class StageOut(Schema):
+    stage: str = Field(description="planning, research, analysis, synthesis, reflection, note")
+    label: str
+    message: str
+    at: datetime
+    by: str = Field("loop", description="loop: entered by the loop; model: its progress tool.")
+    plan_step: int | None = None
+    total_steps: int | None = None
+    confidence: str | None = None
+    metadata: dict[str, str] | None = None
+
+
+class FormatErrorOut(Schema):
+    cycle: int
+    route: str = Field(description="How the reply was read: tags, lines, prose or empty.")
+    errors: list[str]
+
+
 class SessionOut(SessionSummaryOut):
     completion_note: str | None
     error: str | None
@@ -263,6 +289,15 @@ class SessionOut(SessionSummaryOut):
     confidence_evolution: list[float]
     usage: UsageOut
     final_answer: str | None
+    research: bool = Field(description="Research on: a plan, searches, evidence, search tools.")
+    web: bool = Field(description="Web search allowed for research.")
+    plan: dict[str, Any] = Field(description="Steps, current step, terms and queries.")
+    progress: StageOut | None = Field(description="The latest stage.")
+    stages: list[StageOut] = Field(description="Every stage so far, oldest first.")
+    research_notes: list[str]
+    unknown_citations: int = Field(description="Citations [n] that match no stored source.")
+    parse_routes: dict[str, int] = Field(description="How thought replies were read.")
+    format_errors: list[FormatErrorOut] = Field(description="Format problems per cycle.")
 
 
 class SessionPageOut(Schema):
@@ -333,6 +368,15 @@ def detail(session: ThinkingSession) -> dict[str, Any]:
             "estimated_cost_usd": session.estimated_cost,
         },
         "final_answer": session.final_answer or None,
+        "research": session.research_enabled,
+        "web": session.web_enabled,
+        "plan": session.plan if isinstance(session.plan, dict) else {},
+        "progress": session.progress if session.progress.get("message") else None,
+        "stages": stages.served(session),
+        "research_notes": list(session.research_notes),
+        "unknown_citations": session.unknown_citations,
+        "parse_routes": session.parse_routes,
+        "format_errors": list(session.format_errors),
     }
 
 
@@ -450,6 +494,10 @@ class SubQuestionOut(Schema):
     text: str
     priority: int
     why: str
+    initial_priority: int = Field(description="The priority it was created with.")
+    priority_changes: list[dict[str, Any]] = Field(
+        description="Each re-ranking that moved it: from, to, why, cycle, at."
+    )
     explored: bool
     explored_at: datetime | None
     answer: str | None
@@ -528,6 +576,53 @@ def list_sources(
     """Evidence the session found; `after` is a citation number here."""
     session = get_session_for(request.auth, session_id)
     return [source_row(s) for s in newer(session.sources.all(), "number", params)]
+
+
+# --- steering through the API -------------------------------------------------------
+
+
+class SteerIn(Schema):
+    kind: Literal["hint", "question"] = Field(
+        description="hint: included in the next prompts; question: a sub-question explored "
+        "next, at top priority."
+    )
+    text: str = Field(description="At most 1000 characters.")
+
+
+class SteerOut(Schema):
+    thought: ThoughtOut = Field(description="The steering, as stored in the thought stream.")
+    notice: str
+
+
+@api.post(
+    "/sessions/{session_id}/steer",
+    response={201: SteerOut, **CHANGE_ERRORS, 409: ErrorOut},
+    tags=["steering"],
+)
+def steer_session(
+    request: HttpRequest, session_id: uuid.UUID, payload: SteerIn
+) -> ninja.Status[dict[str, Any]]:
+    """The page's steering: anyone who may see the session may steer it while it is not
+    finished (409 otherwise). Validated like the page's form (422)."""
+    session = get_session_for(request.auth, session_id)
+    form = SteerForm({"kind": payload.kind, "text": payload.text})
+    if not form.is_valid():
+        raise form_errors(form)  # type: ignore[arg-type]
+    try:
+        thought = session.steer(
+            user=request.auth, kind=form.cleaned_data["kind"], text=form.cleaned_data["text"]
+        )
+    except IllegalTransition as error:
+        raise HttpError(409, str(error)) from None
+    publish_sync(
+        SessionEvent(session.pk, thoughts=(thought.sequence,), questions=thought.type == "question")
+    )
+    notice = (
+        "Added: it will be explored next."
+        if thought.type == "question"
+        else "Noted: the next prompts include your hint."
+    )
+    return ninja.Status(201, {"thought": thought_row(thought), "notice": notice})
 
 
 # --- export -----------------------------------------------------------------------------

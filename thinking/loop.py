@@ -27,7 +27,19 @@ from django.utils import timezone
 from research import knowledge
 from research.models import Source as KnowledgeSource
 
-from . import evidence, parsing, planner, prompts, tags, tools
+from . import (
+    evidence,
+    final_review,
+    interrupt,
+    parsing,
+    planner,
+    prompts,
+    rerank,
+    signals,
+    stages,
+    tags,
+    tools,
+)
 from .events import LiveStep, Publish, SessionEvent
 from .llm import LLM, LLMError, Reply, Usage, user_message
 from .models import (
@@ -343,15 +355,22 @@ async def ask(
         )
         await live.start()
         try:
-            reply = await llm.stream(
-                messages or [user_message(prompt.stable, prompt.variable)],  # type: ignore[union-attr]
-                system=prompts.SYSTEM,
-                tools=tools,
-                model=session.model_id,
-                thinking=session.thinking_settings,
-                on_thinking=live.on_thinking,
-                on_text=live.on_text,
+            # A person's pause or cancel stops the stream in flight (thinking.interrupt).
+            reply = await interrupt.watched(
+                llm.stream(
+                    messages or [user_message(prompt.stable, prompt.variable)],  # type: ignore[union-attr]
+                    system=prompts.SYSTEM,
+                    tools=tools,
+                    model=session.model_id,
+                    thinking=session.thinking_settings,
+                    on_thinking=live.on_thinking,
+                    on_text=live.on_text,
+                ),
+                session_id=session.pk,
+                meter=meter,
             )
+        except interrupt.Interrupted as stop:
+            raise Stopped(session.pk) from stop
         except LLMError as error:
             if not error.retryable:
                 raise
@@ -408,6 +427,8 @@ async def generate_thoughts(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus."""
+    message = f"Thinking about: {focus.text}"
+    await stages.enter(session.pk, "analysis", message, worker_id=worker_id, publish=publish)
     recent, understanding, sources, hints = await database_sync_to_async(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
@@ -510,7 +531,7 @@ async def generate_thoughts(
                 worker_id=worker_id,
             )
         )
-    reading = parsing.read_thought_reply(replies[-1].text, mode=mode, custom=spec)
+    reading = signals.read(replies[-1].text, mode=mode, custom=spec)  # typed values used
     return await _store_thoughts(session, focus, reading, replies, scratch, meter, worker_id)
 
 
@@ -518,7 +539,8 @@ def _tools_for(session: ThinkingSession, research: evidence.Research) -> list[di
     if not (settings.DEEPTHINK_TOOLS and session.tools_enabled):
         return []
     think = settings.DEEPTHINK_THINK_TOOL and session.think_tool
-    return tools.definitions(web=research.web is not None, think=think)
+    web = research.web is not None
+    return tools.definitions(web=web, think=think, search=session.research_enabled)
 
 
 def _stop_note(session: ThinkingSession, reading: parsing.ThoughtReply) -> str:
@@ -583,6 +605,7 @@ def _store_thoughts(
         routes = dict(session.parse_routes)
         routes[reading.route] = routes.get(reading.route, 0) + 1
         changes["parse_routes"] = routes
+        changes.update(signals.changes_for(session, reading))  # format errors, per cycle
         # A stop signal counts only once the session has consolidated at least once.
         if reading.stop_signal and session.syntheses.filter(is_final=False).exists():
             changes.update(stop_requested=True, completion_note=_stop_note(session, reading))
@@ -704,17 +727,16 @@ async def synthesise(
             list(session.syntheses.order_by("sequence").values_list("text", flat=True)),
         )
 
-    recent, explored, previous, all_syntheses = await database_sync_to_async(gather)()
+    if not final:  # the final answer's stages come with its review (thinking.final_review)
+        message = "Consolidating the understanding so far"
+        await stages.enter(session.pk, "synthesis", message, worker_id=worker_id, publish=publish)
+    recent, explored, previous, _ = await database_sync_to_async(gather)()
     pack = evidence.evidence_pack(
         await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
     )
-    if final:
-        prompt = prompts.final_prompt(
-            question=session.question,
-            recent=recent,
-            explored=explored,
-            syntheses=all_syntheses,
-            evidence=pack,
+    if final:  # the final answer reviews the whole session, within a token budget
+        prompt = await final_review.final_prompt(
+            session, evidence=pack, worker_id=worker_id, publish=publish
         )
     else:
         prompt = prompts.synthesis_prompt(
@@ -833,6 +855,9 @@ async def plan_research(
 ) -> ThinkingSession:
     """Plan (the model, else a heuristic), then search memory and the web in parallel."""
     subject = focus.text if focus else session.question
+    await stages.enter(
+        session.pk, "planning", stages.planning_message(focus), worker_id=worker_id, publish=publish
+    )
     stable, variable = planner.plan_prompt(
         session.question, focus=focus.text if focus and focus.sub_question_id else ""
     )
@@ -864,6 +889,8 @@ async def plan_research(
         focus_id=focus.sub_question_id if focus else None,
     )
     await _publish(publish, SessionEvent(session.pk, plan=True))
+    message = stages.research_message(plan, web=research.web is not None)
+    await stages.enter(session.pk, "research", message, worker_id=worker_id, publish=publish)
 
     async def show(sources: list) -> None:
         await _publish(publish, SessionEvent(session.pk, sources=True))
@@ -882,7 +909,7 @@ async def plan_research(
 def replan_due(session: ThinkingSession, focus: Focus) -> bool:
     """A high-priority sub-question that becomes the focus gets its own research, a few times
     per session."""
-    if focus.sub_question_id is None:
+    if focus.sub_question_id is None or not session.research_enabled:
         return False
     researched = session.plan.get("researched", [])
     return (
@@ -927,7 +954,7 @@ async def deliberate(
     """plan -> research -> [focus -> (research) -> thoughts -> questions? -> synthesis?]* ->
     final. Returns the status the session stopped in."""
     steps = {"llm": llm, "meter": meter, "worker_id": worker_id, "publish": publish}
-    if not session.plan:
+    if not session.plan and session.research_enabled:  # research off: no plan, no searches
         session = await plan_research(session=session, research=research, **steps)
     while True:
         status = await current_status(session.pk, worker_id=worker_id)
@@ -948,6 +975,7 @@ async def deliberate(
         if questions_due(session, thought_count):
             session, event = await generate_questions(session=session, focus=focus, **steps)
             await _publish(publish, event)
+        session = await rerank.maybe_rerank(session=session, **steps)  # when due (rerank.py)
         if ending_reason(session):
             break
         if synthesis_due(session):
@@ -992,7 +1020,7 @@ async def run_session(
     except LeaseLost:
         logger.warning("Session %s was taken over by another worker; stopping", session_id)
         return None
-    except Stopped:
+    except (Stopped, interrupt.Interrupted):
         session = await stop_running(session_id, worker_id=worker_id, meter=meter)
         await _publish(publish, SessionEvent(session.pk, finished=True))
         return session.status

@@ -80,6 +80,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--token-ceiling", type=int, help="Tokens in all before the final answer."
         )
+        parser.add_argument(
+            "--no-research",
+            action="store_true",
+            help="No plan, no searches, no evidence, no search tools: own knowledge only.",
+        )
+        parser.add_argument(
+            "--no-web", action="store_true", help="Research never searches the web."
+        )
         parser.add_argument("--owner", help="Username of the owner (default: first superuser).")
         parser.add_argument("--json", action="store_true", help="Print one JSON document.")
 
@@ -106,6 +114,8 @@ class Command(BaseCommand):
                 "effort": options["effort"] or "",
                 "max_tokens": options["max_tokens"] or "",
                 "token_ceiling": options["token_ceiling"] or "",
+                "research": "off" if options["no_research"] else "on",
+                "web": "off" if options["no_web"] else "on",
             },
         )
         if not form.is_valid():

@@ -181,8 +181,12 @@ async def gather(
     """Run every query at once; each query's sources are stored and shown as soon as that
     query finishes, not after the slowest. One failing query or provider blocks nothing."""
     if research.web is None and web_queries:
-        why = "for this session" if research.web_off else "no EXA_API_KEY is set"
-        await add_note(session_id, f"Web research is off: {why}. The knowledge base is used.")
+        note = (
+            "Web research is off for this session: only the knowledge base is searched."
+            if research.web_off
+            else "Web research is off: no EXA_API_KEY is set. The knowledge base is used."
+        )
+        await add_note(session_id, note)
     jobs = [(SourceKind.WEB, q) for q in web_queries if research.web is not None]
     jobs += [(SourceKind.MEMORY, q) for q in memory_queries]
     found: list[Source] = []

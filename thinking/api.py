@@ -586,7 +586,9 @@ class SteerIn(Schema):
         description="hint: included in the next prompts; question: a sub-question explored "
         "next, at top priority."
     )
-    text: str = Field(description="At most 1000 characters.")
+    text: str = Field(
+        min_length=1, max_length=1000, description="Stripped of surrounding spaces; not empty."
+    )
 
 
 class SteerOut(Schema):
@@ -596,7 +598,7 @@ class SteerOut(Schema):
 
 @api.post(
     "/sessions/{session_id}/steer",
-    response={201: SteerOut, **CHANGE_ERRORS, 409: ErrorOut},
+    response={201: SteerOut, 400: ErrorOut, **CHANGE_ERRORS, 409: ErrorOut},
     tags=["steering"],
 )
 def steer_session(

@@ -81,8 +81,9 @@ Open sub-questions:
 
 
 def due(session: ThinkingSession, *, source_count: int, open_count: int) -> bool:
-    """Every few cycles, or when new evidence arrived; only with something to order."""
-    if open_count < 2:
+    """Every few cycles, or when new evidence arrived; only with something to order, and
+    not when the session is about to write its final answer anyway."""
+    if open_count < 2 or session.budget_exhausted or session.stop_requested:
         return False
     every = settings.DEEPTHINK_RERANK_EVERY
     return (

@@ -330,3 +330,29 @@ def test_the_admin_shows_the_stage_history_and_format_errors(admin_client: Clien
     page = admin_client.get(f"/admin/thinking/thinkingsession/{session.pk}/change/")
     html = page.content.decode()
     assert "A &lt;script&gt; note" in html and "no THOUGHT blocks" in html
+
+
+def test_re_ranking_is_due_every_few_cycles_and_when_new_evidence_arrives(
+    make_session: Any, settings: Any
+):
+    from thinking import rerank
+
+    settings.DEEPTHINK_RERANK_EVERY = 3
+    session = make_session(cycles=4, cycles_at_last_rerank=3, sources_at_last_rerank=5)
+    assert not rerank.due(session, source_count=5, open_count=4)
+    assert rerank.due(session, source_count=6, open_count=4), "new evidence arrived"
+    session.cycles = 6
+    assert rerank.due(session, source_count=5, open_count=4), "three cycles since"
+    assert not rerank.due(session, source_count=9, open_count=1), "nothing to order"
+
+
+def test_the_planning_call_has_its_live_label():
+    import time
+    import uuid
+
+    from thinking.broadcast import render_live
+    from thinking.events import LiveStep, SessionEvent
+
+    live = LiveStep("plan", time.time(), "Which queries?")
+    html = render_live(SessionEvent(uuid.uuid4(), live=live))["parts"][0]["html"]
+    assert "the research plan" in html

@@ -210,3 +210,36 @@ async def test_a_pause_stops_the_model_stream_in_flight(fake_claude: Any, make_s
     assert session.cycles == 0
     assert session.active_seconds < 1.0, "the 1.5 s it streamed is not thinking time"
     assert session.worker_id == "" and session.running_since is None
+
+
+async def test_a_cancel_stops_the_model_mid_tool_loop(fake_claude: Any, make_session: Any):
+    session = await sync_to_async(make_session)(budget_seconds=60, synthesis_interval_seconds=60)
+    fake_claude.enqueue(
+        Reply(tool_uses=[{"name": "think", "input": {"thought": "First, a note."}}]),
+        Reply(text="THOUGHT: " + "slow " * 80, chunk_delay=2.0),  # the second round crawls
+    )
+    await claim(session)
+    llm = LLM.from_settings()
+
+    async def publish(event: SessionEvent) -> None:
+        pass
+
+    task = asyncio.create_task(
+        loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
+    )
+    try:
+        for _ in range(200):  # until the second round of the tool loop is streaming
+            if len(fake_claude.requests) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        await sync_to_async(lambda: ThinkingSession.objects.get(pk=session.pk).cancel())()
+        status = await asyncio.wait_for(task, timeout=10)
+    finally:
+        task.cancel()
+        await llm.close()
+
+    await session.arefresh_from_db()
+    assert status == Status.CANCELLED
+    assert await session.thoughts.acount() == 0, "not even the tool loop's scratchpad note"
+    assert await session.model_calls.acount() == 0

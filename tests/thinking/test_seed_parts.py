@@ -356,3 +356,20 @@ def test_the_planning_call_has_its_live_label():
     live = LiveStep("plan", time.time(), "Which queries?")
     html = render_live(SessionEvent(uuid.uuid4(), live=live))["parts"][0]["html"]
     assert "the research plan" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cli_prints_the_stages_as_the_loop_enters_them(fake_claude: Any, alice: Any):
+    out = StringIO()
+    call_command("think", "Why?", "--minutes", "0.05", stdout=out, stderr=StringIO())
+    text = out.getvalue()
+    assert "· planning: Planning the research" in text
+    assert "· analysis: Thinking about: Why?" in text
+
+
+def test_a_session_without_research_says_so(client: Client, alice: Any, make_session: Any):
+    session = make_session(plan={}, research_enabled=False, status=Status.THINKING)
+    client.force_login(alice)
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert "Research is off for this session: no plan, no searches, no evidence." in page
+    assert "Planning the research…" not in page

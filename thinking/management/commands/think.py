@@ -43,6 +43,11 @@ class TerminalPrinter:
             label = "Final answer" if s.is_final else f"Synthesis {s.sequence + 1}"
             self.write(self.style.SUCCESS(f"\n== {label} (confidence {s.confidence:.2f})"))
             self.write(s.text + "\n")
+        if event.plan and not event.sources and session.progress.get("message"):
+            # A stage the loop entered or the model reported (thinking.stages).
+            stage = session.progress
+            self.write(self.style.HTTP_INFO(f"  · {stage.get('stage')}: {stage['message']}"))
+            return
         if not event.thoughts and event.synthesis is None and not event.questions:
             progress = f"{session.elapsed_seconds():.0f}s of {session.budget_seconds:.0f}s"
             self.write(self.style.HTTP_INFO(f"-- {session.get_status_display()} ({progress})"))

@@ -62,6 +62,10 @@ session that does not exist and one you may not see are both `404`. Validation e
 "msg": "...", "type": "..."}]}`; `loc` names where the problem is (`body`, `query` or
 `path`, then the field), for the request's types and for the start form's rules alike.
 
+**Steering.** `POST /api/sessions/{id}/steer` with `{"kind": "hint" | "question", "text": …}`
+does what the page's steering does: a hint joins the next prompts, a question is explored
+next. Anyone who may see the session may steer it until it finishes (then `409`).
+
 **Polling.** `GET /api/sessions/{id}` has the status, progress and counts;
 `/thoughts?after=SEQ`, `/syntheses?after=SEQ` and `/sources?after=NUMBER` return only rows
 newer than the last one you have. `revision` changes whenever anything stored changes.

@@ -14,7 +14,7 @@ from tests.conftest import prompt_of
 from tests.fakes.anthropic_server import Reply
 from tests.thinking.test_loop import WORKER, claim
 from thinking import loop
-from thinking.events import SessionEvent
+from thinking.events import SessionEvent, publish_nothing
 from thinking.llm import LLM
 from thinking.models import Status, SubQuestion, ThinkingSession
 
@@ -37,7 +37,7 @@ async def test_stages_come_from_the_loop_when_the_model_never_reports_progress(
 ):
     never_reports_progress(fake_claude)
     session = await sync_to_async(make_session)(
-        plan={}, budget_seconds=1.0, synthesis_interval_seconds=0.5
+        plan={}, budget_seconds=2.0, synthesis_interval_seconds=1.0
     )
 
     await run(session)
@@ -87,51 +87,93 @@ async def test_a_progress_report_moves_the_plan_and_keeps_its_extras(
     assert session.plan["current"] == 2 and session.plan["step_reported"]
 
 
+async def rerank_now(session: ThinkingSession) -> ThinkingSession:
+    """The re-ranking step alone, as the loop calls it after a cycle."""
+    from thinking import rerank
+
+    await claim(session)
+    llm = LLM.from_settings()
+    try:
+        return await rerank.maybe_rerank(
+            session=session,
+            llm=llm,
+            meter=loop.Meter(),
+            worker_id=WORKER,
+            publish=publish_nothing,
+        )
+    finally:
+        await llm.close()
+
+
 async def test_open_sub_questions_are_re_ranked_but_a_persons_keeps_its_place(
     fake_claude: Any, make_session: Any, alice: Any, settings: Any
 ):
-    settings.DEEPTHINK_RERANK_EVERY = 1
-    never_reports_progress(fake_claude)
-    session = await sync_to_async(make_session)(budget_seconds=0.3, synthesis_interval_seconds=60)
+    settings.DEEPTHINK_RERANK_EVERY = 3
+    session = await sync_to_async(make_session)(cycles=3, status=Status.THINKING)
     mine = await SubQuestion.objects.acreate(
         session=session, text="My own question?", priority=10, added_by=alice
     )
     low = await SubQuestion.objects.acreate(session=session, text="Low one?", priority=2)
     await SubQuestion.objects.acreate(session=session, text="Middle one?", priority=5)
-    # Exploring the person's question and one other leaves two open model questions.
     await SubQuestion.objects.acreate(session=session, text="Top one?", priority=9)
 
-    await run(session)
+    session = await rerank_now(session)
 
-    prompts = [prompt_of(r) for r in fake_claude.requests if "QUESTION_ID:" in prompt_of(r)]
-    assert prompts, "the fast model was asked to re-rank"
-    assert f"[{low.pk}] Low one?" in prompts[0]
-    assert f"[{mine.pk}]" not in prompts[0]
+    (call,) = fake_claude.requests
+    prompt = prompt_of(call)
+    assert "QUESTION_ID:" in prompt and f"[{low.pk}] Low one?" in prompt
+    assert f"[{mine.pk}]" not in prompt and "My own question?" not in prompt
+    assert "thinking" not in call["body"]  # the fast model, thinking off
     await low.arefresh_from_db()
     await mine.arefresh_from_db()
     assert low.priority == 10 and low.initial_priority == 2
     assert low.priority_changes[0]["from"] == 2 and low.priority_changes[0]["to"] == 10
     assert low.priority_changes[0]["why"] == "New evidence makes this the most pressing"
+    assert low.priority_changes[0]["cycle"] == 3
     assert mine.priority == 10 and mine.priority_changes == []
-    call = next(r for r in fake_claude.requests if "QUESTION_ID:" in prompt_of(r))
-    assert "thinking" not in call["body"]  # the fast model, thinking off
+    await session.arefresh_from_db()
+    assert session.cycles_at_last_rerank == 3
+    assert [s["stage"] for s in session.stages] == ["reflection", "reflection"]
+    assert session.stages[-1]["message"] == "Re-ranked the open sub-questions: 1 moved"
+
+
+async def test_re_ranking_waits_until_it_is_due(fake_claude: Any, make_session: Any):
+    session = await sync_to_async(make_session)(cycles=1, status=Status.THINKING)
+    for n, priority in ((1, 3), (2, 4)):
+        await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
+
+    await rerank_now(session)
+
+    assert fake_claude.requests == []
 
 
 async def test_re_ranking_uses_the_fast_model_when_one_is_set(
     fake_claude: Any, make_session: Any, settings: Any
 ):
-    settings.DEEPTHINK_RERANK_EVERY = 1
     settings.DEEPTHINK_FAST_MODEL = "claude-fast-test"
+    session = await sync_to_async(make_session)(cycles=5, status=Status.THINKING)
+    for n, priority in ((1, 3), (2, 4), (3, 5)):
+        await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
+
+    await rerank_now(session)
+
+    assert [r["body"]["model"] for r in fake_claude.requests] == ["claude-fast-test"]
+    assert await session.model_calls.filter(purpose="rerank", model="claude-fast-test").aexists()
+
+
+async def test_the_loop_re_ranks_as_it_goes(fake_claude: Any, make_session: Any, settings: Any):
+    settings.DEEPTHINK_RERANK_EVERY = 1
     never_reports_progress(fake_claude)
-    session = await sync_to_async(make_session)(budget_seconds=0.2, synthesis_interval_seconds=60)
+    session = await sync_to_async(make_session)(budget_seconds=3, synthesis_interval_seconds=60)
     for n, priority in ((1, 3), (2, 4), (3, 5)):
         await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
 
     await run(session)
 
-    models = {r["body"]["model"] for r in fake_claude.requests if "QUESTION_ID:" in prompt_of(r)}
-    assert models == {"claude-fast-test"}
-    assert await session.model_calls.filter(purpose="rerank", model="claude-fast-test").aexists()
+    assert await session.model_calls.filter(purpose="rerank").aexists()
+    assert await SubQuestion.objects.filter(
+        session=session, initial_priority__isnull=False
+    ).aexists()
 
 
 async def test_research_off_means_no_plan_no_searches_no_evidence_no_research_tools(

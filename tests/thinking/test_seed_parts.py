@@ -373,3 +373,23 @@ def test_a_session_without_research_says_so(client: Client, alice: Any, make_ses
     page = client.get(session.get_absolute_url()).content.decode()
     assert "Research is off for this session: no plan, no searches, no evidence." in page
     assert "Planning the research…" not in page
+
+
+def test_a_teammate_may_steer_through_the_api_as_on_the_page(
+    make_session: Any, alice: Any, django_user_model: Any
+):
+    from research.models import Membership, Role, Team
+
+    carol = django_user_model.objects.create_user("carol", password="carol-pass-123")
+    team = Team.objects.create(name="Lab")
+    Membership.objects.create(team=team, user=alice, role=Role.OWNER)
+    Membership.objects.create(team=team, user=carol, role=Role.MEMBER)
+    session = make_session(status=Status.PAUSED, team=team)
+    carol_api = bearer(create_token(carol, "script")[1])
+
+    response = post(
+        carol_api, f"/api/sessions/{session.pk}/steer", {"kind": "question", "text": "Why?"}
+    )
+
+    assert response.status_code == 201
+    assert SubQuestion.objects.get(session=session).added_by == carol

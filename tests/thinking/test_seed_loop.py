@@ -219,7 +219,9 @@ async def test_web_off_searches_only_the_knowledge_base(
     )
 
 
-async def test_a_pause_stops_the_model_stream_in_flight(fake_claude: Any, make_session: Any):
+async def test_a_pause_stops_the_model_stream_in_flight(
+    fake_claude: Any, make_session: Any, background_tasks: None
+):
     session = await sync_to_async(make_session)(budget_seconds=60, synthesis_interval_seconds=60)
     # A reply that would take 40 seconds to stream: 2 s per 20-character chunk.
     fake_claude.enqueue(Reply(text="THOUGHT: " + "slow " * 80, chunk_delay=2.0))
@@ -254,7 +256,9 @@ async def test_a_pause_stops_the_model_stream_in_flight(fake_claude: Any, make_s
     assert session.worker_id == "" and session.running_since is None
 
 
-async def test_a_cancel_stops_the_model_mid_tool_loop(fake_claude: Any, make_session: Any):
+async def test_a_cancel_stops_the_model_mid_tool_loop(
+    fake_claude: Any, make_session: Any, background_tasks: None
+):
     session = await sync_to_async(make_session)(budget_seconds=60, synthesis_interval_seconds=60)
     fake_claude.enqueue(
         Reply(tool_uses=[{"name": "think", "input": {"thought": "First, a note."}}]),

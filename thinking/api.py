@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import ninja
+import pydantic
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
@@ -600,20 +601,38 @@ class SteerOut(Schema):
     notice: str
 
 
+def _steer_body() -> dict[str, Any]:
+    """The request body's schema, for the OpenAPI document (the view reads it itself)."""
+    schema = SteerIn.model_json_schema()
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
 @api.post(
     "/sessions/{session_id}/steer",
     response={201: SteerOut, 400: ErrorOut, **CHANGE_ERRORS, 409: ErrorOut},
     tags=["steering"],
+    openapi_extra={"requestBody": _steer_body()},
 )
-def steer_session(
-    request: HttpRequest, session_id: uuid.UUID, payload: SteerIn
-) -> ninja.Status[dict[str, Any]]:
+def steer_session(request: HttpRequest, session_id: uuid.UUID) -> ninja.Status[dict[str, Any]]:
     """The page's steering: anyone who may see the session may steer it while it is not
     finished (409 otherwise). Validated like the page's form (422)."""
+    # Access first, the body after: a session the caller may not see is a 404 whatever was
+    # sent, so a malformed body cannot reveal that it exists.
     session = get_session_for(request.auth, session_id)
+    try:
+        payload = SteerIn.model_validate_json(request.body or b"{}")
+    except pydantic.ValidationError as error:
+        if any(e["type"] == "json_invalid" for e in error.errors()):
+            raise HttpError(400, "The body must be a JSON object.") from None
+        raise ValidationError(
+            [
+                {"loc": ["body", "payload", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+                for e in error.errors()
+            ]
+        ) from None
     form = SteerForm({"kind": payload.kind, "text": payload.text})
     if not form.is_valid():
-        raise form_errors(form)  # type: ignore[arg-type]
+        raise form_errors(form)
     try:
         thought = session.steer(
             user=request.auth, kind=form.cleaned_data["kind"], text=form.cleaned_data["text"]

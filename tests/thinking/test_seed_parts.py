@@ -229,6 +229,9 @@ def test_api_steering_follows_the_pages_rules(api: Client, make_session: Any, bo
     assert post(api, live_url, {"kind": "hint", "text": "x" * 1001}).status_code == 422
     bob_api = bearer(create_token(bob, "script")[1])
     assert post(bob_api, live_url, {"kind": "hint", "text": "hi"}).status_code == 404
+    # Access before the body: a bad body does not reveal that the session exists.
+    assert post(bob_api, live_url, {"kind": 1}).status_code == 404
+    assert post(api, live_url, {"kind": 1}).json()["detail"][0]["loc"][:2] == ["body", "payload"]
     assert post(Client(), live_url, {"kind": "hint", "text": "hi"}).status_code == 401
     assert not Thought.objects.filter(session__in=[session, live]).exists()
 

@@ -30,6 +30,8 @@ def _render(template: str, context: dict[str, Any]) -> str:
 
 
 LIVE_LABELS = {
+    "plan": "the research plan",
+    "rerank": "re-ranking the sub-questions",
     "thoughts": "new thoughts",
     "questions": "new sub-questions",
     "synthesis": "a synthesis",

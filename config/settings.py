@@ -403,6 +403,12 @@ DEEPTHINK_REPLAN_PRIORITY = env_int("DEEPTHINK_REPLAN_PRIORITY", 8, minimum=1)
 DEEPTHINK_QUESTIONS_EVERY = env_int("DEEPTHINK_QUESTIONS_EVERY", 5, minimum=1)
 DEEPTHINK_MAX_MINUTES = env_float("DEEPTHINK_MAX_MINUTES", 600.0, minimum=0.05)
 DEEPTHINK_MAX_QUESTION_CHARS = env_int("DEEPTHINK_MAX_QUESTION_CHARS", 4000, minimum=100)
+# The whole seed (#12): open sub-questions are re-ranked every N cycles and when new sources
+# arrive; the final answer's review of the session fits this many prompt tokens (estimated);
+# a pause or cancel is noticed during a model call within this many seconds.
+DEEPTHINK_RERANK_EVERY = env_int("DEEPTHINK_RERANK_EVERY", 3, minimum=1)
+DEEPTHINK_FINAL_PROMPT_TOKENS = env_int("DEEPTHINK_FINAL_PROMPT_TOKENS", 24000, minimum=2000)
+DEEPTHINK_INTERRUPT_POLL_SECONDS = env_float("DEEPTHINK_INTERRUPT_POLL_SECONDS", 0.5, minimum=0.05)
 
 # Limits per person: sessions thinking at once, and sessions started per hour.
 DEEPTHINK_MAX_CONCURRENT_SESSIONS = env_int("DEEPTHINK_MAX_CONCURRENT_SESSIONS", 3, minimum=1)

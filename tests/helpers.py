@@ -10,7 +10,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.test import AsyncClient
+from django.test import AsyncClient, Client
 
 from thinking.events import SessionEvent
 from thinking.run import Clock
@@ -35,6 +35,18 @@ def prompt_of(request: dict) -> str:
     if isinstance(content, str):
         return content
     return "\n\n".join(block.get("text", "") for block in content if isinstance(block, dict))
+
+
+# --- the JSON API -----------------------------------------------------------------------------
+
+
+def bearer(token: str) -> Client:
+    """A client that sends this API token."""
+    return Client(headers={"Authorization": f"Bearer {token}"})
+
+
+def post(client: Client, url: str, data: Any = None) -> Any:
+    return client.post(url, data if data is not None else {}, content_type="application/json")
 
 
 # --- running a session in the test's event loop ---------------------------------------------

@@ -138,7 +138,11 @@ def member_may(route: str) -> set[int]:
     it), the team's page (but not managing it), and nothing private."""
     if route.startswith(("sessions/", "api/sessions/")):
         # 409: allowed to try, but the session's state refuses (resuming a running one).
-        return {403} if route.endswith(("cancel/", "cancel")) else {200, 302, 409}
+        # 400/422: allowed to steer through the API (access is checked before the body), but
+        # this matrix sends no JSON to steer with.
+        if route.endswith(("cancel/", "cancel")):
+            return {403}
+        return {200, 302, 409, 400, 422} if route.endswith("/steer") else {200, 302, 409}
     if route == "teams/<int:pk>/":
         return {200, 403}  # sees the team; adding people is for owners
     if route.startswith("teams/invitations/"):

@@ -4,6 +4,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
 
 from .models import CitationCheck, SubQuestion, Synthesis, ThinkingSession, Thought
 
@@ -43,8 +44,18 @@ class SubQuestionInline(admin.TabularInline):
     model = SubQuestion
     fk_name = "session"
     extra = 0
-    fields = ("priority", "text", "why", "explored", "explored_at", "answer", "parent")
-    readonly_fields = ("explored_at",)
+    fields = (
+        "priority",
+        "initial_priority",
+        "priority_changes",
+        "text",
+        "why",
+        "explored",
+        "explored_at",
+        "answer",
+        "parent",
+    )
+    readonly_fields = ("explored_at", "initial_priority", "priority_changes")
     raw_id_fields = ("parent",)
 
 
@@ -97,6 +108,8 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
         "parse_routes",
         "stop_requested",
         "truncated_replies",
+        "stage_history",
+        "format_errors",
     )
     fieldsets = (
         (
@@ -113,7 +126,8 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("Format", {"fields": ("format_mode", "format_spec", "parse_routes")}),
+        ("Format", {"fields": ("format_mode", "format_spec", "parse_routes", "format_errors")}),
+        ("Research and stages", {"fields": ("research_enabled", "web_enabled", "stage_history")}),
         (
             "Budget",
             {
@@ -179,6 +193,20 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
         with ThinkingSession.step(obj.pk, stop_on_cancel=False) as step:
             step.update(**edited)
         obj.refresh_from_db()
+
+    @admin.display(description="Stages")
+    def stage_history(self, obj: ThinkingSession) -> str:
+        # format_html_join escapes every value: stage messages can come from the model.
+        rows = format_html_join(
+            "",
+            "<li>{} · <strong>{}</strong> {}: {}</li>",
+            (
+                (item.get("at", ""), item.get("stage", ""), item.get("label", ""), item["message"])
+                for item in obj.stages
+                if isinstance(item, dict) and "message" in item
+            ),
+        )
+        return format_html("<ol>{}</ol>", rows) if obj.stages else "—"
 
     @admin.display(description="Question", ordering="question")
     def question_short(self, obj: ThinkingSession) -> str:

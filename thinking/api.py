@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import ninja
+import pydantic
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
@@ -21,7 +22,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from accounts import tokens
 
-from . import actions, limits
+from . import actions, limits, stages
 from .access import get_session_for
 from .citations import session_counts
 from .export import (
@@ -33,7 +34,7 @@ from .export import (
     synthesis_row,
     thought_row,
 )
-from .forms import StartSessionForm
+from .forms import StartSessionForm, SteerForm
 from .models import (
     CompletionReason,
     Effort,
@@ -63,6 +64,10 @@ session that does not exist and one you may not see are both `404`. Validation e
 `422` with one entry per problem: `{"detail": [{"loc": ["body", "payload", "minutes"],
 "msg": "...", "type": "..."}]}`; `loc` names where the problem is (`body`, `query` or
 `path`, then the field), for the request's types and for the start form's rules alike.
+
+**Steering.** `POST /api/sessions/{id}/steer` with `{"kind": "hint" | "question", "text": …}`
+does what the page's steering does: a hint joins the next prompts, a question is explored
+next. Anyone who may see the session may steer it until it finishes (then `409`).
 
 **Polling.** `GET /api/sessions/{id}` has the status, progress and counts;
 `/thoughts?after=SEQ`, `/syntheses?after=SEQ` and `/sources?after=NUMBER` return only rows
@@ -168,7 +173,7 @@ def unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse
     return response
 
 
-def form_errors(form: StartSessionForm) -> ValidationError:
+def form_errors(form: StartSessionForm | SteerForm) -> ValidationError:
     """The start form's errors in the shape of ninja's own 422s."""
     errors = []
     for field, messages in form.errors.get_json_data().items():
@@ -209,12 +214,20 @@ class StartIn(Schema):
     team: int | None = Field(
         None, ge=1, le=MAX_BIGINT, description="Share with one of your teams (its id)."
     )
+    research: bool = Field(
+        True,
+        description="false: no plan, no searches, no evidence, no search tools; "
+        "the model's own knowledge only.",
+    )
+    web: bool = Field(True, description="false: research never searches the web.")
 
     def form_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
         for name, value in self.model_dump().items():
             if value is None:
                 data[name] = ""
+            elif name in ("research", "web"):
+                data[name] = "on" if value else "off"
             elif name == "format_spec" and not isinstance(value, str):
                 data[name] = json.dumps(value)
             else:
@@ -285,6 +298,24 @@ class CitationCountsOut(Schema):
     unchecked: int
 
 
+class StageOut(Schema):
+    stage: str = Field(description="planning, research, analysis, synthesis, reflection, note")
+    label: str
+    message: str
+    at: datetime
+    by: str = Field("loop", description="loop: entered by the loop; model: its progress tool.")
+    plan_step: int | None = None
+    total_steps: int | None = None
+    confidence: str | None = None
+    metadata: dict[str, str] | None = None
+
+
+class FormatErrorOut(Schema):
+    cycle: int
+    route: str = Field(description="How the reply was read: tags, lines, prose or empty.")
+    errors: list[str]
+
+
 class SessionOut(SessionSummaryOut):
     completion_note: str | None
     error: str | None
@@ -302,6 +333,15 @@ class SessionOut(SessionSummaryOut):
     final_answer: str | None
     reference_summary: list[ReferenceToolOut] = Field(description="Sources per search tool.")
     citation_checks: CitationCountsOut = Field(description="Verdicts on cited claims.")
+    research: bool = Field(description="Research on: a plan, searches, evidence, search tools.")
+    web: bool = Field(description="Web search allowed for research.")
+    plan: dict[str, Any] = Field(description="Steps, current step, terms and queries.")
+    progress: StageOut | None = Field(description="The latest stage.")
+    stages: list[StageOut] = Field(description="Every stage so far, oldest first.")
+    research_notes: list[str]
+    unknown_citations: int = Field(description="Citations [n] that match no stored source.")
+    parse_routes: dict[str, int] = Field(description="How thought replies were read.")
+    format_errors: list[FormatErrorOut] = Field(description="Format problems per cycle.")
 
 
 class SessionPageOut(Schema):
@@ -378,6 +418,15 @@ def detail(session: ThinkingSession) -> dict[str, Any]:
         "final_answer": session.final_answer or None,
         "reference_summary": reference_summary(session),
         "citation_checks": session_counts(session),
+        "research": session.research_enabled,
+        "web": session.web_enabled,
+        "plan": session.plan if isinstance(session.plan, dict) else {},
+        "progress": session.progress if session.progress.get("message") else None,
+        "stages": stages.served(session),
+        "research_notes": list(session.research_notes),
+        "unknown_citations": session.unknown_citations,
+        "parse_routes": session.parse_routes,
+        "format_errors": list(session.format_errors),
     }
 
 
@@ -485,6 +534,10 @@ class SubQuestionOut(Schema):
     text: str
     priority: int
     why: str
+    initial_priority: int = Field(description="The priority it was created with.")
+    priority_changes: list[dict[str, Any]] = Field(
+        description="Each re-ranking that moved it: from, to, why, cycle, at."
+    )
     explored: bool
     explored_at: datetime | None
     answer: str | None
@@ -574,6 +627,75 @@ def list_sources(
     """Evidence the session found; `after` is a citation number here."""
     session = get_session_for(request.auth, session_id)
     return [source_row(s) for s in newer(session.sources.all(), "number", params)]
+
+
+# --- steering through the API -------------------------------------------------------
+
+
+class SteerIn(Schema):
+    kind: Literal["hint", "question"] = Field(
+        description="hint: included in the next prompts; question: a sub-question explored "
+        "next, at top priority."
+    )
+    text: str = Field(
+        min_length=1, max_length=1000, description="Stripped of surrounding spaces; not empty."
+    )
+
+
+class SteerOut(Schema):
+    thought: ThoughtOut = Field(description="The steering, as stored in the thought stream.")
+    notice: str
+
+
+def _steer_body() -> dict[str, Any]:
+    """The request body's schema, for the OpenAPI document (the view reads it itself)."""
+    schema = SteerIn.model_json_schema()
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+@api.post(
+    "/sessions/{session_id}/steer",
+    response={201: SteerOut, 400: ErrorOut, **CHANGE_ERRORS, 409: ErrorOut},
+    tags=["steering"],
+    openapi_extra={"requestBody": _steer_body()},
+)
+def steer_session(request: HttpRequest, session_id: uuid.UUID) -> ninja.Status[dict[str, Any]]:
+    """The page's steering: anyone who may see the session may steer it while it is not
+    finished (409 otherwise). Validated like the page's form (422)."""
+    # Access first, the body after: a session the caller may not see is a 404 whatever was
+    # sent, so a malformed body cannot reveal that it exists.
+    session = get_session_for(request.auth, session_id)
+    try:
+        payload = SteerIn.model_validate_json(request.body or b"{}")
+    except pydantic.ValidationError as error:
+        if any(e["type"] == "json_invalid" for e in error.errors()):
+            raise HttpError(400, "The body must be a JSON object.") from None
+        raise ValidationError(
+            [
+                {"loc": ["body", "payload", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+                for e in error.errors()
+            ]
+        ) from None
+    form = SteerForm({"kind": payload.kind, "text": payload.text})
+    if not form.is_valid():
+        raise form_errors(form)
+    try:
+        thought = actions.steer(
+            session,
+            user=request.auth,
+            kind=form.cleaned_data["kind"],
+            text=form.cleaned_data["text"],
+        )
+    except actions.NotAllowed as error:
+        raise HttpError(403, str(error)) from None
+    except IllegalTransition as error:
+        raise HttpError(409, str(error)) from None
+    notice = (
+        "Added: it will be explored next."
+        if thought.type == "question"
+        else "Noted: the next prompts include your hint."
+    )
+    return ninja.Status(201, {"thought": thought_row(thought), "notice": notice})
 
 
 # --- export -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 
-from . import prompts, steps
+from . import interrupt, prompts, steps
 from .events import SessionEvent
 from .live import LiveReasoning, publish_safely
 from .llm import UTILITY_PURPOSES, LLMError, Reply, prompt_message
@@ -77,17 +77,25 @@ async def ask(
         )
         await live.start()
         try:
-            reply = await run.llm.stream(
-                messages or [prompt_message(prompt)],  # type: ignore[arg-type]
-                system=prompts.SYSTEM,
-                tools=tools,
-                # Utility work (plan, sub-question lists) goes to the fast model, never thinking.
-                model=run.llm.model_for(purpose, session.model_id),
-                thinking=session.thinking_settings,
-                skip_thinking=purpose in UTILITY_PURPOSES,
-                on_thinking=live.on_thinking,
-                on_text=live.on_text,
+            # A person's pause or cancel stops the stream in flight (thinking.interrupt).
+            reply = await interrupt.watched(
+                run.llm.stream(
+                    messages or [prompt_message(prompt)],  # type: ignore[arg-type]
+                    system=prompts.SYSTEM,
+                    tools=tools,
+                    # Utility work (plan, sub-question lists) goes to the fast model, never
+                    # thinking.
+                    model=run.llm.model_for(purpose, session.model_id),
+                    thinking=session.thinking_settings,
+                    skip_thinking=purpose in UTILITY_PURPOSES,
+                    on_thinking=live.on_thinking,
+                    on_text=live.on_text,
+                ),
+                session_id=session.pk,
+                meter=run.meter,
             )
+        except interrupt.Interrupted as stop:
+            raise Stopped(session.pk) from stop
         except LLMError as error:
             if not error.retryable:
                 raise

@@ -51,6 +51,8 @@ def _render(template: str, context: dict[str, Any]) -> str:
 
 
 LIVE_LABELS = {
+    "plan": "the research plan",
+    "rerank": "re-ranking the sub-questions",
     "thoughts": "new thoughts",
     "questions": "new sub-questions",
     "synthesis": "a synthesis",
@@ -151,7 +153,7 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
     for question in moved.values():
         html = _render("_sub_question_row.html", {"q": question, "oob": True})
         parts.append(
-            {"kind": "subq", "seq": question.pk, "explored": question.explored, "html": html}
+            {"kind": "subq", "seq": question.pk, "state": question_state(question), "html": html}
         )
     if len(visible) < len(thoughts):
         summary = {**notes_context(session), "oob": True}
@@ -196,14 +198,22 @@ def sources_after(session_id: uuid.UUID, number: int) -> tuple[list[str], int]:
     return pieces, max([number, *(s.number for s in rows)])
 
 
-def sub_question_states(session_id: uuid.UUID) -> dict[int, bool]:
+def question_state(question: SubQuestion) -> str:
+    """What a sub-question's row shows that can change: explored, and its priority (re-ranked)."""
+    return f"{int(question.explored)}:{question.priority}"
+
+
+def sub_question_states(session_id: uuid.UUID) -> dict[int, str]:
     rows = SubQuestion.objects.filter(session_id=session_id).order_by()
-    return dict(rows.values_list("pk", "explored"))
+    return {
+        pk: f"{int(explored)}:{priority}"
+        for pk, explored, priority in rows.values_list("pk", "explored", "priority")
+    }
 
 
 def sub_question_changes(
-    session_id: uuid.UUID, known: dict[int, bool], *, all_new_above: int | None = None
-) -> tuple[list[str], dict[int, bool]]:
+    session_id: uuid.UUID, known: dict[int, str], *, all_new_above: int | None = None
+) -> tuple[list[str], dict[int, str]]:
     """Rows for sub-questions the page lacks (appended where the tree puts them, oldest
     first so a parent is always there before its follow-ups) and rows whose state moved
     (patched in place). Returns the HTML pieces and the states the page now has."""
@@ -213,7 +223,15 @@ def sub_question_changes(
     states = sub_question_states(session_id)
     if all_new_above is not None:  # a catch-up: the page has ids up to this, maybe stale
         new = [pk for pk in states if pk > all_new_above]
-        moved = [pk for pk in states if pk <= all_new_above and states[pk]]
+        # Rows the page may show stale: explored, or re-ranked since they were added.
+        rows = SubQuestion.objects.filter(session_id=session_id, pk__lte=all_new_above)
+        moved = sorted(
+            pk
+            for pk, explored, priority, initial in rows.order_by().values_list(
+                "pk", "explored", "priority", "initial_priority"
+            )
+            if explored or (initial is not None and priority != initial)
+        )
     else:
         new = [pk for pk in states if pk not in known]
         moved = [pk for pk in states if pk in known and known[pk] != states[pk]]
@@ -249,7 +267,7 @@ class CatchUp:
     thoughts: set[int] = field(default_factory=set)
     syntheses: set[int] = field(default_factory=set)
     source: int = 0
-    questions: dict[int, bool] = field(default_factory=dict)
+    questions: dict[int, str] = field(default_factory=dict)
     sections: list[Callable[[], list[str]]] = field(default_factory=list)
 
 

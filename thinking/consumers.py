@@ -79,7 +79,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # steering thought and the worker's thoughts can be published out of order.
         self.seen: dict[str, set[int]] = {"thought": set(), "synthesis": set()}
         self.source = 0  # highest source number the page has
-        self.questions: dict[int, bool] = {}  # sub-question id -> explored, as the page shows
+        # Sub-question id -> its row's state (explored, priority), as the page shows it.
+        self.questions: dict[int, str] = {}
         self.owner = False
 
     async def connect(self) -> None:
@@ -148,9 +149,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 continue
             if part["kind"] == "subq":
                 # Only a row the page has, and not already in this state (no target, no swap).
-                if self.questions.get(part["seq"], part["explored"]) == part["explored"]:
+                if self.questions.get(part["seq"], part["state"]) == part["state"]:
                     continue
-                self.questions[part["seq"]] = part["explored"]
+                self.questions[part["seq"]] = part["state"]
                 pieces.append(part["html"])
                 continue
             seen = self.seen.get(part["kind"])

@@ -40,18 +40,22 @@ class Research:
     notes: list[str] = field(default_factory=list)
 
     team_ids: list[int] = field(default_factory=list)
+    web_off: bool = False  # the person turned web search off for this session
 
     @classmethod
     def for_session(cls, session: ThinkingSession) -> Research:
         """The owner's knowledge and their teams'; web results cached for the session's team
         (so teammates re-running a question do not pay twice), else for the owner."""
-        web = WebSearch.from_settings() if WebSearch.is_configured() else None
+        # Research or web off for this session (seed 003's switches): no web client at all.
+        wanted = session.research_enabled and session.web_enabled
+        web = WebSearch.from_settings() if wanted and WebSearch.is_configured() else None
         scope = f"team:{session.team_id}" if session.team_id else f"user:{session.owner_id}"
         return cls(
             owner_ids=[session.owner_id],
             scope=scope,
             web=web,
             team_ids=team_ids_of(session.owner),
+            web_off=not session.web_enabled,
         )
 
     async def close(self) -> None:
@@ -218,11 +222,12 @@ async def gather(
     query finishes, not after the slowest. One failing query or provider blocks nothing;
     a lost lease or a cancel (raised by a store) stops the other queries too."""
     if research.web is None and web_queries:
-        await add_note(
-            session_id,
-            "Web research is off: no EXA_API_KEY is set. The knowledge base is used.",
-            worker_id=worker_id,
+        note = (
+            "Web research is off for this session: only the knowledge base is searched."
+            if research.web_off
+            else "Web research is off: no EXA_API_KEY is set. The knowledge base is used."
         )
+        await add_note(session_id, note, worker_id=worker_id)
     jobs = [(SourceKind.WEB, q) for q in web_queries if research.web is not None]
     jobs += [(SourceKind.MEMORY, q) for q in memory_queries]
     found: list[Source] = []

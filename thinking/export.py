@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from . import stages
 from .citations import MARKS, check_rows, find_citations, session_counts
 from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought, ThoughtType
 from .templatetags.thinking_extras import duration, percent
@@ -52,6 +53,8 @@ def sub_question_row(q: SubQuestion) -> dict[str, Any]:
     return {
         "text": q.text,
         "priority": q.priority,
+        "initial_priority": q.initial_priority if q.initial_priority is not None else q.priority,
+        "priority_changes": list(q.priority_changes),
         "why": q.why,
         "explored": q.explored,
         "answer": q.answer or None,
@@ -137,6 +140,10 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
         "format_mode": session.format_mode,
         "completion_note": session.completion_note or None,
         "parse_routes": session.parse_routes,
+        "format_errors": list(session.format_errors),
+        "stages": stages.served(session),
+        "research": session.research_enabled,
+        "web": session.web_enabled,
         "budget_seconds": session.budget_seconds,
         "active_seconds": round(session.active_seconds, 3),
         "created_at": session.created_at.isoformat(),

@@ -43,7 +43,16 @@ class StartSessionForm(forms.Form):
     TOOLS = (
         ("all", "Search and scratchpad"),
         ("search", "Search only"),
-        ("none", "None: the model's own knowledge"),
+        ("none", "None: no search or scratchpad tools while thinking"),
+    )
+    # Seed 003's switches; empty (an API call or the CLI that leaves them out) means on.
+    RESEARCH = (
+        ("on", "On: plan, then search the knowledge base (and the web, if on) and cite sources"),
+        ("off", "Off: no plan, no searches, no evidence, no search tools; own knowledge only"),
+    )
+    WEB = (
+        ("on", "On: research may search the web (when a web search key is configured)"),
+        ("off", "Off: never search the web; only the knowledge base"),
     )
 
     question = forms.CharField(
@@ -139,6 +148,22 @@ class StartSessionForm(forms.Form):
         choices=TOOLS,
         required=False,
         help_text="Web and knowledge-base search, and a scratchpad the model writes to itself.",
+    )
+
+    research = forms.ChoiceField(
+        label="Research",
+        choices=RESEARCH,
+        required=False,
+        initial="on",
+        widget=forms.RadioSelect,
+    )
+    web = forms.ChoiceField(
+        label="Web search",
+        choices=WEB,
+        required=False,
+        initial="on",
+        widget=forms.RadioSelect,
+        help_text="Only matters while research is on.",
     )
 
     team = forms.ModelChoiceField(
@@ -341,6 +366,8 @@ class StartSessionForm(forms.Form):
             team=team,
             token_ceiling=token_ceiling,
             max_cost_usd=max_cost,
+            research_enabled=self.cleaned_data.get("research") != "off",
+            web_enabled=self.cleaned_data.get("web") != "off",
             **self._tool_fields(),
         )
 

@@ -21,7 +21,23 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import F
 
-from . import budget, citations, evidence, parsing, planner, prompts, steps, tags, tools, transcript
+from . import (
+    budget,
+    citations,
+    evidence,
+    final_review,
+    interrupt,
+    parsing,
+    planner,
+    prompts,
+    rerank,
+    signals,
+    stages,
+    steps,
+    tags,
+    tools,
+    transcript,
+)
 from .asking import ask
 from .events import Publish, SessionEvent
 from .live import publish_safely
@@ -110,6 +126,10 @@ async def generate_thoughts(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus."""
+    message = f"Thinking about: {focus.text}"
+    await stages.enter(
+        session.pk, "analysis", message, worker_id=run.worker_id, publish=run.publish
+    )
     recent, understanding, sources, hints, log = await database_sync_to_async(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
@@ -219,7 +239,7 @@ async def generate_thoughts(
                 run=run,
             )
         )
-    reading = parsing.read_thought_reply(replies[-1].text, mode=mode, custom=spec)
+    reading = signals.read(replies[-1].text, mode=mode, custom=spec)  # typed values used
     return await steps.store_thoughts(
         session.pk, focus, reading, replies, scratch, worker_id=run.worker_id, meter=run.meter
     )
@@ -229,7 +249,8 @@ def _tools_for(session: ThinkingSession, research: evidence.Research) -> list[di
     if not (settings.DEEPTHINK_TOOLS and session.tools_enabled):
         return []
     think = settings.DEEPTHINK_THINK_TOOL and session.think_tool
-    return tools.definitions(web=research.web is not None, think=think)
+    web = research.web is not None
+    return tools.definitions(web=web, think=think, search=session.research_enabled)
 
 
 async def generate_questions(
@@ -269,27 +290,26 @@ async def synthesise(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A periodic synthesis, or with `final=True` the final answer that completes the session."""
 
-    def gather() -> tuple[list, list, str, list[str], tuple[str, ...]]:
+    def gather() -> tuple[list, list, str, tuple[str, ...]]:
         return (
             _recent(session, SYNTHESIS_THOUGHTS),
             _explored(session),
             _latest_synthesis_text(session),
-            list(session.syntheses.order_by("sequence").values_list("text", flat=True)),
             transcript.session_log(session),
         )
 
-    recent, explored, previous, all_syntheses, log = await database_sync_to_async(gather)()
+    if not final:  # the final answer's stages come with its review (thinking.final_review)
+        message = "Consolidating the understanding so far"
+        await stages.enter(
+            session.pk, "synthesis", message, worker_id=run.worker_id, publish=run.publish
+        )
+    recent, explored, previous, log = await database_sync_to_async(gather)()
     pack = evidence.evidence_pack(
         await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
     )
-    if final:
-        prompt = prompts.final_prompt(
-            question=session.question,
-            recent=recent,
-            explored=explored,
-            syntheses=all_syntheses,
-            evidence=pack,
-            log=log,
+    if final:  # the final answer reviews the whole session, after the cached log
+        prompt = await final_review.final_prompt(
+            session, evidence=pack, log=log, worker_id=run.worker_id, publish=run.publish
         )
     else:
         prompt = prompts.synthesis_prompt(
@@ -327,6 +347,13 @@ async def plan_research(
 ) -> ThinkingSession:
     """Plan (the model, else a heuristic), then search memory and the web in parallel."""
     subject = focus.text if focus else session.question
+    await stages.enter(
+        session.pk,
+        "planning",
+        stages.planning_message(focus),
+        worker_id=run.worker_id,
+        publish=run.publish,
+    )
     stable, variable = planner.plan_prompt(
         session.question, focus=focus.text if focus and focus.sub_question_id else ""
     )
@@ -355,6 +382,10 @@ async def plan_research(
         focus_id=focus.sub_question_id if focus else None,
     )
     await publish_safely(run.publish, SessionEvent(session.pk, plan=True))
+    message = stages.research_message(plan, web=run.research.web is not None)
+    await stages.enter(
+        session.pk, "research", message, worker_id=run.worker_id, publish=run.publish
+    )
 
     async def show(sources: list) -> None:
         await publish_safely(run.publish, SessionEvent(session.pk, sources=True))
@@ -404,7 +435,7 @@ def questions_due(session: ThinkingSession, thought_count: int) -> bool:
 def replan_due(session: ThinkingSession, focus: Focus) -> bool:
     """A high-priority sub-question that becomes the focus gets its own research, a few times
     per session."""
-    if focus.sub_question_id is None:
+    if focus.sub_question_id is None or not session.research_enabled:
         return False
     researched = session.plan.get("researched", [])
     return (
@@ -420,7 +451,7 @@ def replan_due(session: ThinkingSession, focus: Focus) -> bool:
 async def deliberate(session: ThinkingSession, run: Run) -> str:
     """plan -> research -> [focus -> (research) -> thoughts -> questions? -> synthesis?]* ->
     final. Returns the status the session stopped in."""
-    if not session.plan:
+    if not session.plan and session.research_enabled:  # research off: no plan, no searches
         session = await plan_research(session=session, run=run)
     while True:
         status = await steps.current_status(session.pk, worker_id=run.worker_id)
@@ -440,6 +471,7 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
         if questions_due(session, thought_count):
             session, event = await generate_questions(session=session, focus=focus, run=run)
             await publish_safely(run.publish, event)
+        session = await rerank.maybe_rerank(session=session, run=run)  # when due (rerank.py)
         if ending_reason(session):
             break
         if synthesis_due(session):
@@ -491,7 +523,7 @@ async def run_session(
     except LeaseLost:
         logger.warning("Session %s was taken over by another worker; stopping", session_id)
         return None
-    except Stopped:
+    except (Stopped, interrupt.Interrupted):
         try:
             session = await steps.stop_running(session_id, worker_id=worker_id, meter=meter)
         except LeaseLost:

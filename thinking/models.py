@@ -261,6 +261,19 @@ class ThinkingSession(models.Model):
     worker_id = models.CharField(max_length=100, blank=True, db_index=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
 
+    # The whole seed (#12). Research switches (seed 003's isDeepThinkMode / isWebSearchEnabled).
+    research_enabled = models.BooleanField(
+        default=True, help_text="Plan and search (knowledge base, and the web if on)."
+    )
+    web_enabled = models.BooleanField(default=True, help_text="Let research use web search.")
+    # Stage history: [{"stage", "label", "message", "at", "by", ...}], oldest first (stages.py).
+    stages = models.JSONField(default=list, blank=True)
+    # Format extraction problems per thought cycle: [{"cycle", "route", "errors"}] (signals.py).
+    format_errors = models.JSONField(default=list, blank=True)
+    # When the open sub-questions were last re-ranked (rerank.py).
+    cycles_at_last_rerank = models.PositiveIntegerField(default=0)
+    sources_at_last_rerank = models.PositiveIntegerField(default=0)
+
     objects = SessionQuerySet.as_manager()
 
     class Meta:
@@ -630,6 +643,10 @@ class SubQuestion(models.Model):
     )
     explored = models.BooleanField(default=False)
     explored_at = models.DateTimeField(null=True, blank=True)
+    # The priority it was created with, and each re-ranking that moved it:
+    # [{"from", "to", "why", "cycle", "at"}] (rerank.py).
+    initial_priority = models.PositiveSmallIntegerField(null=True, blank=True)
+    priority_changes = models.JSONField(default=list, blank=True)
     answer = models.TextField(blank=True, help_text="A short insight once explored.")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -277,3 +277,43 @@ def read_thought_reply(
     else:
         route = "prose"
     return ThoughtReply(thoughts=thoughts, stop_signal=stop, route=route)
+
+
+# --- re-ranking sub-questions (seed 000's prioritize_questions) ------------------------
+
+_QUESTION_ID = _label(r"QUESTION[ _]?ID")
+_ID = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class ParsedRanking:
+    question_id: int
+    priority: int
+    why: str = ""
+
+
+def parse_rankings(text: str, *, known: Sequence[int] = ()) -> list[ParsedRanking]:
+    """QUESTION_ID:/PRIORITY:/WHY: blocks. An id may be written `12`, `[12]` or `#12`; a block
+    without a readable id or priority, or (with `known`) for an id not asked about, is
+    dropped; the first block for an id wins. Never raises."""
+    labels = {"id": _QUESTION_ID, "priority": _PRIORITY, "why": _WHY}
+    allowed = set(known)
+    rankings: list[ParsedRanking] = []
+    seen: set[int] = set()
+    for block in _blocks((text or "").strip(), _QUESTION_ID):
+        fields = _fields(block, labels)
+        found = _ID.search(fields.get("id", ""))
+        if not found or not _NUMBER.search(fields.get("priority", "")):
+            continue
+        question_id = int(found.group())
+        if question_id in seen or (allowed and question_id not in allowed):
+            continue
+        seen.add(question_id)
+        rankings.append(
+            ParsedRanking(
+                question_id=question_id,
+                priority=clamp_priority(fields.get("priority")),
+                why=_clean(fields.get("why", ""))[:500],
+            )
+        )
+    return rankings

@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import Count
 from django.utils import timezone
 
+from . import trend
 from .forms import SteerForm
 from .models import SourceKind, Status, SubQuestion, ThinkingSession, Thought, ThoughtType
 
@@ -103,6 +104,7 @@ def chart_context(session: ThinkingSession) -> dict[str, Any]:
         ],
         "chart_span": span,
         "chart_trend": _trend(first, last) if len(values) > 1 else "",
+        "chart_reading": trend.describe(values),
     }
 
 
@@ -199,18 +201,17 @@ def sub_question_slot(question: SubQuestion, parents: dict[int, int | None]) -> 
 
 
 def plan_steps(session: ThinkingSession) -> list[dict[str, Any]]:
-    """The plan as a checklist. The current step is the one the model last reported with the
-    progress tool, else estimated from the time used."""
+    """The plan as a checklist. A step is done or current only when somebody reported it (the
+    model's progress tool) or the session completed; elapsed time never moves it."""
     steps = session.plan.get("steps") or []
     if not steps:
         return []
     if session.status == Status.COMPLETED:
         current = len(steps)
-    elif session.progress.get("plan_step"):
+    elif session.plan.get("step_reported") or session.progress.get("plan_step"):
         current = session.plan.get("current", 0)
     else:
-        estimated = int(session.progress_percent() / 100 * len(steps))
-        current = max(session.plan.get("current", 0), min(estimated, len(steps) - 1))
+        current = -1  # nothing reported yet: every step is still to do
     return [
         {
             "text": text,

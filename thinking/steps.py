@@ -19,7 +19,7 @@ from django.utils import timezone
 from research import knowledge
 from research.models import KnowledgeSource
 
-from . import citations, evidence, parsing
+from . import citations, evidence, parsing, signals
 from .events import SessionEvent
 from .llm import Reply, Usage
 from .models import (
@@ -235,6 +235,7 @@ def store_thoughts(
         routes = dict(session.parse_routes)
         routes[reading.route] = routes.get(reading.route, 0) + 1
         step.update(parse_routes=routes)
+        step.update(**signals.changes_for(session, reading))  # format errors, per cycle
         # A stop signal counts only once the session has consolidated at least once.
         if reading.stop_signal and session.syntheses.filter(is_final=False).exists():
             step.update(stop_requested=True, completion_note=_stop_note(session, reading))

@@ -13,10 +13,10 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from . import evidence
-from .models import Source, SourceKind, ThinkingSession
+from . import evidence, stages
+from .models import Source, SourceKind
 
-STAGES = ("planning", "research", "analysis", "synthesis", "reflection", "note")
+STAGES = stages.STAGES
 
 WEB_SEARCH = {
     "name": "web_search",
@@ -71,6 +71,7 @@ PROGRESS = {
             "plan_step": {"type": "integer", "minimum": 1},
             "total_steps": {"type": "integer", "minimum": 1},
             "confidence": {"type": "string"},
+            "metadata": {"type": "object", "description": "A few short key/value facts."},
         },
         "required": ["stage", "message"],
     },
@@ -82,10 +83,11 @@ scratchpad to: check which results actually bear on the focus, note contradictio
 sources, and decide what is still missing."""
 
 
-def definitions(*, web: bool, think: bool) -> list[dict[str, Any]]:
-    """The tools offered to the model; the same list for a whole session."""
-    tools = [MEMORY_SEARCH, PROGRESS]
-    if web:
+def definitions(*, web: bool, think: bool, search: bool = True) -> list[dict[str, Any]]:
+    """The tools offered to the model; the same list for a whole session. Without `search`
+    (research off) there are no research tools at all."""
+    tools = [MEMORY_SEARCH, PROGRESS] if search else [PROGRESS]
+    if web and search:
         tools.insert(0, WEB_SEARCH)
     if think:
         tools.append(THINK)
@@ -158,17 +160,16 @@ async def run_tool(
         # An empty thought is accepted: the tool only appends to the log.
         return ToolOutcome("Noted.", scratchpad=_text(args.get("thought"), 8000))
     if name == "progress":
-        stage = args.get("stage") if args.get("stage") in STAGES else "note"
-        progress = {
-            "stage": stage,
-            "label": _text(args.get("label"), 80),
-            "message": _text(args.get("message"), 300),
-            "plan_step": _count(args.get("plan_step"), 0, 50) if args.get("plan_step") else None,
-            "total_steps": _count(args.get("total_steps"), 0, 50)
-            if args.get("total_steps")
-            else None,
-            "confidence": _text(args.get("confidence"), 40),
-        }
+        progress = stages.entry(
+            args.get("stage") if args.get("stage") in STAGES else "note",
+            _text(args.get("message"), 300),
+            label=_text(args.get("label"), 80),
+            by="model",
+            plan_step=_count(args.get("plan_step"), 0, 50) if args.get("plan_step") else None,
+            total_steps=_count(args.get("total_steps"), 0, 50) if args.get("total_steps") else None,
+            confidence=_text(args.get("confidence"), 40),
+            metadata=stages.clean_metadata(args.get("metadata")),
+        )
         await save_progress(session_id, progress, worker_id=worker_id)
         return ToolOutcome("Shown.", progress=progress)
     return ToolOutcome(f"There is no tool named {_text(name, 60)!r}.", is_error=True)
@@ -176,13 +177,9 @@ async def run_tool(
 
 @database_sync_to_async
 def save_progress(session_id: uuid.UUID, progress: dict[str, Any], *, worker_id: str) -> None:
-    """The model's status line, and the plan step it says it is on."""
-    with ThinkingSession.step(session_id, worker_id=worker_id) as step:
-        plan = step.session.plan
-        step.update(progress=progress)
-        if progress.get("plan_step") and plan.get("steps"):
-            last = len(plan["steps"]) - 1
-            step.update(plan={**plan, "current": min(last, progress["plan_step"] - 1)})
+    """The model's update joins the session's stage history (thinking.stages), through the
+    session's step: refused without the lease."""
+    stages.record_sync(session_id, progress, worker_id=worker_id)
 
 
 ToolRunner = Callable[[str, object], Awaitable[ToolOutcome]]

@@ -35,6 +35,11 @@ def _cycle_block(cycle: int, focus: str, thoughts: list[Thought]) -> str:
     return f"Cycle {cycle + 1}, focus: {focus}\n{lines}"
 
 
+def epoch_start_for(last_cycle: int) -> int:
+    """The first cycle whose thoughts the log carries, given the latest cycle."""
+    return (last_cycle // EPOCH_CYCLES) * EPOCH_CYCLES
+
+
 def session_log(session: ThinkingSession) -> tuple[str, ...]:
     """The session's events so far as prompt blocks, oldest first (synchronous ORM)."""
     events: list[_Event] = []
@@ -46,8 +51,7 @@ def session_log(session: ThinkingSession) -> tuple[str, ...]:
     cycles: dict[int, list[Thought]] = {}
     for thought in thoughts:
         cycles.setdefault(thought.cycle, []).append(thought)
-    last_cycle = max(cycles, default=0)
-    epoch_start = (last_cycle // EPOCH_CYCLES) * EPOCH_CYCLES
+    epoch_start = epoch_start_for(max(cycles, default=0))
     syntheses = list(Synthesis.objects.filter(session=session).order_by("sequence"))
     if epoch_start:
         first = min(cycles[c][0].created_at for c in cycles if c >= epoch_start)
@@ -71,10 +75,15 @@ def session_log(session: ThinkingSession) -> tuple[str, ...]:
         SubQuestion.objects.filter(session=session).order_by("created_at", "id")[:MAX_SUB_QUESTIONS]
     )
     for batch in _batches(questions, [e.at for e in events]):
-        lines = "\n".join(f"- {q.text} (priority {q.priority})" for q in batch)
+        # The priority it was added with: re-ranking (rerank.py) must not rewrite a block.
+        lines = "\n".join(f"- {q.text} (priority {_added_priority(q)})" for q in batch)
         events.append(_Event(batch[0].created_at, 1, f"Sub-questions added:\n{lines}"))
     events.sort(key=lambda e: (e.at, e.order))
     return tuple(e.text for e in events)
+
+
+def _added_priority(question: SubQuestion) -> int:
+    return question.priority if question.initial_priority is None else question.initial_priority
 
 
 def _batches(rows: list, boundaries: list[datetime]) -> list[list]:

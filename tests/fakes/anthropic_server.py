@@ -235,6 +235,7 @@ def _shorten(text: str, limit: int = 160) -> str:
 
 
 _SOURCE_RE = re.compile(r'<source n="(\d+)"')
+_RANKED_RE = re.compile(r"^\[(\d+)\] .*\(priority now (\d+)\)$", re.MULTILINE)
 
 
 def _final_block(
@@ -300,6 +301,17 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
             f"WEB QUERIES:\n- {subject}\n- {subject} evidence (plan {n})\n"
             f"MEMORY QUERIES:\n- {subject}"
         )
+    elif "QUESTION_ID:" in prompt:
+        # Re-ranking: the last listed open question moves to the top, the rest keep theirs.
+        _, n = state.bump("plain")
+        listed = _RANKED_RE.findall(prompt)
+        top = len(listed) - 1
+        blocks = [
+            f"QUESTION_ID: {qid}\nPRIORITY: {10 if i == top else int(p)}\n"
+            f"WHY: {'New evidence makes this the most pressing' if i == top else 'Unchanged'}"
+            for i, (qid, p) in enumerate(listed)
+        ]
+        text = "\n---\n".join(blocks) or "Nothing to rank."
     elif "ANSWER:" in prompt:
         _, n = state.bump("answers")
         text = _final_block("ANSWER", subject, n, 0.78, _SOURCE_RE.findall(prompt))

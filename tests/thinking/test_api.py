@@ -7,6 +7,7 @@ import pytest
 from django.test import Client
 
 from accounts.tokens import create_token, revoke_token
+from tests.helpers import bearer, post
 from thinking.models import (
     CompletionReason,
     Source,
@@ -31,10 +32,6 @@ READS = [
     "/api/sessions/{id}/export",
 ]
 CHANGES = ["/api/sessions/{id}/pause", "/api/sessions/{id}/resume", "/api/sessions/{id}/cancel"]
-
-
-def bearer(token: str) -> Client:
-    return Client(headers={"Authorization": f"Bearer {token}"})
 
 
 @pytest.fixture
@@ -69,10 +66,6 @@ def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return events
 
 
-def post(client: Client, url: str, data: Any = None) -> Any:
-    return client.post(url, data if data is not None else {}, content_type="application/json")
-
-
 # --- schema and docs ---------------------------------------------------------------------
 
 
@@ -84,6 +77,7 @@ def test_schema_describes_exactly_the_routes(client: Client):
         "/api/sessions/{session_id}/pause": ["post"],
         "/api/sessions/{session_id}/resume": ["post"],
         "/api/sessions/{session_id}/cancel": ["post"],
+        "/api/sessions/{session_id}/steer": ["post"],
         "/api/sessions/{session_id}/thoughts": ["get"],
         "/api/sessions/{session_id}/sub-questions": ["get"],
         "/api/sessions/{session_id}/syntheses": ["get"],

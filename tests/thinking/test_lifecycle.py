@@ -67,7 +67,9 @@ async def test_a_worker_whose_lease_was_taken_writes_nothing_and_stops(
     after = await sync_to_async(snapshot)(session)
     # No thoughts, sources, progress line, research note or usage; not even the revision.
     assert after == before
-    assert after["thoughts"] == after["sources"] == 0 and after["progress"] == {}
+    assert after["thoughts"] == after["sources"] == 0
+    # The progress line is the loop's own stage from before the call, not the model's report.
+    assert after["progress"]["by"] == "loop" and after["progress"]["stage"] == "analysis"
     assert session.status == Status.THINKING and session.worker_id == "someone-else"
 
 
@@ -86,7 +88,8 @@ async def test_a_cancel_during_a_step_stores_none_of_its_searches(
     assert status == Status.CANCELLED
     await session.arefresh_from_db()
     assert not await session.sources.aexists() and not await session.thoughts.aexists()
-    assert session.progress == {} and session.worker_id == ""
+    assert session.progress["by"] == "loop", "the model's progress report was not stored"
+    assert session.worker_id == ""
 
 
 @pytest.fixture

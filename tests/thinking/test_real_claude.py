@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import transaction
+from django.db.models import Sum
 from django.urls import reverse
 
 from accounts.models import Team
@@ -320,8 +321,11 @@ async def test_each_call_repeats_the_previous_calls_blocks_and_adds_at_the_end(
             json.dumps({"type": "text", "text": "(nothing yet)"})
         ]
         assert len(after) > len(before) or log_before == after[1:-1]
-    await session.arefresh_from_db()
-    assert session.cache_read_tokens > session.input_tokens
+    # Over the calls that carry the log: re-ranking (rerank.py) sends a short prompt of its
+    # own to the fast model, with nothing worth caching.
+    logged = ModelCall.objects.filter(session=session).exclude(purpose="rerank")
+    totals = await logged.aaggregate(read=Sum("cache_read_tokens"), paid=Sum("input_tokens"))
+    assert totals["read"] > totals["paid"]
 
 
 def test_manual_thinking_without_a_budget_gets_one_that_fits(fake_claude: Any, alice: Any):

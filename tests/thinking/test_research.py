@@ -235,7 +235,9 @@ async def test_the_model_can_search_report_progress_and_use_its_scratchpad(
     await run(session)
 
     await session.arefresh_from_db()
-    assert session.progress["message"] == "Searching."
+    # The model's report joins the stage history the loop keeps (the latest line moves on).
+    reported = [item for item in session.stages if item["by"] == "model"]
+    assert [(item["stage"], item["message"]) for item in reported] == [("research", "Searching.")]
     # The model's own search stored its sources under its query (a later replan may add more).
     assert await session.sources.filter(kind="web", query="octopus sleep").aexists()
     notes = [

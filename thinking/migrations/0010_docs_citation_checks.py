@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('thinking', '0008_claude_models_and_ceilings'),
+        ('thinking', '0009_seed_stages_rerank_switches'),
     ]
 
     operations = [

@@ -41,6 +41,11 @@ class TerminalPrinter:
             label = "Final answer" if s.is_final else f"Synthesis {s.sequence + 1}"
             self.write(self.style.SUCCESS(f"\n== {label} (confidence {s.confidence:.2f})"))
             self.write(s.text + "\n")
+        if event.plan and not event.sources and session.progress.get("message"):
+            # A stage the loop entered or the model reported (thinking.stages).
+            stage = session.progress
+            self.write(self.style.HTTP_INFO(f"  · {stage.get('stage')}: {stage['message']}"))
+            return
         if not event.thoughts and event.synthesis is None and not event.questions:
             progress = f"{session.elapsed_seconds():.0f}s of {session.budget_seconds:.0f}s"
             self.write(self.style.HTTP_INFO(f"-- {session.get_status_display()} ({progress})"))
@@ -90,6 +95,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--max-cost", type=str, help="Dollar ceiling (list prices) before the final answer."
         )
+        parser.add_argument(
+            "--no-research",
+            action="store_true",
+            help="No plan, no searches, no evidence, no search tools: own knowledge only.",
+        )
+        parser.add_argument(
+            "--no-web", action="store_true", help="Research never searches the web."
+        )
         parser.add_argument("--owner", help="Username of the owner (default: first superuser).")
         parser.add_argument("--json", action="store_true", help="Print one JSON document.")
 
@@ -122,6 +135,8 @@ class Command(BaseCommand):
                 "token_ceiling": _given(options["token_ceiling"]),
                 "model": options["model"] or "",
                 "max_cost_usd": _given(options["max_cost"]),
+                "research": "off" if options["no_research"] else "on",
+                "web": "off" if options["no_web"] else "on",
             },
         )
         # Run here, in this process: no doorbell for another worker.

@@ -1,0 +1,282 @@
+"""The whole seed in the loop (#12): stages the loop reports itself, re-ranking, the research
+switches and a pause that stops a model call in flight. Against the fake Claude and Exa."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from research.knowledge import add_item
+from tests.fakes.anthropic_server import Reply
+from tests.helpers import WORKER, claim, prompt_of, run
+from thinking import evidence, loop
+from thinking.events import SessionEvent, publish_nothing
+from thinking.llm import LLM
+from thinking.models import Status, SubQuestion, ThinkingSession
+from thinking.run import Meter, Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def never_reports_progress(fake_claude: Any) -> None:
+    """The scripted model, with no tools offered to it: it never calls `progress`."""
+    fake_claude.responder = lambda body: fake_claude.scripted_mind({**body, "tools": []})
+
+
+async def test_stages_come_from_the_loop_when_the_model_never_reports_progress(
+    fake_claude: Any, make_session: Any
+):
+    never_reports_progress(fake_claude)
+    session = await sync_to_async(make_session)(
+        plan={}, budget_seconds=2.0, synthesis_interval_seconds=1.0
+    )
+
+    await run(session)
+
+    await session.arefresh_from_db()
+    kinds = [item["stage"] for item in session.stages]
+    assert kinds[0] == "planning"
+    assert kinds.index("research") < kinds.index("analysis")
+    assert {"planning", "research", "analysis", "reflection", "synthesis"} <= set(kinds)
+    assert all(item["by"] == "loop" for item in session.stages)
+    assert all({"stage", "label", "message", "at"} <= set(item) for item in session.stages)
+    assert session.stages[-1]["message"] == "Writing the final answer"
+    # No step was reported, so the checklist did not move on its own before completion.
+    assert not session.plan.get("step_reported")
+
+
+async def test_a_progress_report_moves_the_plan_and_keeps_its_extras(
+    fake_claude: Any, make_session: Any
+):
+    session = await sync_to_async(make_session)(
+        plan={"steps": ["Clarify", "Gather", "Test", "Conclude"], "current": 0},
+        budget_seconds=0.2,
+        synthesis_interval_seconds=60,
+    )
+    report = {
+        "stage": "analysis",
+        "label": "Weighing sources",
+        "message": "Comparing two accounts",
+        "plan_step": 3,
+        "total_steps": 4,
+        "confidence": "moderate",
+        "metadata": {"sources": 2, "nested": {"dropped": True}},
+    }
+    fake_claude.enqueue(
+        Reply(text="Reporting.", tool_uses=[{"name": "progress", "input": report}]),
+        Reply(text="THOUGHT: ok\nTYPE: insight\nCONFIDENCE: 0.7"),
+    )
+    never_reports_progress(fake_claude)
+
+    await run(session)
+
+    await session.arefresh_from_db()
+    (item,) = [s for s in session.stages if s["by"] == "model"]
+    assert item["label"] == "Weighing sources" and item["message"] == "Comparing two accounts"
+    assert (item["plan_step"], item["total_steps"], item["confidence"]) == (3, 4, "moderate")
+    assert item["metadata"] == {"sources": "2"}  # untrusted: scalars only, as text
+    assert session.plan["current"] == 2 and session.plan["step_reported"]
+
+
+async def rerank_now(session: ThinkingSession) -> ThinkingSession:
+    """The re-ranking step alone, as the loop calls it after a cycle."""
+    from thinking import rerank
+
+    await claim(session)
+    llm = LLM.from_settings()
+    research = await sync_to_async(evidence.Research.for_session)(session)
+    run = Run(llm=llm, research=research, publish=publish_nothing, worker_id=WORKER, meter=Meter())
+    try:
+        return await rerank.maybe_rerank(session=session, run=run)
+    finally:
+        await research.close()
+        await llm.close()
+
+
+async def test_open_sub_questions_are_re_ranked_but_a_persons_keeps_its_place(
+    fake_claude: Any, make_session: Any, alice: Any, settings: Any
+):
+    settings.DEEPTHINK_RERANK_EVERY = 3
+    session = await sync_to_async(make_session)(cycles=3, status=Status.THINKING)
+    mine = await SubQuestion.objects.acreate(
+        session=session, text="My own question?", priority=10, added_by=alice
+    )
+    low = await SubQuestion.objects.acreate(session=session, text="Low one?", priority=2)
+    await SubQuestion.objects.acreate(session=session, text="Middle one?", priority=5)
+    await SubQuestion.objects.acreate(session=session, text="Top one?", priority=9)
+
+    session = await rerank_now(session)
+
+    (call,) = fake_claude.requests
+    prompt = prompt_of(call)
+    assert "QUESTION_ID:" in prompt and f"[{low.pk}] Low one?" in prompt
+    assert f"[{mine.pk}]" not in prompt and "My own question?" not in prompt
+    assert "thinking" not in call["body"]  # the fast model, thinking off
+    await low.arefresh_from_db()
+    await mine.arefresh_from_db()
+    assert low.priority == 10 and low.initial_priority == 2
+    assert low.priority_changes[0]["from"] == 2 and low.priority_changes[0]["to"] == 10
+    assert low.priority_changes[0]["why"] == "New evidence makes this the most pressing"
+    assert low.priority_changes[0]["cycle"] == 3
+    assert mine.priority == 10 and mine.priority_changes == []
+    await session.arefresh_from_db()
+    assert session.cycles_at_last_rerank == 3
+    assert [s["stage"] for s in session.stages] == ["reflection", "reflection"]
+    assert session.stages[-1]["message"] == "Re-ranked the open sub-questions: 1 moved"
+
+
+async def test_re_ranking_waits_until_it_is_due(fake_claude: Any, make_session: Any):
+    session = await sync_to_async(make_session)(cycles=1, status=Status.THINKING)
+    for n, priority in ((1, 3), (2, 4)):
+        await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
+
+    await rerank_now(session)
+
+    assert fake_claude.requests == []
+
+
+async def test_re_ranking_uses_the_fast_model_when_one_is_set(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_FAST_MODEL = "claude-fast-test"
+    session = await sync_to_async(make_session)(cycles=5, status=Status.THINKING)
+    for n, priority in ((1, 3), (2, 4), (3, 5)):
+        await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
+
+    await rerank_now(session)
+
+    assert [r["body"]["model"] for r in fake_claude.requests] == ["claude-fast-test"]
+    assert await session.model_calls.filter(purpose="rerank", model="claude-fast-test").aexists()
+
+
+async def test_the_loop_re_ranks_as_it_goes(fake_claude: Any, make_session: Any, settings: Any):
+    settings.DEEPTHINK_RERANK_EVERY = 1
+    never_reports_progress(fake_claude)
+    session = await sync_to_async(make_session)(budget_seconds=3, synthesis_interval_seconds=60)
+    for n, priority in ((1, 3), (2, 4), (3, 5)):
+        await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
+
+    await run(session)
+
+    assert await session.model_calls.filter(purpose="rerank").aexists()
+    assert await SubQuestion.objects.filter(
+        session=session, initial_priority__isnull=False
+    ).aexists()
+
+
+async def test_research_off_means_no_plan_no_searches_no_evidence_no_research_tools(
+    fake_claude: Any, fake_exa: Any, make_session: Any, alice: Any
+):
+    await sync_to_async(add_item)(owner=alice, title="Dreams", body="REM sleep replays memory.")
+    session = await sync_to_async(make_session)(
+        plan={}, research_enabled=False, question="Why do we dream?", budget_seconds=0.3
+    )
+
+    await run(session)
+
+    await session.arefresh_from_db()
+    assert session.status == Status.COMPLETED
+    assert session.plan == {}
+    assert fake_exa.searches == []
+    assert await session.sources.acount() == 0
+    prompts = [prompt_of(r) for r in fake_claude.requests]
+    assert not any("WEB QUERIES:" in p for p in prompts), "no planning call"
+    assert not any("<evidence>" in p for p in prompts)
+    offered = {t["name"] for r in fake_claude.requests for t in r["body"].get("tools", [])}
+    assert not offered & {"web_search", "memory_search"}
+    assert "planning" not in {item["stage"] for item in session.stages}
+
+
+async def test_web_off_searches_only_the_knowledge_base(
+    fake_claude: Any, fake_exa: Any, make_session: Any, alice: Any
+):
+    await sync_to_async(add_item)(owner=alice, title="Dreams", body="Why do we dream? REM.")
+    session = await sync_to_async(make_session)(
+        plan={}, web_enabled=False, question="Why do we dream?", budget_seconds=0.3
+    )
+
+    await run(session)
+
+    await session.arefresh_from_db()
+    assert fake_exa.searches == []
+    assert session.plan.get("steps"), "research still plans"
+    offered = {t["name"] for r in fake_claude.requests for t in r["body"].get("tools", [])}
+    assert "memory_search" in offered and "web_search" not in offered
+    assert any("off for this session" in note for note in session.research_notes), (
+        session.research_notes
+    )
+
+
+async def test_a_pause_stops_the_model_stream_in_flight(
+    fake_claude: Any, make_session: Any, background_tasks: None
+):
+    session = await sync_to_async(make_session)(budget_seconds=60, synthesis_interval_seconds=60)
+    # A reply that would take 40 seconds to stream: 2 s per 20-character chunk.
+    fake_claude.enqueue(Reply(text="THOUGHT: " + "slow " * 80, chunk_delay=2.0))
+    await claim(session)
+    llm = LLM.from_settings()
+    events: list[SessionEvent] = []
+
+    async def publish(event: SessionEvent) -> None:
+        events.append(event)
+
+    task = asyncio.create_task(
+        loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
+    )
+    try:
+        for _ in range(200):  # until the stream has started
+            if fake_claude.requests:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.5)
+        await sync_to_async(lambda: ThinkingSession.objects.get(pk=session.pk).pause())()
+        # Well before the stream would end on its own.
+        status = await asyncio.wait_for(task, timeout=10)
+    finally:
+        task.cancel()
+        await llm.close()
+
+    await session.arefresh_from_db()
+    assert status == Status.PAUSED
+    assert await session.thoughts.acount() == 0, "the unfinished step is discarded"
+    assert session.cycles == 0
+    assert session.active_seconds < 1.0, "the 1.5 s it streamed is not thinking time"
+    assert session.worker_id == "" and session.running_since is None
+
+
+async def test_a_cancel_stops_the_model_mid_tool_loop(
+    fake_claude: Any, make_session: Any, background_tasks: None
+):
+    session = await sync_to_async(make_session)(budget_seconds=60, synthesis_interval_seconds=60)
+    fake_claude.enqueue(
+        Reply(tool_uses=[{"name": "think", "input": {"thought": "First, a note."}}]),
+        Reply(text="THOUGHT: " + "slow " * 80, chunk_delay=2.0),  # the second round crawls
+    )
+    await claim(session)
+    llm = LLM.from_settings()
+
+    async def publish(event: SessionEvent) -> None:
+        pass
+
+    task = asyncio.create_task(
+        loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
+    )
+    try:
+        for _ in range(200):  # until the second round of the tool loop is streaming
+            if len(fake_claude.requests) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        await sync_to_async(lambda: ThinkingSession.objects.get(pk=session.pk).cancel())()
+        status = await asyncio.wait_for(task, timeout=10)
+    finally:
+        task.cancel()
+        await llm.close()
+
+    await session.arefresh_from_db()
+    assert status == Status.CANCELLED
+    assert await session.thoughts.acount() == 0, "not even the tool loop's scratchpad note"
+    assert await session.model_calls.acount() == 0

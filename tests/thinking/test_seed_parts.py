@@ -1,0 +1,429 @@
+"""The whole seed (#12), part by part: the final review's budget, re-ranking's parser, the
+trend in words, the format's typed values and errors, the research switches at the doors
+(form, API, CLI), steering and the stage history through the API, and what the page shows."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from accounts.tokens import create_token
+from tests.helpers import bearer, post
+from thinking import final_review, parsing, signals, stages, trend
+from thinking.final_review import SubQuestionItem, SynthesisItem, ThoughtItem
+from thinking.models import Status, SubQuestion, ThinkingSession, Thought
+
+pytestmark = pytest.mark.django_db
+
+
+# --- 6: the final answer reviews the whole session ----------------------------------------
+
+
+def long_session() -> dict[str, Any]:
+    thoughts = [
+        ThoughtItem(n, "exploration", f"Filler thought number {n}. " + "padding " * 40, 0.4)
+        for n in range(400)
+    ]
+    # An early, very confident thought: far outside "the last 20".
+    thoughts[3] = ThoughtItem(3, "insight", "EARLY-KEY: the mechanism is feedback.", 0.95)
+    syntheses = [
+        SynthesisItem(n, f"SYNTHESIS-{n}: " + "understanding " * 60, 0.4 + n / 20, (f"Open {n}?",))
+        for n in range(6)
+    ]
+    sub_questions = [
+        SubQuestionItem("Explored one?", 8, True, "It holds."),
+        SubQuestionItem("Never explored?", 6, False),
+    ]
+    return {"syntheses": syntheses, "thoughts": thoughts, "sub_questions": sub_questions}
+
+
+def test_the_final_prompt_reviews_the_whole_session_within_its_budget():
+    budget = 6000
+    prompt = final_review.review_prompt(
+        question="What drives it?", evidence="", budget_tokens=budget, **long_session()
+    )
+
+    text = prompt.text
+    assert final_review.estimate_tokens(text) <= budget
+    assert all(f"SYNTHESIS-{n}:" in text for n in range(6)), "every synthesis"
+    assert "EARLY-KEY: the mechanism is feedback." in text, "an early confident thought"
+    assert "Filler thought number 399." in text, "the most recent thought"
+    assert "Explored one? -> It holds." in text and "[6] Never explored?" in text
+    assert "- Open 5?" in text and "- Open 0?" in text
+    assert text.count("Filler thought number") < 400, "the budget left some out"
+
+
+def test_a_tight_budget_still_carries_every_synthesis():
+    prompt = final_review.review_prompt(
+        question="Q?", evidence="", budget_tokens=2500, **long_session()
+    )
+    assert all(f"SYNTHESIS-{n}:" in prompt.text for n in range(6))
+    assert final_review.estimate_tokens(prompt.text) <= 2500
+
+
+def test_the_final_review_follows_the_cached_session_log():
+    """The final answer keeps the cache-friendly layout: the consolidation header and the
+    session log it shares with the syntheses come first, the review is the tail, and the
+    thoughts the log carries are not repeated in it."""
+    from thinking import prompts
+
+    material = long_session()
+    for n, t in enumerate(material["thoughts"]):
+        material["thoughts"][n] = ThoughtItem(t.sequence, t.type, t.text, t.confidence, n // 4)
+    log = ("Cycle 31, focus: LOGGED-FOCUS\n- [insight, 0.90] LOGGED-THOUGHT",)
+
+    prompt = final_review.review_prompt(
+        question="What drives it?", budget_tokens=6000, log=log, logged_from_cycle=30,
+        **material,
+    )  # fmt: skip
+
+    synthesis = prompts.synthesis_prompt(
+        question="What drives it?", recent=[], explored=[], previous="", log=log
+    )
+    assert (prompt.stable, prompt.log) == (synthesis.stable, synthesis.log), "a shared prefix"
+    assert "EARLY-KEY: the mechanism is feedback." in prompt.variable
+    assert all(f"SYNTHESIS-{n}:" in prompt.variable for n in range(6))
+    assert "[6] Never explored?" in prompt.variable
+    assert "Filler thought number 399." not in prompt.variable, "cycle 99 is in the log"
+    assert prompt.variable.rstrip().endswith('(the reply begins with "ANSWER:").')
+    assert final_review.estimate_tokens(prompt.text) <= 6000
+
+
+# --- 2: re-ranking replies ------------------------------------------------------------------
+
+
+def test_rankings_are_read_tolerantly():
+    reply = """Here is my ranking.
+**QUESTION_ID:** [12]
+PRIORITY: 9/10
+WHY: New evidence on memory.
+---
+QUESTION ID: #7
+Priority: 120
+WHY: It can wait.
+---
+QUESTION_ID: 99
+PRIORITY: 5
+WHY: not asked about
+---
+QUESTION_ID: 12
+PRIORITY: 1
+---
+QUESTION_ID: 8
+WHY: no priority given"""
+    rankings = parsing.parse_rankings(reply, known=[7, 8, 12])
+    assert [(r.question_id, r.priority, r.why) for r in rankings] == [
+        (12, 9, "New evidence on memory."),
+        (7, 10, "It can wait."),
+    ]
+    assert parsing.parse_rankings("no blocks at all", known=[1]) == []
+
+
+# --- 9: the trend in the seed's words -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "kind"),
+    [
+        ([0.4, 0.55, 0.65, 0.75], "converging"),
+        ([0.6, 0.62, 0.61, 0.62], "plateau"),
+        ([0.5, 0.7, 0.55, 0.45], "falling"),
+        ([0.5], ""),
+    ],
+)
+def test_the_trend_is_read_from_the_syntheses(values: list[float], kind: str):
+    assert trend.describe(values).kind == kind
+
+
+def test_a_fall_after_a_peak_says_it_found_new_complexity():
+    words = trend.describe([0.4, 0.8, 0.7, 0.6, 0.5]).words
+    assert words.startswith("Falling after new complexity") and "after reaching 80%" in words
+
+
+# --- 7: the format's own signals ------------------------------------------------------------
+
+
+def test_a_typed_confidence_in_the_interactive_block_is_used():
+    reply = (
+        "<think>weighing</think><interactive><response>THOUGHT: Feedback drives it\n"
+        'TYPE: insight</response><confidence type="number">0.85</confidence>'
+        '<stop_signal type="boolean">false</stop_signal></interactive>'
+    )
+    reading = signals.read(reply, mode="standard")
+    assert [t.confidence for t in reading.thoughts] == [0.85]
+    # A thought's own CONFIDENCE line wins over the reply's.
+    own = reply.replace("TYPE: insight", "TYPE: insight\nCONFIDENCE: 0.3")
+    assert [t.confidence for t in signals.read(own, mode="standard").thoughts] == [0.3]
+
+
+def test_format_problems_are_kept_per_cycle(make_session: Any):
+    session = make_session(cycles=4)
+    bad = signals.read('<confidence type="number">high</confidence> just prose', mode="standard")
+    changes = signals.changes_for(session, bad)
+    (entry,) = changes["format_errors"]
+    assert entry["cycle"] == 4 and entry["route"] == "prose"
+    assert any("confidence" in e for e in entry["errors"])
+    clean = signals.read("THOUGHT: fine\nTYPE: insight\nCONFIDENCE: 0.6", mode="standard")
+    assert signals.changes_for(session, clean) == {}
+
+
+# --- 3: research switches at every door -----------------------------------------------------
+
+
+@pytest.fixture
+def api(alice: Any) -> Client:
+    return bearer(create_token(alice, "script")[1])
+
+
+def test_the_api_starts_a_session_without_research_or_web(
+    api: Client, settings: Any, django_capture_on_commit_callbacks: Any, monkeypatch: Any
+):
+    settings.ANTHROPIC_API_KEY = "test-key"
+    monkeypatch.setattr("thinking.actions.request_start", lambda pk: None)
+    response = post(
+        api, "/api/sessions", {"question": "Q?", "minutes": 1, "research": False, "web": False}
+    )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["research"] is False and body["web"] is False
+    session = ThinkingSession.objects.get()
+    assert not session.research_enabled and not session.web_enabled
+    default = post(api, "/api/sessions", {"question": "Q2?", "minutes": 1}).json()
+    assert default["research"] is True and default["web"] is True
+
+
+def test_the_start_form_labels_say_what_each_switch_does(client: Client, alice: Any):
+    client.force_login(alice)
+    page = client.get("/").content.decode()
+    assert "Off: no plan, no searches, no evidence, no search tools" in page
+    assert "Off: never search the web; only the knowledge base" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cli_thinks_without_research(fake_claude: Any, fake_exa: Any, alice: Any):
+    out = StringIO()
+    call_command(
+        "think", "Why?", "--minutes", "0.05", "--owner", "alice", "--no-research", "--json",
+        stdout=out, stderr=StringIO(),
+    )  # fmt: skip
+    doc = json.loads(out.getvalue())
+    assert doc["research"] is False and doc["plan"] == {} and doc["sources"] == []
+    assert fake_exa.searches == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cli_thinks_without_the_web(fake_claude: Any, fake_exa: Any, alice: Any):
+    out = StringIO()
+    call_command(
+        "think", "Why?", "--minutes", "0.05", "--owner", "alice", "--no-web", "--json",
+        stdout=out, stderr=StringIO(),
+    )  # fmt: skip
+    doc = json.loads(out.getvalue())
+    assert doc["research"] is True and doc["web"] is False and doc["plan"]["steps"]
+    assert fake_exa.searches == []
+
+
+# --- 4: steering and the whole state through the API ---------------------------------------
+
+
+def test_a_script_steers_through_the_api(api: Client, make_session: Any, alice: Any):
+    session = make_session(status=Status.THINKING)
+    url = f"/api/sessions/{session.pk}/steer"
+
+    hint = post(api, url, {"kind": "hint", "text": "  Consider sleep.  "})
+    question = post(api, url, {"kind": "question", "text": "Does REM matter?"})
+
+    assert hint.status_code == 201 and question.status_code == 201
+    assert hint.json()["thought"]["type"] == "hint"
+    assert hint.json()["thought"]["text"] == "Consider sleep."
+    asked = SubQuestion.objects.get(session=session)
+    assert asked.text == "Does REM matter?" and asked.priority == 10 and asked.added_by == alice
+    assert Thought.objects.filter(session=session).count() == 2
+
+
+def test_api_steering_follows_the_pages_rules(api: Client, make_session: Any, bob: Any, alice: Any):
+    session = make_session(status=Status.COMPLETED)
+    url = f"/api/sessions/{session.pk}/steer"
+    assert post(api, url, {"kind": "hint", "text": "late"}).status_code == 409
+    live = make_session(status=Status.THINKING)
+    live_url = f"/api/sessions/{live.pk}/steer"
+    assert post(api, live_url, {"kind": "hint", "text": "   "}).status_code == 422
+    assert post(api, live_url, {"kind": "order", "text": "x"}).status_code == 422
+    assert post(api, live_url, {"kind": "hint", "text": "x" * 1001}).status_code == 422
+    bob_api = bearer(create_token(bob, "script")[1])
+    assert post(bob_api, live_url, {"kind": "hint", "text": "hi"}).status_code == 404
+    # Access before the body: a bad body does not reveal that the session exists.
+    assert post(bob_api, live_url, {"kind": 1}).status_code == 404
+    assert post(api, live_url, {"kind": 1}).json()["detail"][0]["loc"][:2] == ["body", "payload"]
+    assert post(Client(), live_url, {"kind": "hint", "text": "hi"}).status_code == 401
+    assert not Thought.objects.filter(session__in=[session, live]).exists()
+
+
+def test_the_api_detail_carries_plan_stages_notes_citations_and_routes(
+    api: Client, make_session: Any
+):
+    session = make_session(
+        plan={"steps": ["Clarify", "Gather"], "current": 0},
+        research_notes=["Web search for 'x' failed: timed out"],
+        unknown_citations=2,
+        parse_routes={"tags": 3, "prose": 1},
+        format_errors=[{"cycle": 2, "route": "prose", "errors": ["no THOUGHT blocks"]}],
+    )
+    stages.record_sync(session.pk, stages.entry("research", "Searching: 2 web queries"))
+    body = api.get(f"/api/sessions/{session.pk}").json()
+    assert body["plan"]["steps"] == ["Clarify", "Gather"]
+    assert body["stages"][0]["stage"] == "research"
+    assert body["stages"][0]["message"] == "Searching: 2 web queries"
+    assert body["progress"]["message"] == "Searching: 2 web queries"
+    assert body["research_notes"] == ["Web search for 'x' failed: timed out"]
+    assert body["unknown_citations"] == 2
+    assert body["parse_routes"] == {"tags": 3, "prose": 1}
+    assert body["format_errors"][0]["cycle"] == 2
+    export = api.get(f"/api/sessions/{session.pk}/export").json()
+    assert set(export["stages"][0]) >= {"stage", "label", "message", "at"}
+    assert export["format_errors"] == body["format_errors"]
+
+
+def test_sub_questions_carry_their_initial_priority(api: Client, make_session: Any):
+    session = make_session()
+    moved = SubQuestion.objects.create(
+        session=session,
+        text="Moved?",
+        priority=9,
+        initial_priority=3,
+        priority_changes=[{"from": 3, "to": 9, "why": "new evidence", "cycle": 2, "at": "x"}],
+    )
+    SubQuestion.objects.create(session=session, text="Still?", priority=4)
+    rows = {r["text"]: r for r in api.get(f"/api/sessions/{session.pk}/sub-questions").json()}
+    assert (rows["Moved?"]["priority"], rows["Moved?"]["initial_priority"]) == (9, 3)
+    assert (rows["Still?"]["priority"], rows["Still?"]["initial_priority"]) == (4, 4)
+    export = api.get(f"/api/sessions/{session.pk}/export").json()
+    assert export["sub_questions"][0]["initial_priority"] in (3, 4)
+    assert moved.priority_changes[0]["why"] == "new evidence"
+
+
+# --- what the page shows ------------------------------------------------------------------
+
+
+def test_the_page_shows_stages_moves_and_the_trend(client: Client, alice: Any, make_session: Any):
+    session = make_session(
+        status=Status.THINKING,
+        plan={"steps": ["Clarify", "Gather", "Test"], "current": 0},
+        confidence_evolution=[0.4, 0.55, 0.7],
+    )
+    for n, value in enumerate(session.confidence_evolution):
+        session.syntheses.create(sequence=n, text="s", confidence=value, time_offset_seconds=n)
+    stages.record_sync(session.pk, stages.entry("analysis", "Thinking about: the focus"))
+    report = stages.entry(
+        "research", "Reading <b>two</b> studies", label="Evidence", by="model",
+        plan_step=2, total_steps=3, confidence="medium", metadata={"studies": "2"},
+    )  # fmt: skip
+    stages.record_sync(session.pk, report)
+    SubQuestion.objects.create(
+        session=session, text="Moved?", priority=9, initial_priority=3,
+        priority_changes=[{"from": 3, "to": 9, "why": "Fresh evidence", "cycle": 2, "at": "x"}],
+    )  # fmt: skip
+    client.force_login(alice)
+
+    page = client.get(session.get_absolute_url()).content.decode()
+
+    assert "Reading &lt;b&gt;two&lt;/b&gt; studies" in page  # the model's words, escaped
+    assert "step 2 of 3" in page and "confidence: medium" in page and "studies: 2" in page
+    assert "Thinking about: the focus" in page  # the history keeps the loop's own stage
+    assert "priority 3 → 9" in page and "Re-ranked: Fresh evidence" in page
+    assert "Converging: confidence rose from 40% to 70%" in page
+    assert 'class="step-done"' in page and 'class="step-current"' in page
+
+
+def test_the_plan_checklist_never_moves_on_elapsed_time(make_session: Any):
+    from thinking.presenters import plan_steps
+
+    session = make_session(
+        status=Status.THINKING,
+        plan={"steps": ["A", "B", "C", "D"], "current": 0},
+        active_seconds=55.0,  # 90% of the budget used, nothing reported
+    )
+    assert [s["state"] for s in plan_steps(session)] == ["todo"] * 4
+    session.status = Status.COMPLETED
+    assert [s["state"] for s in plan_steps(session)] == ["done"] * 4
+
+
+def test_the_admin_shows_the_stage_history_and_format_errors(admin_client: Client, make_session):
+    session = make_session(
+        format_errors=[{"cycle": 1, "route": "prose", "errors": ["no THOUGHT blocks"]}]
+    )
+    stages.record_sync(session.pk, stages.entry("note", "A <script> note", by="model"))
+    page = admin_client.get(f"/admin/thinking/thinkingsession/{session.pk}/change/")
+    html = page.content.decode()
+    assert "A &lt;script&gt; note" in html and "no THOUGHT blocks" in html
+
+
+def test_re_ranking_is_due_every_few_cycles_and_when_new_evidence_arrives(
+    make_session: Any, settings: Any
+):
+    from thinking import rerank
+
+    settings.DEEPTHINK_RERANK_EVERY = 3
+    session = make_session(cycles=4, cycles_at_last_rerank=3, sources_at_last_rerank=5)
+    assert not rerank.due(session, source_count=5, open_count=4)
+    assert rerank.due(session, source_count=6, open_count=4), "new evidence arrived"
+    session.cycles = 6
+    assert rerank.due(session, source_count=5, open_count=4), "three cycles since"
+    assert not rerank.due(session, source_count=9, open_count=1), "nothing to order"
+
+
+def test_the_planning_call_has_its_live_label():
+    import time
+    import uuid
+
+    from thinking.broadcast import render_live
+    from thinking.events import LiveStep, SessionEvent
+
+    live = LiveStep("plan", time.time(), "Which queries?")
+    html = render_live(SessionEvent(uuid.uuid4(), live=live))["parts"][0]["html"]
+    assert "the research plan" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cli_prints_the_stages_as_the_loop_enters_them(fake_claude: Any, alice: Any):
+    out = StringIO()
+    call_command("think", "Why?", "--minutes", "0.05", stdout=out, stderr=StringIO())
+    text = out.getvalue()
+    assert "· planning: Planning the research" in text
+    assert "· analysis: Thinking about: Why?" in text
+
+
+def test_a_session_without_research_says_so(client: Client, alice: Any, make_session: Any):
+    session = make_session(plan={}, research_enabled=False, status=Status.THINKING)
+    client.force_login(alice)
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert "Research is off for this session: no plan, no searches, no evidence." in page
+    assert "Planning the research…" not in page
+
+
+def test_a_teammate_may_steer_through_the_api_as_on_the_page(
+    make_session: Any, alice: Any, django_user_model: Any
+):
+    from django.utils import timezone
+
+    from accounts.models import Membership, Role, Team
+
+    carol = django_user_model.objects.create_user("carol", password="carol-pass-123")
+    team = Team.objects.create(name="Lab")
+    now = timezone.now()
+    Membership.objects.create(team=team, user=alice, role=Role.OWNER, accepted_at=now)
+    Membership.objects.create(team=team, user=carol, role=Role.MEMBER, accepted_at=now)
+    session = make_session(status=Status.PAUSED, team=team)
+    carol_api = bearer(create_token(carol, "script")[1])
+
+    response = post(
+        carol_api, f"/api/sessions/{session.pk}/steer", {"kind": "question", "text": "Why?"}
+    )
+
+    assert response.status_code == 201
+    assert SubQuestion.objects.get(session=session).added_by == carol

@@ -1,0 +1,212 @@
+"""Re-ranking the open sub-questions as understanding grows (seed 000's
+`prioritize_questions`).
+
+Every DEEPTHINK_RERANK_EVERY cycles, and when new sources arrived since the last time, the
+fast model (`LLM.utility`: DEEPTHINK_FAST_MODEL, else the session's model; thinking off)
+reads the open sub-questions as numbered lines `[id] text` with the current understanding,
+and answers in the seed's line style: `QUESTION_ID:` / `PRIORITY:` / `WHY:` blocks
+separated by `---`.
+A person's sub-question keeps its place: it is neither shown nor moved. Each move is kept on
+the sub-question (`priority_changes`), so the tree can show when and why it moved.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from . import interrupt, parsing, prompts, stages, steps
+from .events import SessionEvent
+from .live import publish_safely
+from .llm import LLMError, Reply, prompt_message
+from .models import Lap, SubQuestion, ThinkingSession
+from .run import Run
+
+logger = logging.getLogger(__name__)
+
+MAX_QUESTIONS = 20  # the open questions shown to the model, by current priority
+RERANK_MAX_TOKENS = 1024
+MODEL_TYPES = ("exploration", "critique", "connection", "insight")
+
+
+@dataclass(frozen=True)
+class OpenQuestion:
+    id: int
+    text: str
+    priority: int
+
+
+def rerank_prompt(
+    *,
+    question: str,
+    open_questions: Sequence[OpenQuestion],
+    understanding: str,
+    recent: Sequence[prompts.ThoughtLine],
+    new_sources: int,
+) -> prompts.Prompt:
+    stable = f"""Original Question: {question}
+
+Re-rank the open sub-questions below: given the current understanding, how much would
+answering each one now help answer the original question? Give every listed sub-question a
+priority from 1 (can wait) to 10 (explore next), with a short reason.
+
+Format (one block per sub-question, by its number in brackets):
+QUESTION_ID: [id]
+PRIORITY: [1-10]
+WHY: [explanation]
+---"""
+    evidence = f"\nNew sources since the last ranking: {new_sources}." if new_sources else ""
+    lines = "\n".join(f"[{q.id}] {q.text} (priority now {q.priority})" for q in open_questions)
+    thoughts = "\n".join(f"- [{t.type}, {t.confidence:.2f}] {t.text}" for t in recent)
+    variable = f"""Current understanding:
+{understanding or "(no synthesis yet)"}{evidence}
+
+Recent thoughts:
+{thoughts or "(none yet)"}
+
+Open sub-questions:
+{lines}"""
+    return prompts.Prompt(stable, variable)
+
+
+def due(session: ThinkingSession, *, source_count: int, open_count: int) -> bool:
+    """Every few cycles, or when new evidence arrived; only with something to order, and
+    not when the session is about to write its final answer anyway."""
+    if open_count < 2 or session.budget_exhausted or session.stop_requested:
+        return False
+    every = settings.DEEPTHINK_RERANK_EVERY
+    return (
+        session.cycles - session.cycles_at_last_rerank >= every
+        or source_count > session.sources_at_last_rerank
+    )
+
+
+def _material(session: ThinkingSession) -> dict[str, Any]:
+    open_questions = [
+        OpenQuestion(q.pk, q.text, q.priority)
+        for q in session.sub_questions.filter(explored=False, added_by__isnull=True).order_by(
+            "-priority", "created_at"
+        )[:MAX_QUESTIONS]
+    ]
+    latest = session.syntheses.order_by("-sequence").first()
+    recent = list(session.thoughts.filter(type__in=MODEL_TYPES).order_by("-sequence")[:8])
+    return {
+        "open_questions": open_questions,
+        "understanding": latest.text if latest else "",
+        "recent": [prompts.ThoughtLine(t.type, t.text, t.confidence) for t in reversed(recent)],
+        "source_count": session.sources.count(),
+    }
+
+
+def apply_rankings(
+    session: ThinkingSession, rankings: Sequence[parsing.ParsedRanking]
+) -> list[SubQuestion]:
+    """Move the priorities of open, model-asked sub-questions; returns the ones that moved."""
+    by_id = {r.question_id: r for r in rankings}
+    moved = []
+    rows = session.sub_questions.select_for_update().filter(
+        pk__in=by_id, explored=False, added_by__isnull=True
+    )
+    for q in rows:
+        ranking = by_id[q.pk]
+        if ranking.priority == q.priority:
+            continue
+        change = {
+            "from": q.priority,
+            "to": ranking.priority,
+            "why": ranking.why,
+            "cycle": session.cycles,
+            "at": timezone.now().isoformat(),
+        }
+        if q.initial_priority is None:
+            q.initial_priority = q.priority
+        q.priority = ranking.priority
+        q.priority_changes = [*q.priority_changes, change][-20:]
+        q.save(update_fields=["priority", "initial_priority", "priority_changes"])
+        moved.append(q)
+    return moved
+
+
+class _Ended(Exception):
+    """The session finished while the re-ranking call ran (rolls the step back)."""
+
+
+@database_sync_to_async
+def _store(
+    session_id: uuid.UUID,
+    rankings: Sequence[parsing.ParsedRanking],
+    reply: Reply | None,
+    source_count: int,
+    *,
+    worker_id: str,
+    meter: Lap,
+) -> tuple[ThinkingSession, int] | None:
+    """The moves, the call and the checkpoint as one step (refused without the lease).
+    None when the session ended meanwhile: nothing is written then."""
+    try:
+        with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
+            session = step.session
+            if session.is_finished:
+                raise _Ended
+            moved = apply_rankings(session, rankings)
+            step.update(cycles_at_last_rerank=session.cycles, sources_at_last_rerank=source_count)
+            if reply is not None:
+                steps.record_calls(step, "rerank", [reply])
+    except _Ended:
+        return None
+    return step.session, len(moved)
+
+
+async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession:
+    """Re-rank when due; returns the session as stored. A failed call skips this round (the
+    priorities stay as they were) and never stops the thinking."""
+    material = await database_sync_to_async(_material)(session)
+    open_questions = material.pop("open_questions")
+    source_count = material.pop("source_count")
+    if not due(session, source_count=source_count, open_count=len(open_questions)):
+        return session
+    where = {"worker_id": run.worker_id, "publish": run.publish}
+    count = len(open_questions)
+    await stages.enter(session.pk, "reflection", f"Re-ranking {count} open sub-questions", **where)
+    prompt = rerank_prompt(
+        question=session.question,
+        open_questions=open_questions,
+        new_sources=max(0, source_count - session.sources_at_last_rerank),
+        **material,
+    )
+    reply: Reply | None = None
+    try:
+        # Utility work: the fast model, thinking off; a pause or cancel stops it in flight.
+        reply = await interrupt.watched(
+            run.llm.utility(
+                [prompt_message(prompt)],
+                system=prompts.SYSTEM,
+                main_model=session.model_id,
+                max_tokens=RERANK_MAX_TOKENS,
+            ),
+            session_id=session.pk,
+            meter=run.meter,
+        )
+        rankings = parsing.parse_rankings(reply.text, known=[q.id for q in open_questions])
+    except LLMError as error:
+        if error.kind in ("auth", "not_configured"):
+            raise
+        logger.warning("Session %s: re-ranking skipped: %s", session.pk, error)
+        rankings = []
+    stored = await _store(
+        session.pk, rankings, reply, source_count, worker_id=run.worker_id, meter=run.meter
+    )
+    if stored is None:
+        return session
+    session, moved = stored
+    message = f"Re-ranked the open sub-questions: {moved} moved" if reply else "Re-ranking failed"
+    await stages.enter(session.pk, "reflection", message, **where)
+    await publish_safely(run.publish, SessionEvent(session.pk, questions=True))
+    return session

@@ -1,0 +1,159 @@
+"""Seed 003's stages, reported by the loop itself as it enters them, and enriched by the
+model's `progress` tool.
+
+The loop records `planning` (the plan), `research` (each search wave), `analysis` (a thought
+cycle), `synthesis` (periodic and final syntheses) and `reflection` (re-ranking, the final
+review); the model adds `note`s and richer updates of its own (label, message, plan step,
+total steps, confidence, metadata). So a session whose model never calls `progress` still
+shows truthful stages. Every entry is kept in `ThinkingSession.stages` (bounded) and the
+latest is `ThinkingSession.progress`, the line the page shows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.utils import timezone
+
+from .events import Publish, SessionEvent
+from .live import publish_safely
+from .models import ThinkingSession
+
+STAGES = ("planning", "research", "analysis", "synthesis", "reflection", "note")
+MAX_STAGES = 300  # history kept per session; the oldest entries go first
+MAX_METADATA_KEYS = 12
+
+LABELS = {
+    "planning": "Planning",
+    "research": "Research",
+    "analysis": "Analysis",
+    "synthesis": "Synthesis",
+    "reflection": "Reflection",
+    "note": "Note",
+}
+
+
+def _clip(value: object, limit: int) -> str:
+    return " ".join(str(value).split())[:limit] if isinstance(value, str | int | float) else ""
+
+
+def clean_metadata(raw: object) -> dict[str, str]:
+    """The model's metadata, untrusted: a few short string keys and scalar values."""
+    if not isinstance(raw, dict):
+        return {}
+    cleaned: dict[str, str] = {}
+    for key, value in list(raw.items())[:MAX_METADATA_KEYS]:
+        name, text = _clip(key, 40), _clip(value, 200)
+        if name and text:
+            cleaned[name] = text
+    return cleaned
+
+
+def entry(
+    stage: str,
+    message: str,
+    *,
+    label: str = "",
+    by: str = "loop",
+    plan_step: int | None = None,
+    total_steps: int | None = None,
+    confidence: str = "",
+    metadata: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One stage entry, as stored and served: {stage, label, message, at} and the extras."""
+    stage = stage if stage in STAGES else "note"
+    item: dict[str, Any] = {
+        "stage": stage,
+        "label": _clip(label, 80) or LABELS[stage],
+        "message": _clip(message, 300),
+        "at": timezone.now().isoformat(),
+        "by": by,
+    }
+    if plan_step:
+        item["plan_step"] = plan_step
+    if total_steps:
+        item["total_steps"] = total_steps
+    if confidence:
+        item["confidence"] = _clip(confidence, 40)
+    if metadata:
+        item["metadata"] = metadata
+    return item
+
+
+def apply(session: ThinkingSession, item: dict[str, Any]) -> dict[str, Any]:
+    """The field changes that record `item` on a locked session row: history, the current
+    progress line and, for a step the model reported, the plan checklist."""
+    changes: dict[str, Any] = {
+        "stages": [*session.stages, item][-MAX_STAGES:],
+        "progress": item,
+    }
+    steps = session.plan.get("steps") if isinstance(session.plan, dict) else None
+    if item.get("plan_step") and steps:
+        # The checklist moves only on a step somebody reported, never on elapsed time.
+        current = min(len(steps) - 1, item["plan_step"] - 1)
+        changes["plan"] = {**session.plan, "current": current, "step_reported": True}
+    return changes
+
+
+class _Finished(Exception):
+    """The session already ended: its stage history is closed (rolls the step back)."""
+
+
+def record_sync(
+    session_id: uuid.UUID, item: dict[str, Any], *, worker_id: str | None = None
+) -> bool:
+    """Store `item` through the session's step. With `worker_id`, only while that worker
+    holds the lease (LeaseLost otherwise; Stopped once cancelled, as every writer). Never on
+    a finished session: False then, True if stored."""
+    try:
+        with ThinkingSession.step(session_id, worker_id=worker_id) as step:
+            if step.session.is_finished:
+                raise _Finished
+            step.update(**apply(step.session, item))
+    except _Finished:
+        return False
+    return True
+
+
+_record = database_sync_to_async(record_sync)
+
+
+async def enter(
+    session_id: uuid.UUID,
+    stage: str,
+    message: str,
+    *,
+    worker_id: str,
+    publish: Publish,
+    **extras: Any,
+) -> None:
+    """The loop enters a stage: store it (through the session's step, so only while this
+    worker holds the lease), then show it (the plan region shows progress)."""
+    if await _record(session_id, entry(stage, message, **extras), worker_id=worker_id):
+        await publish_safely(publish, SessionEvent(session_id, plan=True))
+
+
+def served(session: ThinkingSession) -> list[dict[str, Any]]:
+    """The history for JSON, the API and exports: {stage, label, message, at} plus extras."""
+    return [dict(item) for item in session.stages if isinstance(item, dict)]
+
+
+def planning_message(focus: Any = None) -> str:
+    if focus is not None and getattr(focus, "sub_question_id", None):
+        return f"Planning research for the sub-question: {focus.text}"
+    return "Planning the research: steps, key terms and queries"
+
+
+def research_message(plan: Any, *, web: bool) -> str:
+    web_count = len(plan.web_queries) if web else 0
+    memory_count = len(plan.memory_queries)
+    if not web_count and not memory_count:
+        return "No searches in this plan"
+    parts = []
+    if web_count:
+        parts.append(f"{web_count} web quer{'y' if web_count == 1 else 'ies'}")
+    if memory_count:
+        parts.append(f"{memory_count} knowledge-base quer{'y' if memory_count == 1 else 'ies'}")
+    return "Searching: " + " and ".join(parts)

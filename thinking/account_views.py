@@ -19,6 +19,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from . import throttle
 from .models import ApiToken
+from .notify_views import NotificationForm
 from .tokens import create_token, revoke_token
 
 
@@ -48,6 +49,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
         "tokens": ApiToken.objects.filter(user=request.user),
         "new_token": created[0] if created else None,
         "new_secret": created[1] if created else "",
+        "notification_form": NotificationForm.for_user(request.user),
     }
     response = render(request, "thinking/tokens.html", context, status=status)
     if created:

@@ -27,7 +27,7 @@ from django.utils import timezone
 from research import knowledge
 from research.models import Source as KnowledgeSource
 
-from . import evidence, parsing, planner, prompts, tags, tools
+from . import evidence, notify, parsing, planner, prompts, tags, tools
 from .events import LiveStep, Publish, SessionEvent
 from .llm import LLM, LLMError, Reply, Usage, user_message
 from .models import (
@@ -220,6 +220,7 @@ def fail(
             worker_id="",
             heartbeat_at=None,
         )
+        notify.schedule(session.pk)  # mail and webhook once committed (#19)
         return _save(session, changes)
 
 
@@ -426,6 +427,7 @@ async def generate_thoughts(
     prompt = prompts.thoughts_prompt(
         question=session.question,
         focus=focus.text,
+        background=session.parent_context,
         recent=recent,
         understanding=understanding,
         reply_format=prompts.thought_format(mode, spec),
@@ -625,7 +627,12 @@ async def generate_questions(
             list(session.sub_questions.values_list("text", flat=True)),
         )
     )()
-    prompt = prompts.questions_prompt(question=session.question, recent=recent, existing=existing)
+    prompt = prompts.questions_prompt(
+        question=session.question,
+        recent=recent,
+        existing=existing,
+        background=session.parent_context,
+    )
     reply = await ask(
         session=session,
         prompt=prompt,
@@ -711,6 +718,7 @@ async def synthesise(
     if final:
         prompt = prompts.final_prompt(
             question=session.question,
+            background=session.parent_context,
             recent=recent,
             explored=explored,
             syntheses=all_syntheses,
@@ -719,6 +727,7 @@ async def synthesise(
     else:
         prompt = prompts.synthesis_prompt(
             question=session.question,
+            background=session.parent_context,
             recent=recent,
             explored=explored,
             previous=previous,
@@ -790,6 +799,7 @@ def _store_synthesis(
                 worker_id="",
                 heartbeat_at=None,
             )
+            notify.schedule(session.pk)  # mail and webhook once committed (#19)
         else:
             changes["next_synthesis_at"] = (
                 session.active_seconds + session.synthesis_interval_seconds

@@ -69,6 +69,13 @@ Set stop_signal to true only when your understanding is already sufficient for a
 final answer and more thinking would add little; otherwise false."""
 
 
+def _background(background: str) -> str:
+    """A follow-up's parent (answer, last synthesis): first in the stable, cached prefix."""
+    if not background:
+        return ""
+    return f"<earlier_session>\n{background}\n</earlier_session>\n\n"
+
+
 def _evidence(evidence: str) -> str:
     return f"\n\n{evidence}" if evidence else ""
 
@@ -84,9 +91,10 @@ def thoughts_prompt(
     tool_guidance: str = "",
     known_sources: int = 0,
     hints: Sequence[str] = (),
+    background: str = "",
 ) -> Prompt:
     guidance = f"\n\n{tool_guidance}" if tool_guidance else ""
-    stable = f"""Question: {question}
+    stable = f"""{_background(background)}Question: {question}
 
 Each turn you get a current focus. Generate 3-5 distinct thoughts about it. Do not repeat
 earlier thoughts; build on them, challenge them or connect them. Where a thought rests on a
@@ -111,9 +119,9 @@ Now write your thoughts about the current focus."""
 
 
 def questions_prompt(
-    *, question: str, recent: Sequence[ThoughtLine], existing: Sequence[str]
+    *, question: str, recent: Sequence[ThoughtLine], existing: Sequence[str], background: str = ""
 ) -> Prompt:
-    stable = f"""Original Question: {question}
+    stable = f"""{_background(background)}Original Question: {question}
 
 From the recent thoughts, find new questions that would help answer the original question.
 Give at most 3, none that is already on the list.
@@ -138,8 +146,9 @@ def synthesis_prompt(
     explored: Sequence[tuple[str, str]],
     previous: str,
     evidence: str = "",
+    background: str = "",
 ) -> Prompt:
-    stable = f"""Original Question: {question}
+    stable = f"""{_background(background)}Original Question: {question}
 
 Synthesize your current understanding from the material below. Cite sources as [n].
 Format:
@@ -171,8 +180,9 @@ def final_prompt(
     explored: Sequence[tuple[str, str]],
     syntheses: Sequence[str],
     evidence: str = "",
+    background: str = "",
 ) -> Prompt:
-    stable = f"""Original Question: {question}
+    stable = f"""{_background(background)}Original Question: {question}
 
 Your thinking time is over. Review everything below and give your final, comprehensive
 answer. Support claims with the sources, cited as [n]; cite only numbers that exist.

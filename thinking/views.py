@@ -5,19 +5,19 @@ from collections.abc import Callable
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from . import llm
+from . import followups, llm
 from .access import get_session_for
 from .broadcast import publish_sync
 from .events import SessionEvent
-from .forms import StartSessionForm, SteerForm
+from .forms import ExtendForm, StartSessionForm, SteerForm
 from .models import IllegalTransition, Status, ThinkingSession
 from .presenters import session_context
 from .worker import request_start
@@ -46,6 +46,12 @@ def home(request: HttpRequest) -> HttpResponse:
 def session_create(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
         return redirect("home")
+    if request.POST.get("parent"):
+        # A follow-up of a session this person may not see is a 404, as the session is.
+        try:
+            get_session_for(request.user, request.POST["parent"])
+        except ValidationError:
+            raise Http404("No such session.") from None
     form = StartSessionForm(request.POST, user=request.user)
     if not llm.is_configured():
         form.add_error(None, llm.NOT_CONFIGURED)
@@ -100,7 +106,30 @@ def session_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     context = session_context(session)
     if request.htmx:
         return render(request, "thinking/_header.html", context)
+    context.update(followups.page_context(session, request.user))
     return render(request, "thinking/session_detail.html", context)
+
+
+@login_required
+@require_POST
+def session_extend(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """Think longer: the finished session continues from what it stored (#19)."""
+    session = get_session_for(request.user, pk)
+    if not followups.may_extend(session, request.user):
+        raise PermissionDenied("Only the owner can give this session more time.")
+    form = ExtendForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, " ".join(" ".join(e) for e in form.errors.values()))
+        return redirect(session)
+    try:
+        followups.extend(session, user=request.user, minutes=form.cleaned_data["minutes"])
+    except followups.CannotExtend as error:
+        messages.error(request, str(error))
+        return redirect(session)
+    transaction.on_commit(lambda: request_start(session.pk))
+    publish_sync(SessionEvent(session.pk))
+    messages.success(request, f"Thinking {form.cleaned_data['minutes']:g} more minutes.")
+    return redirect(session)
 
 
 def _change_state(

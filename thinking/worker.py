@@ -26,7 +26,7 @@ from channels.worker import Worker
 from django.conf import settings
 from django.utils import timezone
 
-from . import broadcast, loop
+from . import broadcast, loop, notify
 from .events import Publish, SessionEvent
 from .llm import LLM, LLMError
 from .models import ThinkingSession
@@ -136,6 +136,7 @@ class Supervisor:
                 await self.heartbeat()
                 if self.sweeping and since_sweep >= sweep_every:
                     await self.sweep()
+                    await notify.deliver_due()  # mails and webhooks, retried (#19)
                     since_sweep = 0.0
             except Exception:
                 logger.exception("Worker %s: heartbeat or sweep failed", self.worker_id)

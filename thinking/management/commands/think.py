@@ -3,6 +3,7 @@ terminal, then the final answer (or with --json, one JSON document)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -12,10 +13,13 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
+from django.http import Http404
 
-from thinking import broadcast, llm
+from thinking import broadcast, followups, llm, notify
+from thinking.access import get_session_for
 from thinking.events import SessionEvent
 from thinking.export import session_document
 from thinking.forms import StartSessionForm
@@ -52,8 +56,21 @@ class Command(BaseCommand):
     help = "Think about a question for a while, in this process, and print the answer."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("question")
-        parser.add_argument("--minutes", type=float, default=1.0, help="Thinking budget.")
+        parser.add_argument("question", nargs="?", help="The question (not with --extend).")
+        parser.add_argument(
+            "--minutes", type=float, default=1.0, help="Thinking budget (or extra minutes)."
+        )
+        parser.add_argument(
+            "--extend", metavar="ID", help="Give this completed session --minutes more time."
+        )
+        parser.add_argument("--parent", metavar="ID", help="Follow up this finished session.")
+        parser.add_argument(
+            "--notify",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="Mail the owner when it ends (default: their setting, else 10+ minutes).",
+        )
+        parser.add_argument("--webhook-url", help="POST the signed summary here when it ends.")
         parser.add_argument(
             "--synthesis-minutes", type=float, default=None, help="Synthesis interval."
         )
@@ -93,29 +110,14 @@ class Command(BaseCommand):
             except OSError as error:
                 raise CommandError(f"Cannot read {options['format_spec']}: {error}") from None
         owner = self._owner(options["owner"])
-        form = StartSessionForm(
-            user=owner,
-            data={
-                "question": options["question"],
-                "minutes": options["minutes"],
-                "synthesis_minutes": options["synthesis_minutes"] or "",
-                "format_mode": options["format"] or "",
-                "format_spec": spec,
-                "thinking_mode": options["thinking"] or "",
-                "thinking_budget": options["thinking_budget"] or "",
-                "effort": options["effort"] or "",
-                "max_tokens": options["max_tokens"] or "",
-                "token_ceiling": options["token_ceiling"] or "",
-            },
-        )
-        if not form.is_valid():
-            problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
-            raise CommandError(problems)
-        with transaction.atomic():
-            session = form.create_session(owner=owner)
+        if options["extend"]:
+            session = self._extend(owner, options["extend"], options["minutes"])
+        else:
+            session = self._start(owner, options, spec)
         quiet = options["json"]
         if not quiet:
-            self.stdout.write(self.style.MIGRATE_HEADING(f"Thinking about: {session.question}"))
+            verb = "Thinking longer about" if options["extend"] else "Thinking about"
+            self.stdout.write(self.style.MIGRATE_HEADING(f"{verb}: {session.question}"))
             self.stdout.write(f"Session {session.pk} · budget {options['minutes']:g} min\n")
         printer = TerminalPrinter(self.stdout.write, self.style)
         asyncio.run(self._run(session, printer, quiet))
@@ -129,6 +131,49 @@ class Command(BaseCommand):
             if not quiet:
                 self.stderr.write(self.style.ERROR(session.error_message))
             sys.exit(1)
+
+    def _extend(self, owner: Any, pk: str, minutes: float) -> ThinkingSession:
+        try:
+            session = get_session_for(owner, pk)
+        except (Http404, ValidationError):
+            raise CommandError(f"No session {pk} that {owner} may see.") from None
+        if not followups.may_extend(session, owner):
+            raise CommandError("Only the owner can give this session more time.")
+        problem = followups.minutes_problem(minutes)
+        if problem:
+            raise CommandError(f"minutes: {problem}")
+        try:
+            return followups.extend(session, user=owner, minutes=minutes)
+        except followups.CannotExtend as error:
+            raise CommandError(str(error)) from None
+
+    def _start(self, owner: Any, options: dict[str, Any], spec: str) -> ThinkingSession:
+        if not options["question"]:
+            raise CommandError("Give a question (or --extend ID).")
+        mail = options["notify"]
+        form = StartSessionForm(
+            user=owner,
+            data={
+                "question": options["question"],
+                "minutes": options["minutes"],
+                "synthesis_minutes": options["synthesis_minutes"] or "",
+                "format_mode": options["format"] or "",
+                "format_spec": spec,
+                "thinking_mode": options["thinking"] or "",
+                "thinking_budget": options["thinking_budget"] or "",
+                "effort": options["effort"] or "",
+                "max_tokens": options["max_tokens"] or "",
+                "token_ceiling": options["token_ceiling"] or "",
+                "parent": options["parent"] or "",
+                "notify": "" if mail is None else str(mail).lower(),
+                "webhook_url": options["webhook_url"] or "",
+            },
+        )
+        if not form.is_valid():
+            problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+            raise CommandError(problems)
+        with transaction.atomic():
+            return form.create_session(owner=owner)
 
     def _owner(self, username: str | None) -> Any:
         User = get_user_model()
@@ -160,5 +205,6 @@ class Command(BaseCommand):
         heartbeat = asyncio.create_task(supervisor.run_forever())
         try:
             await supervisor.wait_idle()
+            await notify.deliver_due()  # its mail and webhook, before this process exits
         finally:
             heartbeat.cancel()

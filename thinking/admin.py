@@ -5,7 +5,16 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from .models import ApiToken, SubQuestion, Synthesis, ThinkingSession, Thought
+from .models import (
+    ApiToken,
+    Delivery,
+    Extension,
+    NotificationPreference,
+    SubQuestion,
+    Synthesis,
+    ThinkingSession,
+    Thought,
+)
 
 
 class ThoughtInline(admin.TabularInline):
@@ -61,7 +70,7 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
     list_filter = ("status", "completion_reason", "format_mode", "owner", "model_id")
     search_fields = ("question", "final_answer")
     date_hierarchy = "created_at"
-    raw_id_fields = ("owner",)
+    raw_id_fields = ("owner", "parent")
     inlines = (SynthesisInline, SubQuestionInline, ThoughtInline)
     readonly_fields = (
         "id",
@@ -196,3 +205,23 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    """Mails and webhook calls for finished sessions (#19): what was sent, what is retrying."""
+
+    list_display = ("session", "kind", "target", "status", "attempts", "next_at")
+    list_filter = ("kind", "status")
+    readonly_fields = ("session", "kind", "target", "subject", "body", "created_at")
+
+
+@admin.register(Extension)
+class ExtensionAdmin(admin.ModelAdmin):
+    list_display = ("session", "minutes", "by", "created_at")
+    readonly_fields = ("session", "by", "minutes")
+
+
+@admin.register(NotificationPreference)
+class NotificationPreferenceAdmin(admin.ModelAdmin):
+    list_display = ("user", "mail")

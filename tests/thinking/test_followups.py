@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from research.models import Membership, Role, Team
+from thinking.export import session_markdown
 from thinking.models import (
     CompletionReason,
     Extension,
@@ -88,6 +89,9 @@ def test_extending_a_completed_session_gives_a_second_answer_and_keeps_the_first
     # It continued from its stored state: the earlier thoughts are still there, more were added.
     assert len(second["thoughts"]) > thoughts_before
     assert second["thoughts"][:thoughts_before] == first["thoughts"]
+    assert [v["text"] for v in second["answer_versions"]] == [f["text"] for f in finals]
+    report = session_markdown(ThinkingSession.objects.get())
+    assert "### Earlier answers" in report and "**Version 1," in report
     # The chart shows every synthesis, both answers included.
     assert second["confidence_evolution"] == [s["confidence"] for s in second["syntheses"]]
     session = ThinkingSession.objects.get()

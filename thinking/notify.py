@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.mail import send_mail
 from django.core.serializers.json import DjangoJSONEncoder
@@ -165,7 +166,7 @@ async def deliver_due() -> int:
     """Send what is due; returns how many were delivered. Never raises."""
     delivered = 0
     try:
-        rows = await sync_to_async(_claim_due)()
+        rows = await database_sync_to_async(_claim_due)()
     except Exception:
         logger.exception("Could not read pending deliveries")
         return 0
@@ -175,7 +176,7 @@ async def deliver_due() -> int:
                 outcome = await sync_to_async(_send_mail, thread_sensitive=False)(row)
             else:
                 outcome = await webhooks.post(row.target, row.body.encode())
-            await sync_to_async(_record)(row, outcome)
+            await database_sync_to_async(_record)(row, outcome)
             delivered += outcome.delivered
         except Exception:
             logger.exception("Delivery %s failed unexpectedly", row.pk)

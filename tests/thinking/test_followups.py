@@ -277,3 +277,25 @@ def test_a_follow_up_needs_a_finished_parent(
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "payload", "parent"]
     assert "once this session has finished" in response.json()["detail"][0]["msg"]
+
+
+def test_the_pages_follow_up_form_starts_a_linked_session(
+    client: Client, alice: Any, finished: Any, monkeypatch: pytest.MonkeyPatch
+):
+    started: list[uuid.UUID] = []
+    monkeypatch.setattr("thinking.views.request_start", started.append)
+    monkeypatch.setattr("thinking.views.llm.is_configured", lambda: True)
+    parent = finished()
+    client.force_login(alice)
+    page = client.get(parent.get_absolute_url()).content.decode()
+    assert f'name="parent" value="{parent.pk}"' in page
+
+    response = client.post("/sessions/new/", {
+        "question": "What about the Sun?", "minutes": "1", "parent": str(parent.pk),
+    })  # fmt: skip
+
+    child = ThinkingSession.objects.get(parent=parent)
+    assert response.status_code == 302 and response["Location"] == child.get_absolute_url()
+    assert started == [child.pk]
+    assert list(child.sources.values_list("number", flat=True)) == [1, 2]
+    assert "Tides come mostly from the Moon" in child.parent_context

@@ -272,7 +272,7 @@ async def test_failed_deliveries_are_retried_and_survive_a_worker_restart(
 
 
 async def test_backoff_waits_before_the_next_attempt(
-    alice: Any, make_session: Any, hook: Hook, settings: Any
+    alice: Any, make_session: Any, hook: Hook, settings: Any, background_tasks: Any
 ):
     from channels.db import database_sync_to_async
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import ninja
+from django.conf import settings
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
@@ -459,25 +460,42 @@ def cancel_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any
 
 
 class ExtendIn(Schema):
-    minutes: float = Field(description="More active thinking time.")
+    minutes: float = Field(
+        ge=followups.MIN_EXTEND_MINUTES,
+        le=settings.DEEPTHINK_MAX_MINUTES,
+        description="More active thinking time.",
+    )
 
 
-@api.post("/sessions/{session_id}/extend", response=TRANSITION, tags=["steering"])
-def extend_session(
-    request: HttpRequest, session_id: uuid.UUID, payload: ExtendIn
-) -> dict[str, Any]:
+@api.post(
+    "/sessions/{session_id}/extend",
+    response=TRANSITION,
+    tags=["steering"],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ExtendIn.model_json_schema()}},
+        }
+    },
+)
+def extend_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
     """Think longer: a completed session continues from what it stored and ends with a new
     final answer; the earlier ones stay (syntheses with `is_final`). Owner (or a team owner)
     only (403); not completed, or over a limit: 409 with the reason; bad minutes: 422."""
     session = get_session_for(request.auth, session_id)
     if not followups.may_extend(session, request.auth):
         raise HttpError(403, "Only the owner can give this session more time.")
-    problem = followups.minutes_problem(payload.minutes)
+    # The body is read only once access is checked: a stranger gets 404, never a parse error.
+    try:
+        minutes = json.loads(request.body or b"{}").get("minutes")
+    except (ValueError, AttributeError):
+        minutes = None
+    problem = followups.minutes_problem(minutes)
     if problem:
         loc = ["body", "payload", "minutes"]
         raise ValidationError([{"loc": loc, "msg": problem, "type": "value_error"}])
     try:
-        session = followups.extend(session, user=request.auth, minutes=payload.minutes)
+        session = followups.extend(session, user=request.auth, minutes=float(minutes))
     except followups.CannotExtend as error:
         raise HttpError(409, str(error)) from None
     transaction.on_commit(lambda: request_start(session.pk))

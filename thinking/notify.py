@@ -7,9 +7,12 @@ sends them and retries with backoff, so nothing is lost when a worker restarts.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
 import uuid
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -162,11 +165,29 @@ def _record(row: Delivery, outcome: webhooks.Outcome) -> None:
     Delivery.objects.filter(pk=row.pk).update(**changes)
 
 
+_running: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[int]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def start_delivery() -> None:
+    """Send what is due in a task of its own (one per event loop at a time), so a slow
+    webhook never delays the worker's heartbeats and sweeps."""
+    loop = asyncio.get_running_loop()
+    task = _running.get(loop)
+    if task is None or task.done():
+        _running[loop] = loop.create_task(deliver_due(), name="deepthink-deliveries")
+
+
+# Off the thread the sessions' database calls share, so sending never queues behind them.
+_db = functools.partial(database_sync_to_async, thread_sensitive=False)
+
+
 async def deliver_due() -> int:
     """Send what is due; returns how many were delivered. Never raises."""
     delivered = 0
     try:
-        rows = await database_sync_to_async(_claim_due)()
+        rows = await _db(_claim_due)()
     except Exception:
         logger.exception("Could not read pending deliveries")
         return 0
@@ -176,7 +197,7 @@ async def deliver_due() -> int:
                 outcome = await sync_to_async(_send_mail, thread_sensitive=False)(row)
             else:
                 outcome = await webhooks.post(row.target, row.body.encode())
-            await database_sync_to_async(_record)(row, outcome)
+            await _db(_record)(row, outcome)
             delivered += outcome.delivered
         except Exception:
             logger.exception("Delivery %s failed unexpectedly", row.pk)

@@ -136,7 +136,7 @@ class Supervisor:
                 await self.heartbeat()
                 if self.sweeping and since_sweep >= sweep_every:
                     await self.sweep()
-                    await notify.deliver_due()  # mails and webhooks, retried (#19)
+                    notify.start_delivery()  # mails and webhooks, retried (#19)
                     since_sweep = 0.0
             except Exception:
                 logger.exception("Worker %s: heartbeat or sweep failed", self.worker_id)

@@ -138,7 +138,9 @@ def member_may(route: str) -> set[int]:
     it), the team's page (but not managing it), and nothing private."""
     if route.startswith(("sessions/", "api/sessions/")):
         # 409: allowed to try, but the session's state refuses (resuming a running one).
-        return {403} if route.endswith(("cancel/", "cancel")) else {200, 302, 409}
+        # Cancelling ends someone's session; extending it spends their money (#19).
+        owner_only = ("cancel/", "cancel", "extend/", "extend")
+        return {403} if route.endswith(owner_only) else {200, 302, 409}
     if route == "teams/<int:pk>/":
         return {200, 403}  # sees the team; adding people is for owners
     if route.startswith("teams/invitations/"):

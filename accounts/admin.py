@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from .models import ApiToken, Membership, Team
+from .models import ApiToken, Membership, NotificationPreference, Team
 
 
 class MembershipInline(admin.TabularInline):
@@ -44,3 +44,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")
+
+
+@admin.register(NotificationPreference)
+class NotificationPreferenceAdmin(admin.ModelAdmin):
+    list_display = ("user", "mail")

@@ -143,3 +143,21 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class MailChoice(models.TextChoices):
+    LONG = "long", "For sessions of 10 minutes or more"
+    ALWAYS = "always", "For every session"
+    NEVER = "never", "Never"
+
+
+class NotificationPreference(models.Model):
+    """A person's default for mail when their sessions end (#19)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_preference"
+    )
+    mail = models.CharField(max_length=8, choices=MailChoice.choices, default=MailChoice.LONG)
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.get_mail_display()}"

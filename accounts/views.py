@@ -1,5 +1,5 @@
-"""Account pages: API tokens (list, create — the token is shown once — revoke), the throttled
-login and self-signup."""
+"""Account pages: API tokens (list, create — the token is shown once — revoke), notification
+settings, the throttled login and self-signup."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from . import throttle
 from .clients import client_address
-from .models import ApiToken
+from .models import ApiToken, MailChoice, NotificationPreference
 from .tokens import create_token, revoke_token
 
 
@@ -30,6 +30,31 @@ class TokenForm(forms.Form):
         strip=True,
         help_text="What will use it, so you know which to revoke: “laptop script”, “CI”.",
     )
+
+
+class NotificationForm(forms.Form):
+    """When sessions mail their owner (#19): the default for new sessions, and where to."""
+
+    mail = forms.ChoiceField(
+        label="Mail me when a session ends",
+        choices=MailChoice.choices,
+        help_text="The default for new sessions; each session can say otherwise.",
+    )
+    email = forms.EmailField(label="Mail address", required=False, max_length=254)
+
+    @classmethod
+    def for_user(cls, user: Any, data: Any = None) -> NotificationForm:
+        pref = NotificationPreference.objects.filter(user=user).first()
+        initial = {"mail": pref.mail if pref else MailChoice.LONG, "email": user.email}
+        return cls(data, initial=initial)
+
+    def save(self, user: Any) -> None:
+        NotificationPreference.objects.update_or_create(
+            user=user, defaults={"mail": self.cleaned_data["mail"]}
+        )
+        if self.cleaned_data["email"] != user.email:
+            user.email = self.cleaned_data["email"]
+            user.save(update_fields=["email"])
 
 
 @login_required
@@ -50,6 +75,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
         "tokens": ApiToken.objects.filter(user=request.user),
         "new_token": created[0] if created else None,
         "new_secret": created[1] if created else "",
+        "notification_form": NotificationForm.for_user(request.user),
     }
     response = render(request, "accounts/tokens.html", context, status=status)
     if created:
@@ -63,6 +89,18 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
     revoke_token(token)
     messages.success(request, f"Revoked “{token.name}”: requests with it are now refused.")
+    return redirect("api-tokens")
+
+
+@login_required
+@require_POST
+def notification_settings(request: HttpRequest) -> HttpResponse:
+    form = NotificationForm.for_user(request.user, request.POST)
+    if form.is_valid():
+        form.save(request.user)
+        messages.success(request, "Notification settings saved.")
+    else:
+        messages.error(request, " ".join(" ".join(e) for e in form.errors.values()))
     return redirect("api-tokens")
 
 

@@ -437,3 +437,16 @@ if DEEPTHINK_HEARTBEAT_SECONDS >= DEEPTHINK_LEASE_SECONDS:
         "DEEPTHINK_HEARTBEAT_SECONDS must be shorter than DEEPTHINK_LEASE_SECONDS, "
         "or live sessions would look abandoned."
     )
+
+# Hearing when a session ends (#19). Links in mails and webhooks start with the base URL.
+DEEPTHINK_BASE_URL = env_str("DEEPTHINK_BASE_URL", "http://127.0.0.1:8000")
+# Webhooks are signed with this secret (HMAC-SHA256); without it they are off.
+DEEPTHINK_WEBHOOK_SECRET = env_str("DEEPTHINK_WEBHOOK_SECRET")
+# Hosts webhooks may call (empty: any public host). Private, loopback and link-local
+# addresses are refused unless the address (or its network, e.g. 10.0.0.0/8) is listed.
+DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = env_list("DEEPTHINK_WEBHOOK_ALLOWED_HOSTS", [])
+DEEPTHINK_WEBHOOK_TIMEOUT_SECONDS = env_float(
+    "DEEPTHINK_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.1
+)
+DEEPTHINK_WEBHOOK_MAX_ATTEMPTS = env_int("DEEPTHINK_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
+DEEPTHINK_WEBHOOK_BACKOFF_SECONDS = env_float("DEEPTHINK_WEBHOOK_BACKOFF_SECONDS", 30.0, minimum=0)

@@ -139,8 +139,10 @@ def member_may(route: str) -> set[int]:
     if route.startswith(("sessions/", "api/sessions/")):
         # 409: allowed to try, but the session's state refuses (resuming a running one).
         # 400/422: allowed to steer through the API (access is checked before the body), but
-        # this matrix sends no JSON to steer with.
-        if route.endswith(("cancel/", "cancel")):
+        # this matrix sends no JSON to steer with. Cancelling ends someone's session;
+        # extending it spends their money (#19): owner only.
+        owner_only = ("cancel/", "cancel", "extend/", "extend")
+        if route.endswith(owner_only):
             return {403}
         return {200, 302, 409, 400, 422} if route.endswith("/steer") else {200, 302, 409}
     if route == "teams/<int:pk>/":

@@ -1,4 +1,4 @@
-"""What people do to a session (start, pause, resume, cancel, steer), in one place for the
+"""What people do to a session (start, pause, resume, cancel, steer, extend), in one place for the
 pages, the JSON API and the terminal.
 
 Each action checks who may do it, changes the rows through the model's verbs (which go through
@@ -15,7 +15,9 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
-from . import limits, llm
+from accounts.models import Role
+
+from . import followups, limits, llm
 from .broadcast import publish_sync
 from .budget import BudgetExhausted
 from .events import Publish, SessionEvent
@@ -38,6 +40,13 @@ def may_act(session: ThinkingSession, user: Any) -> bool:
 def may_cancel(session: ThinkingSession, user: Any) -> bool:
     """Ending someone's session is theirs alone; teammates may watch, pause and steer."""
     return session.is_owned_by(user)
+
+
+def may_extend(session: ThinkingSession, user: Any) -> bool:
+    """The owner, or an owner of the team it is shared with: an extension spends money."""
+    if session.is_owned_by(user):
+        return True
+    return session.team is not None and session.team.role_of(user) == Role.OWNER
 
 
 def _require(allowed: bool, message: str) -> None:
@@ -110,6 +119,30 @@ def steer(session: ThinkingSession, *, user: Any, kind: str, text: str) -> Thoug
     IllegalTransition on a finished session."""
     _require(may_act(session, user), "You cannot steer this session.")
     return session.steer(user=user, kind=kind, text=text, publish=_publish)
+
+
+def extend(session: ThinkingSession, *, user: Any, minutes: float, doorbell: bool = True) -> None:
+    """Think longer (#19): a completed session gets `minutes` more and runs again from what
+    it stored. NotAllowed unless `may_extend`; followups.CannotExtend unless it completed;
+    limits.LimitRefused when the limits (as for a start: the person's running sessions and
+    starts per hour, the team's budget) refuse, decided atomically with the write.
+    `doorbell=False` for a session run in this process (`think_here`)."""
+    _require(may_extend(session, user), "Only the owner can give this session more time.")
+    problem = followups.refuse_extension(session)
+    if problem:  # early, so a wrong state is not reported as a limit
+        raise followups.CannotExtend(problem)
+    try:
+        with transaction.atomic():
+            # User row, then team row, then (in reopen's step) the session row: the order
+            # every start and resume takes them in.
+            refused = limits.reserve_start(user, minutes=minutes, team=session.team)
+            if refused:
+                raise limits.LimitRefused(refused)
+            followups.reopen(session, user=user, minutes=minutes, publish=_publish)
+            if doorbell:
+                _ring_on_commit(session)
+    except BudgetExhausted as error:
+        raise limits.LimitRefused(" ".join(error.messages)) from None
 
 
 async def think_here(session: ThinkingSession, *, publish: Publish) -> bool:

@@ -6,7 +6,15 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
-from .models import CitationCheck, SubQuestion, Synthesis, ThinkingSession, Thought
+from .models import (
+    CitationCheck,
+    Delivery,
+    Extension,
+    SubQuestion,
+    Synthesis,
+    ThinkingSession,
+    Thought,
+)
 
 
 class CitationCheckInline(admin.TabularInline):
@@ -85,7 +93,7 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
     list_filter = ("status", "completion_reason", "format_mode", "owner", "model_id")
     search_fields = ("question", "final_answer")
     date_hierarchy = "created_at"
-    raw_id_fields = ("owner",)
+    raw_id_fields = ("owner", "parent")
     inlines = (SynthesisInline, SubQuestionInline, ThoughtInline)
     readonly_fields = (
         "id",
@@ -240,3 +248,18 @@ class SynthesisAdmin(admin.ModelAdmin):
     search_fields = ("text",)
     raw_id_fields = ("session",)
     inlines = (CitationCheckInline,)
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    """Mails and webhook calls for finished sessions (#19): what was sent, what is retrying."""
+
+    list_display = ("session", "kind", "target", "status", "attempts", "next_at")
+    list_filter = ("kind", "status")
+    readonly_fields = ("session", "kind", "target", "subject", "body", "created_at")
+
+
+@admin.register(Extension)
+class ExtensionAdmin(admin.ModelAdmin):
+    list_display = ("session", "minutes", "by", "created_at")
+    readonly_fields = ("session", "by", "minutes")

@@ -22,7 +22,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from accounts import tokens
 
-from . import actions, limits, stages
+from . import actions, followups, limits, stages
 from .access import get_session_for
 from .citations import session_counts
 from .export import (
@@ -220,6 +220,21 @@ class StartIn(Schema):
         "the model's own knowledge only.",
     )
     web: bool = Field(True, description="false: research never searches the web.")
+    notify: bool | None = Field(
+        None,
+        description="Mail me when it ends. Empty: your account's default (by default, for "
+        "budgets of 10 minutes or more).",
+    )
+    webhook_url: str | None = Field(
+        None,
+        max_length=2000,
+        description="When it ends, POST its summary here, signed: header "
+        "X-Deepthink-Signature-256: sha256=<HMAC-SHA256 of the raw body>. A private, "
+        "loopback or link-local address is refused (422).",
+    )
+    parent: uuid.UUID | None = Field(
+        None, description="Follow up this finished session: its answer and sources carry over."
+    )
 
     def form_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -228,6 +243,8 @@ class StartIn(Schema):
                 data[name] = ""
             elif name in ("research", "web"):
                 data[name] = "on" if value else "off"
+            elif name == "parent":
+                data[name] = str(value)
             elif name == "format_spec" and not isinstance(value, str):
                 data[name] = json.dumps(value)
             else:
@@ -316,7 +333,23 @@ class FormatErrorOut(Schema):
     errors: list[str]
 
 
+class SessionLinkOut(Schema):
+    id: uuid.UUID
+    url: str
+    question: str
+
+
+class ExtensionOut(Schema):
+    minutes: float
+    created_at: datetime
+
+
 class SessionOut(SessionSummaryOut):
+    parent: SessionLinkOut | None = Field(description="The session this one follows up.")
+    children: list[SessionLinkOut] = Field(description="Follow-ups of this session.")
+    notify: bool = Field(description="A mail goes to the owner when it ends.")
+    webhook_url: str | None
+    extensions: list[ExtensionOut] = Field(description="Each time it was given more time.")
     completion_note: str | None
     error: str | None
     revision: int = Field(description="Changes whenever anything stored changes.")
@@ -371,7 +404,7 @@ def summary(session: ThinkingSession) -> dict[str, Any]:
     }
 
 
-def detail(session: ThinkingSession) -> dict[str, Any]:
+def detail(session: ThinkingSession, viewer: Any = None) -> dict[str, Any]:
     waiting = None
     if session.waiting_since and not session.is_finished:
         waiting = {"since": session.waiting_since, "reason": session.waiting_reason}
@@ -427,6 +460,10 @@ def detail(session: ThinkingSession) -> dict[str, Any]:
         "unknown_citations": session.unknown_citations,
         "parse_routes": session.parse_routes,
         "format_errors": list(session.format_errors),
+        **followups.links(session, viewer or session.owner),
+        "notify": session.notify_email,
+        "webhook_url": session.webhook_url or None,
+        "extensions": list(session.extensions.values("minutes", "created_at")),
     }
 
 
@@ -438,12 +475,14 @@ def detail(session: ThinkingSession) -> dict[str, Any]:
 )
 def start_session(request: HttpRequest, payload: StartIn) -> ninja.Status[dict[str, Any]]:
     """Validated like the start page; returns at once with status `created` while a worker
-    picks the session up."""
+    picks the session up. With `parent`, a follow-up: a parent you may not see is a 404."""
+    if payload.parent is not None:
+        get_session_for(request.auth, payload.parent)
     form = StartSessionForm(payload.form_data(), user=request.auth)
     session = actions.start(form, owner=request.auth)
     if session is None:
         raise form_errors(form)
-    return ninja.Status(201, detail(session))
+    return ninja.Status(201, detail(session, request.auth))
 
 
 @api.get("/sessions", response={200: SessionPageOut, **ERRORS}, tags=["sessions"])
@@ -463,7 +502,7 @@ def list_sessions(request: HttpRequest, params: Query[ListParams]) -> dict[str, 
 
 @api.get("/sessions/{session_id}", response={200: SessionOut, **ERRORS}, tags=["sessions"])
 def get_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
-    return detail(get_session_for(request.auth, session_id))
+    return detail(get_session_for(request.auth, session_id), request.auth)
 
 
 # --- steering -------------------------------------------------------------------------
@@ -482,7 +521,7 @@ def change_state(request: HttpRequest, session_id: uuid.UUID, action: str) -> di
         raise HttpError(403, str(error)) from None
     except (IllegalTransition, limits.LimitRefused) as error:
         raise HttpError(409, str(error)) from None
-    return detail(session)
+    return detail(session, request.auth)
 
 
 @api.post("/sessions/{session_id}/pause", response=TRANSITION, tags=["steering"])
@@ -501,6 +540,50 @@ def resume_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any
 def cancel_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
     """A finished session cannot be cancelled (409). What it stored stays."""
     return change_state(request, session_id, "cancel")
+
+
+class ExtendIn(Schema):
+    minutes: float = Field(
+        ge=followups.MIN_EXTEND_MINUTES,
+        le=settings.DEEPTHINK_MAX_MINUTES,
+        description="More active thinking time.",
+    )
+
+
+@api.post(
+    "/sessions/{session_id}/extend",
+    response=TRANSITION,
+    tags=["steering"],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ExtendIn.model_json_schema()}},
+        }
+    },
+)
+def extend_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+    """Think longer: a completed session continues from what it stored and ends with a new
+    final answer; the earlier ones stay (syntheses with `is_final`). Owner (or a team owner)
+    only (403); not completed, or over a limit: 409 with the reason; bad minutes: 422."""
+    session = get_session_for(request.auth, session_id)
+    if not actions.may_extend(session, request.auth):
+        raise HttpError(403, "Only the owner can give this session more time.")
+    # The body is read only once access is checked: a stranger gets 404, never a parse error.
+    try:
+        minutes = json.loads(request.body or b"{}").get("minutes")
+    except (ValueError, AttributeError):
+        minutes = None
+    problem = followups.minutes_problem(minutes)
+    if problem:
+        loc = ["body", "payload", "minutes"]
+        raise ValidationError([{"loc": loc, "msg": problem, "type": "value_error"}])
+    try:
+        actions.extend(session, user=request.auth, minutes=float(minutes))
+    except actions.NotAllowed as error:
+        raise HttpError(403, str(error)) from None
+    except (followups.CannotExtend, limits.LimitRefused) as error:
+        raise HttpError(409, str(error)) from None
+    return detail(session, request.auth)
 
 
 # --- incremental reads ----------------------------------------------------------------

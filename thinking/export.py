@@ -154,6 +154,12 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
             sub_question_row(q) for q in session.sub_questions.select_related("parent")
         ],
         "syntheses": [synthesis_row(s) for s in session.syntheses.all()],
+        # Think longer (#19): every final answer, oldest first; the last is the current one.
+        "answer_versions": [
+            synthesis_row(s) for s in session.syntheses.filter(is_final=True).order_by("sequence")
+        ],
+        "parent": str(session.parent_id) if session.parent_id else None,
+        "children": [str(pk) for pk in session.children.values_list("pk", flat=True)],
         "final_answer": session.final_answer or None,
         "final_confidence": session.final_confidence,
         "confidence_evolution": session.confidence_evolution,
@@ -298,6 +304,17 @@ def session_markdown(session: ThinkingSession) -> str:
             lines.append("")
     else:
         lines += [f"*No final answer ({session.get_status_display().lower()}).*", ""]
+    finals = [s for s in syntheses if s.is_final]
+    earlier = finals[:-1] if session.final_answer else finals
+    if earlier:  # given more time (#19): the answers it gave before, kept as versions
+        lines += ["### Earlier answers", ""]
+        for number, version in enumerate(earlier, start=1):
+            lines += [
+                f"**Version {number}, confidence {percent(version.confidence)}**",
+                "",
+                _cited(version.text, numbers),
+                "",
+            ]
 
     lines += ["## References", ""]
     for row in reference_summary(session):

@@ -109,6 +109,7 @@ def review_prompt(
     budget_tokens: int,
     log: Sequence[str] | None = None,
     logged_from_cycle: int | None = None,
+    background: str = "",
 ) -> Prompt:
     """The final prompt, at most `budget_tokens` (estimated). Every synthesis is in it (the
     longest clipped first if they would not fit); then the remaining questions, the
@@ -120,7 +121,12 @@ def review_prompt(
     the log already and are not repeated."""
     if log is not None:
         base = prompts.final_prompt(
-            question=question, recent=(), explored=(), syntheses=(), log=log
+            question=question,
+            recent=(),
+            explored=(),
+            syntheses=(),
+            log=log,
+            background=background,
         )
         stable, task, prefix = base.stable, base.variable, base.log
         used = len(stable) + sum(len(block) + 2 for block in prefix) + len(task) + 2
@@ -132,7 +138,12 @@ def review_prompt(
         if logged_from_cycle is not None:
             thoughts = [t for t in thoughts if t.cycle < logged_from_cycle]
     else:
-        stable = INSTRUCTIONS.format(question=question) + (f"\n\n{evidence}" if evidence else "")
+        # A follow-up's earlier session goes first, like in every other prompt (#19).
+        stable = (
+            prompts.background_block(background)
+            + INSTRUCTIONS.format(question=question)
+            + (f"\n\n{evidence}" if evidence else "")
+        )
         task, prefix = "", ()
         budget = budget_tokens * CHARS_PER_TOKEN - len(stable) - 400  # headings and separators
     sections: list[str] = []
@@ -241,6 +252,7 @@ async def final_prompt(
         budget_tokens=settings.DEEPTHINK_FINAL_PROMPT_TOKENS,
         log=log,
         logged_from_cycle=transcript.epoch_start_for(max(cycles, default=0)),
+        background=session.parent_context,
         **material,
     )
     message = (

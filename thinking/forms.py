@@ -9,7 +9,7 @@ from django.conf import settings
 
 from accounts.models import Team
 
-from . import budget, limits, llm, tags
+from . import budget, followups, limits, llm, notify, tags, webhooks
 from .capabilities import (
     ThinkingSettings,
     best_mode,
@@ -23,6 +23,18 @@ from .models import Effort, FormatMode, ThinkingMode, ThinkingSession
 def default_synthesis_interval(budget_seconds: float) -> float:
     """The seed synthesises every 5 minutes; short sessions need a few syntheses too."""
     return min(300.0, max(15.0, budget_seconds / 4))
+
+
+class MailSelect(forms.NullBooleanSelect):
+    """Empty means the person's default (their settings, else by the session's length)."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.choices = [
+            ("unknown", "As in my settings (by default: for 10 minutes or more)"),
+            ("true", "Yes"),
+            ("false", "No"),
+        ]
 
 
 class StartSessionForm(forms.Form):
@@ -39,6 +51,7 @@ class StartSessionForm(forms.Form):
         "format_spec",
         "tools",
         "team",
+        "webhook_url",
     )
     TOOLS = (
         ("all", "Search and scratchpad"),
@@ -175,6 +188,21 @@ class StartSessionForm(forms.Form):
         "team's monthly token budget.",
     )
 
+    # Hearing when it ends, and following up (#19).
+    notify = forms.NullBooleanField(
+        label="Mail me when it ends",
+        required=False,
+        widget=MailSelect,
+    )
+    webhook_url = forms.URLField(
+        label="Webhook URL",
+        required=False,
+        max_length=2000,
+        assume_scheme="https",
+        help_text="When it ends, a signed POST of its summary goes here.",
+    )
+    parent = forms.UUIDField(required=False, widget=forms.HiddenInput)
+
     def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The person starting the session: the teams they may share with, and their limits.
@@ -266,6 +294,26 @@ class StartSessionForm(forms.Form):
             )
         return value
 
+    def clean_parent(self) -> ThinkingSession | None:
+        """A follow-up's parent: one this person may see (else as if it did not exist)."""
+        pk = self.cleaned_data.get("parent")
+        if pk is None:
+            return None
+        parent = ThinkingSession.objects.visible_to(self.user).filter(pk=pk).first()
+        if parent is None:
+            raise forms.ValidationError("No such session.", code="not_found")
+        problem = followups.refuse_parent(parent)
+        if problem:
+            raise forms.ValidationError(problem, code="not_finished")
+        return parent
+
+    def clean_webhook_url(self) -> str:
+        url = self.cleaned_data.get("webhook_url") or ""
+        problem = webhooks.refusal(url) if url else ""
+        if problem:
+            raise forms.ValidationError(problem, code="refused")
+        return url
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         self._clean_thinking(data)
@@ -349,7 +397,7 @@ class StartSessionForm(forms.Form):
         )
         seconds = self.cleaned_data["minutes"] * 60
         interval = self.cleaned_data.get("synthesis_minutes")
-        return ThinkingSession.objects.create(
+        session = ThinkingSession.objects.create(
             owner=owner,
             question=self.cleaned_data["question"],
             budget_seconds=seconds,
@@ -368,8 +416,15 @@ class StartSessionForm(forms.Form):
             max_cost_usd=max_cost,
             research_enabled=self.cleaned_data.get("research") != "off",
             web_enabled=self.cleaned_data.get("web") != "off",
+            notify_email=notify.mail_default(owner, seconds / 60)
+            if self.cleaned_data.get("notify") is None
+            else self.cleaned_data["notify"],
+            webhook_url=self.cleaned_data.get("webhook_url") or "",
             **self._tool_fields(),
         )
+        if self.cleaned_data.get("parent") is not None:
+            followups.link_follow_up(session, self.cleaned_data["parent"])
+        return session
 
     def _tool_fields(self) -> dict[str, bool]:
         """An empty choice keeps the model's defaults (the deployment's settings decide)."""
@@ -398,3 +453,20 @@ class SteerForm(forms.Form):
             attrs={"rows": 2, "placeholder": "Steer the thinking: a hint or a question"}
         ),
     )
+
+
+class ExtendForm(forms.Form):
+    """Think longer: more minutes for a completed session (#19)."""
+
+    minutes = forms.FloatField(
+        initial=5,
+        label="More minutes",
+        widget=forms.NumberInput(attrs={"step": "any", "min": "0.05"}),
+    )
+
+    def clean_minutes(self) -> float:
+        minutes = self.cleaned_data["minutes"]
+        problem = followups.minutes_problem(minutes)
+        if problem:
+            raise forms.ValidationError(problem)
+        return minutes

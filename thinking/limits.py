@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from accounts.models import Team
 
-from .models import Status, ThinkingSession
+from .models import Extension, Status, ThinkingSession
 
 
 def month_start() -> Any:
@@ -67,6 +67,8 @@ def refuse_start(user: Any, *, minutes: float, team: Team | None = None) -> str:
         )
     hour_ago = timezone.now() - timedelta(hours=1)
     started = ThinkingSession.objects.filter(owner=user, created_at__gte=hour_ago).count()
+    # Giving a finished session more time (#19) counts as a start.
+    started += Extension.objects.filter(by=user, created_at__gte=hour_ago).count()
     if started >= settings.DEEPTHINK_SESSIONS_PER_HOUR:
         return (
             f"You have started {started} sessions in the past hour; the limit is "

@@ -149,6 +149,7 @@ async def generate_thoughts(
     prompt = prompts.thoughts_prompt(
         question=session.question,
         focus=focus.text,
+        background=session.parent_context,
         recent=recent,
         understanding=understanding,
         reply_format=prompts.thought_format(mode, spec),
@@ -267,7 +268,11 @@ async def generate_questions(
         )
     )()
     prompt = prompts.questions_prompt(
-        question=session.question, recent=recent, existing=existing, log=log
+        question=session.question,
+        recent=recent,
+        existing=existing,
+        log=log,
+        background=session.parent_context,
     )
     reply = await ask(
         session=session,
@@ -314,6 +319,7 @@ async def synthesise(
     else:
         prompt = prompts.synthesis_prompt(
             question=session.question,
+            background=session.parent_context,
             recent=recent,
             explored=explored,
             previous=previous,

@@ -273,6 +273,15 @@ class ThinkingSession(models.Model):
     # When the open sub-questions were last re-ranked (rerank.py).
     cycles_at_last_rerank = models.PositiveIntegerField(default=0)
     sources_at_last_rerank = models.PositiveIntegerField(default=0)
+    # A follow-up: its prompts carry the parent's answer, last synthesis and sources, frozen
+    # at creation in `parent_context` so the cached prompt prefix stays the same (#19).
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    parent_context = models.TextField(blank=True)
+    # Hearing when it ends (#19): a mail to the owner, and/or a signed POST to a webhook.
+    notify_email = models.BooleanField(default=False)
+    webhook_url = models.URLField(max_length=2000, blank=True)
 
     objects = SessionQuerySet.as_manager()
 
@@ -773,3 +782,59 @@ class CitationCheck(models.Model):
 
     def __str__(self) -> str:
         return f"[{self.number}] {self.verdict}: {self.claim[:60]}"
+
+
+# --- think longer, hear when it ends (#19) -----------------------------------------------
+
+
+class Extension(models.Model):
+    """A finished session given more time: counted by the hourly limit, shown on the page."""
+
+    session = models.ForeignKey(
+        ThinkingSession, on_delete=models.CASCADE, related_name="extensions"
+    )
+    by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    minutes = models.FloatField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["session", "created_at"]
+
+    def __str__(self) -> str:
+        return f"+{self.minutes:g} min"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"
+
+
+class Delivery(models.Model):
+    """A notification to send (a mail or a webhook POST), stored so it survives restarts;
+    a worker's sweep sends what is due and retries with backoff."""
+
+    session = models.ForeignKey(
+        ThinkingSession, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    kind = models.CharField(max_length=8)  # mail / webhook
+    target = models.CharField(max_length=2000, help_text="The address or URL.")
+    body = models.TextField(help_text="The webhook's JSON exactly as signed, or the mail text.")
+    subject = models.CharField(max_length=300, blank=True)
+    status = models.CharField(
+        max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_at = models.DateTimeField(default=timezone.now, db_index=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name_plural = "deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.kind} to {self.target[:60]} ({self.status})"

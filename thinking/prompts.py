@@ -79,6 +79,18 @@ Set stop_signal to true only when your understanding is already sufficient for a
 final answer and more thinking would add little; otherwise false."""
 
 
+def background_block(background: str) -> str:
+    """A follow-up's earlier session, as the first block of a prompt's stable part."""
+    return _background(background)
+
+
+def _background(background: str) -> str:
+    """A follow-up's parent (answer, last synthesis): first in the stable, cached prefix."""
+    if not background:
+        return ""
+    return f"<earlier_session>\n{background}\n</earlier_session>\n\n"
+
+
 def _evidence(evidence: str) -> str:
     return f"\n\n{evidence}" if evidence else ""
 
@@ -95,6 +107,7 @@ def thoughts_prompt(
     known_sources: int = 0,
     hints: Sequence[str] = (),
     log: Sequence[str] | None = None,
+    background: str = "",
 ) -> Prompt:
     if log is not None:
         return _thoughts_with_log(
@@ -105,9 +118,10 @@ def thoughts_prompt(
             known_sources=known_sources,
             hints=hints,
             log=log,
+            background=background,
         )
     guidance = f"\n\n{tool_guidance}" if tool_guidance else ""
-    stable = f"""Question: {question}
+    stable = f"""{_background(background)}Question: {question}
 
 Each turn you get a current focus. Generate 3-5 distinct thoughts about it. Do not repeat
 earlier thoughts; build on them, challenge them or connect them. Where a thought rests on a
@@ -147,9 +161,10 @@ def _thoughts_with_log(
     known_sources: int,
     hints: Sequence[str],
     log: Sequence[str],
+    background: str = "",
 ) -> Prompt:
     guidance = f"\n\n{tool_guidance}" if tool_guidance else ""
-    stable = f"""Question: {question}
+    stable = f"""{_background(background)}Question: {question}
 
 Each turn you get a current focus. Generate 3-5 distinct thoughts about it. Do not repeat
 earlier thoughts; build on them, challenge them or connect them. Where a thought rests on a
@@ -171,9 +186,10 @@ def questions_prompt(
     recent: Sequence[ThoughtLine],
     existing: Sequence[str],
     log: Sequence[str] | None = None,
+    background: str = "",
 ) -> Prompt:
     if log is not None:
-        stable = f"""Original Question: {question}
+        stable = f"""{_background(background)}Original Question: {question}
 
 From the session so far, find new questions that would help answer the original question.
 Give at most 3, none that is already among the sub-questions added.
@@ -187,7 +203,7 @@ WHY: [explanation]
 {LOG_INTRO}"""
         variable = "Now give the new questions, judged by the latest thoughts above."
         return Prompt(stable, variable, tuple(log) or ("(nothing yet)",))
-    stable = f"""Original Question: {question}
+    stable = f"""{_background(background)}Original Question: {question}
 
 From the recent thoughts, find new questions that would help answer the original question.
 Give at most 3, none that is already on the list.
@@ -205,10 +221,10 @@ Sub-questions already on the list (do not repeat them):
     return Prompt(stable, variable)
 
 
-def _consolidation_header(question: str) -> str:
+def _consolidation_header(question: str, background: str = "") -> str:
     """Shared by syntheses and the final answer, so the final answer reads the syntheses'
     cached prefix; the task at the end says which one is wanted."""
-    return f"""Original Question: {question}
+    return f"""{_background(background)}Original Question: {question}
 
 From time to time you consolidate the session so far: a synthesis of your current
 understanding, and at the end your final answer. Support claims with the sources, cited as
@@ -234,12 +250,14 @@ def synthesis_prompt(
     previous: str,
     evidence: str = "",
     log: Sequence[str] | None = None,
+    background: str = "",
 ) -> Prompt:
     if log is not None:
         variable = """Now synthesize your current understanding of everything above, in the
 format given, with LABEL = SYNTHESIS (the reply begins with "SYNTHESIS:")."""
-        return Prompt(_consolidation_header(question), variable, tuple(log) or ("(nothing yet)",))
-    stable = f"""Original Question: {question}
+        header = _consolidation_header(question, background)
+        return Prompt(header, variable, tuple(log) or ("(nothing yet)",))
+    stable = f"""{_background(background)}Original Question: {question}
 
 Synthesize your current understanding from the material below. Cite sources as [n].
 Format:
@@ -272,13 +290,15 @@ def final_prompt(
     syntheses: Sequence[str],
     evidence: str = "",
     log: Sequence[str] | None = None,
+    background: str = "",
 ) -> Prompt:
     if log is not None:
         variable = """Your thinking time is over. Review everything above and give your final,
 comprehensive answer to the original question (paragraphs are fine), in the format given,
 with LABEL = ANSWER (the reply begins with "ANSWER:")."""
-        return Prompt(_consolidation_header(question), variable, tuple(log) or ("(nothing yet)",))
-    stable = f"""Original Question: {question}
+        header = _consolidation_header(question, background)
+        return Prompt(header, variable, tuple(log) or ("(nothing yet)",))
+    stable = f"""{_background(background)}Original Question: {question}
 
 Your thinking time is over. Review everything below and give your final, comprehensive
 answer. Support claims with the sources, cited as [n]; cite only numbers that exist.

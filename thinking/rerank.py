@@ -50,8 +50,9 @@ def rerank_prompt(
     understanding: str,
     recent: Sequence[prompts.ThoughtLine],
     new_sources: int,
+    background: str = "",
 ) -> prompts.Prompt:
-    stable = f"""Original Question: {question}
+    stable = f"""{prompts.background_block(background)}Original Question: {question}
 
 Re-rank the open sub-questions below: given the current understanding, how much would
 answering each one now help answer the original question? Give every listed sub-question a
@@ -179,6 +180,7 @@ async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession
         question=session.question,
         open_questions=open_questions,
         new_sources=max(0, source_count - session.sources_at_last_rerank),
+        background=session.parent_context,  # a follow-up's earlier session (#19)
         **material,
     )
     reply: Reply | None = None

@@ -19,7 +19,7 @@ from django.utils import timezone
 from research import knowledge
 from research.models import KnowledgeSource
 
-from . import citations, evidence, parsing, signals
+from . import citations, evidence, notify, parsing, signals
 from .events import SessionEvent
 from .llm import Reply, Usage
 from .models import (
@@ -148,6 +148,7 @@ def fail(
         ) as step:
             if not step.session.is_finished:
                 step.update(**step.session.fail(message=message, now=timezone.now()))
+                notify.schedule(session_id)  # mail and webhook once committed (#19)
     except LeaseLost:
         return None
     return step.session
@@ -347,6 +348,7 @@ def store_synthesis(
                     now=timezone.now(),
                 )
             )
+            notify.schedule(session_id)  # mail and webhook once committed (#19)
         else:
             step.update(
                 next_synthesis_at=session.active_seconds + session.synthesis_interval_seconds

@@ -14,4 +14,5 @@ urlpatterns = [
     path("sessions/<uuid:pk>/resume/", views.session_resume, name="session-resume"),
     path("sessions/<uuid:pk>/cancel/", views.session_cancel, name="session-cancel"),
     path("sessions/<uuid:pk>/steer/", views.session_steer, name="session-steer"),
+    path("sessions/<uuid:pk>/extend/", views.session_extend, name="session-extend"),
 ]

@@ -5,15 +5,16 @@ from collections.abc import Callable
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from . import actions, limits, llm
+from . import actions, followups, limits, llm
 from .access import get_session_for
-from .forms import StartSessionForm, SteerForm
+from .forms import ExtendForm, StartSessionForm, SteerForm
 from .models import IllegalTransition, Status, ThinkingSession
 from .presenters import header_context, session_context
 
@@ -41,6 +42,12 @@ def home(request: HttpRequest) -> HttpResponse:
 def session_create(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
         return redirect("home")
+    if request.POST.get("parent"):
+        # A follow-up of a session this person may not see is a 404, as the session is.
+        try:
+            get_session_for(request.user, request.POST["parent"])
+        except ValidationError:
+            raise Http404("No such session.") from None
     form = StartSessionForm(request.POST, user=request.user)
     session = actions.start(form, owner=request.user)
     if session is None:
@@ -94,7 +101,29 @@ def session_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     session = get_session_for(request.user, pk)
     if request.htmx:
         return render(request, "thinking/_header.html", header_context(session, request.user))
-    return render(request, "thinking/session_detail.html", session_context(session, request.user))
+    context = session_context(session, request.user)
+    context.update(followups.page_context(session, request.user))
+    return render(request, "thinking/session_detail.html", context)
+
+
+@login_required
+@require_POST
+def session_extend(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """Think longer: the finished session continues from what it stored (#19)."""
+    session = get_session_for(request.user, pk)
+    if not actions.may_extend(session, request.user):
+        raise actions.NotAllowed("Only the owner can give this session more time.")
+    form = ExtendForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, " ".join(" ".join(e) for e in form.errors.values()))
+        return redirect(session)
+    try:
+        actions.extend(session, user=request.user, minutes=form.cleaned_data["minutes"])
+    except (followups.CannotExtend, limits.LimitRefused) as error:
+        messages.error(request, str(error))
+        return redirect(session)
+    messages.success(request, f"Thinking {form.cleaned_data['minutes']:g} more minutes.")
+    return redirect(session)
 
 
 def _change_state(

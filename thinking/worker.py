@@ -27,7 +27,7 @@ from channels.worker import Worker
 from django.conf import settings
 from django.utils import timezone
 
-from . import broadcast, loop, steps
+from . import broadcast, loop, notify, steps
 from .events import Publish, SessionEvent
 from .llm import LLM, LLMError
 from .models import ThinkingSession
@@ -151,6 +151,7 @@ class Supervisor:
                 await self.heartbeat()
                 if self.sweeping and since_sweep >= sweep_every:
                     await self.sweep()
+                    notify.start_delivery()  # mails and webhooks, retried (#19)
                     since_sweep = 0.0
             except Exception:
                 logger.exception("Worker %s: heartbeat or sweep failed", self.worker_id)

@@ -78,6 +78,7 @@ def test_schema_describes_exactly_the_routes(client: Client):
         "/api/sessions/{session_id}/resume": ["post"],
         "/api/sessions/{session_id}/cancel": ["post"],
         "/api/sessions/{session_id}/steer": ["post"],
+        "/api/sessions/{session_id}/extend": ["post"],
         "/api/sessions/{session_id}/thoughts": ["get"],
         "/api/sessions/{session_id}/sub-questions": ["get"],
         "/api/sessions/{session_id}/syntheses": ["get"],

@@ -3,6 +3,7 @@ terminal, then the final answer (or with --json, one JSON document)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -12,9 +13,12 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.http import Http404
 
-from thinking import actions, broadcast, llm
+from thinking import actions, broadcast, followups, limits, llm, notify
+from thinking.access import get_session_for
 from thinking.events import SessionEvent
 from thinking.export import session_document
 from thinking.forms import StartSessionForm
@@ -61,8 +65,21 @@ class Command(BaseCommand):
     help = "Think about a question for a while, in this process, and print the answer."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("question")
-        parser.add_argument("--minutes", type=float, default=1.0, help="Thinking budget.")
+        parser.add_argument("question", nargs="?", help="The question (not with --extend).")
+        parser.add_argument(
+            "--minutes", type=float, default=1.0, help="Thinking budget (or extra minutes)."
+        )
+        parser.add_argument(
+            "--extend", metavar="ID", help="Give this completed session --minutes more time."
+        )
+        parser.add_argument("--parent", metavar="ID", help="Follow up this finished session.")
+        parser.add_argument(
+            "--notify",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="Mail the owner when it ends (default: their setting, else 10+ minutes).",
+        )
+        parser.add_argument("--webhook-url", help="POST the signed summary here when it ends.")
         parser.add_argument(
             "--synthesis-minutes", type=float, default=None, help="Synthesis interval."
         )
@@ -120,6 +137,47 @@ class Command(BaseCommand):
                     f"{options['format_spec']} is not a text file: a tag spec is JSON (UTF-8)."
                 ) from None
         owner = self._owner(options["owner"])
+        if options["extend"]:
+            session = self._extend(owner, options["extend"], options["minutes"])
+        else:
+            session = self._start(owner, options, spec)
+        quiet = options["json"]
+        if not quiet:
+            verb = "Thinking longer about" if options["extend"] else "Thinking about"
+            self.stdout.write(self.style.MIGRATE_HEADING(f"{verb}: {session.question}"))
+            self.stdout.write(f"Session {session.pk} · budget {options['minutes']:g} min\n")
+        printer = TerminalPrinter(self.stdout.write, self.style)
+        asyncio.run(self._run(session, printer, quiet))
+        session.refresh_from_db()
+        if quiet:
+            self.stdout.write(json.dumps(session_document(session), indent=2))
+        elif session.status == Status.COMPLETED:
+            self.stdout.write(self.style.SUCCESS("\nDone."))
+        if session.status == Status.FAILED:
+            # The JSON (or the printed steps) keep everything stored; the exit code says it failed.
+            if not quiet:
+                self.stderr.write(self.style.ERROR(session.error_message))
+            sys.exit(1)
+
+    def _extend(self, owner: Any, pk: str, minutes: float) -> ThinkingSession:
+        try:
+            session = get_session_for(owner, pk)
+        except (Http404, ValidationError):
+            raise CommandError(f"No session {pk} that {owner} may see.") from None
+        problem = followups.minutes_problem(minutes)
+        if problem:
+            raise CommandError(f"minutes: {problem}")
+        try:
+            # Run here, in this process: no doorbell for another worker.
+            actions.extend(session, user=owner, minutes=minutes, doorbell=False)
+        except (actions.NotAllowed, followups.CannotExtend, limits.LimitRefused) as error:
+            raise CommandError(str(error)) from None
+        return session
+
+    def _start(self, owner: Any, options: dict[str, Any], spec: str) -> ThinkingSession:
+        if not options["question"]:
+            raise CommandError("Give a question (or --extend ID).")
+        mail = options["notify"]
         form = StartSessionForm(
             user=owner,
             data={
@@ -137,6 +195,9 @@ class Command(BaseCommand):
                 "max_cost_usd": _given(options["max_cost"]),
                 "research": "off" if options["no_research"] else "on",
                 "web": "off" if options["no_web"] else "on",
+                "parent": options["parent"] or "",
+                "notify": "" if mail is None else str(mail).lower(),
+                "webhook_url": options["webhook_url"] or "",
             },
         )
         # Run here, in this process: no doorbell for another worker.
@@ -144,22 +205,7 @@ class Command(BaseCommand):
         if session is None:
             problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
             raise CommandError(problems)
-        quiet = options["json"]
-        if not quiet:
-            self.stdout.write(self.style.MIGRATE_HEADING(f"Thinking about: {session.question}"))
-            self.stdout.write(f"Session {session.pk} · budget {options['minutes']:g} min\n")
-        printer = TerminalPrinter(self.stdout.write, self.style)
-        asyncio.run(self._run(session, printer, quiet))
-        session.refresh_from_db()
-        if quiet:
-            self.stdout.write(json.dumps(session_document(session), indent=2))
-        elif session.status == Status.COMPLETED:
-            self.stdout.write(self.style.SUCCESS("\nDone."))
-        if session.status == Status.FAILED:
-            # The JSON (or the printed steps) keep everything stored; the exit code says it failed.
-            if not quiet:
-                self.stderr.write(self.style.ERROR(session.error_message))
-            sys.exit(1)
+        return session
 
     def _owner(self, username: str | None) -> Any:
         User = get_user_model()
@@ -185,3 +231,4 @@ class Command(BaseCommand):
 
         if not await actions.think_here(session, publish=publish):
             raise CommandError("Another worker claimed the session first.")
+        await notify.deliver_due()  # its mail and webhook, before this process exits

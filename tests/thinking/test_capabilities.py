@@ -118,3 +118,20 @@ def test_an_effort_the_model_refuses_is_explained():
 def test_a_valid_configuration_has_no_problems():
     assert validate(ThinkingSettings("adaptive", None, "high", 16000), ADAPTIVE_ONLY) == {}
     assert validate(ThinkingSettings("manual", 4096, "", 16000), BOTH) == {}
+
+
+def test_effort_is_sent_without_thinking_too():
+    assert request("off", ADAPTIVE_ONLY, effort="low").params["output_config"] == {"effort": "low"}
+    assert "thinking" not in request("off", ADAPTIVE_ONLY, effort="low").params
+
+
+def test_the_allowed_values_are_named_in_the_messages():
+    problems = validate(ThinkingSettings("sometimes", None, "extreme", 8000))
+    assert problems["mode"] == "Thinking mode must be one of off, adaptive, manual."
+    assert problems["effort"] == "Effort must be one of low, medium, high, xhigh, max."
+
+
+@pytest.mark.parametrize(("max_tokens", "refused"), [(0, True), (-5, True), (1, False)])
+def test_max_tokens_must_be_positive(max_tokens: int, refused: bool):
+    problems = validate(ThinkingSettings("off", None, "", max_tokens))
+    assert problems.get("max_tokens") == ("Max tokens must be positive." if refused else None)

@@ -11,6 +11,7 @@ from thinking.parsing import (
     parse_synthesis,
     parse_thoughts,
     question_key,
+    read_thought_reply,
 )
 
 # The example replies of the extended-thinking seed, verbatim.
@@ -175,3 +176,59 @@ def test_no_reply_crashes_any_parser(text: str):
     for question in parse_questions(text):
         assert 1 <= question.priority <= 10
     assert 0 <= parse_synthesis(text).confidence <= 1
+
+
+LINES = "THOUGHT: Minds are layered\nTYPE: insight\nCONFIDENCE: 0.8"
+
+
+def test_a_tagged_reply_keeps_its_parts_and_its_stop_signal():
+    reply = (
+        "<think>\n<analysis>What we know.</analysis>\n<plan></plan>\n"
+        "<reasoning>Why it matters.</reasoning>\n</think>\n<interactive>\n<response>\n"
+        f"{LINES}\n</response>\n"
+        '<stop_signal type="boolean">true</stop_signal>\n</interactive>'
+    )
+    read = read_thought_reply(reply, mode="enhanced")
+    assert read.route == "tags" and read.errors == []
+    assert [(t.text, t.type, t.confidence) for t in read.thoughts] == [
+        ("Minds are layered", "insight", 0.8)
+    ]
+    # Empty parts are left out, so the page shows no empty sections.
+    assert read.parts == {"analysis": "What we know.", "reasoning": "Why it matters."}
+    assert read.stop_signal is True
+
+
+def test_tags_without_a_response_still_yield_the_thoughts_around_them():
+    reply = (
+        '<think>Weighing it.</think><interactive><stop_signal type="boolean">false'
+        f"</stop_signal></interactive>\n{LINES}"
+    )
+    read = read_thought_reply(reply, mode="standard")
+    assert read.route == "tags"
+    assert [t.text for t in read.thoughts] == ["Minds are layered"]
+    assert read.stop_signal is False
+    assert read.errors, "the missing response is reported"
+
+
+@pytest.mark.parametrize(
+    ("text", "route", "thoughts"),
+    [
+        (LINES, "lines", ["Minds are layered"]),
+        ("Just prose about minds.", "prose", ["Just prose about minds."]),
+        ("", "empty", []),
+        ("THOUGHT:\nTYPE: insight", "empty", []),
+    ],
+)
+def test_untagged_replies_are_read_as_lines_then_prose(text: str, route: str, thoughts: list):
+    read = read_thought_reply(text, mode="standard")
+    assert read.route == route
+    assert [t.text for t in read.thoughts] == thoughts
+    assert read.parts == {} and read.stop_signal is None
+
+
+@pytest.mark.parametrize("mode", ["no-such-mode", "custom"])
+def test_an_unreadable_mode_falls_back_to_lines_and_still_finds_the_stop_signal(mode: str):
+    read = read_thought_reply(f"{LINES}\n<stop_signal>true</stop_signal>", mode=mode)
+    assert read.route == "lines"
+    assert [t.text for t in read.thoughts] == ["Minds are layered"]
+    assert read.stop_signal is True

@@ -47,5 +47,9 @@ MODULES: dict[str, tuple[str, ...]] = {
 # `make mutate` with no MODULE: the small, pure modules first; the loop last.
 DEFAULT_ORDER = tuple(MODULES)
 
-# CI's smoke run: small, pure and quick (well under two minutes on two busy cores).
-SMOKE_MODULE = "thinking/parsing.py"
+# CI's smoke run: request building (`build_request`, ~110 mutants) against its pure unit tests,
+# so it finishes well under two minutes on two busy cores. It has its own cache slot, so it
+# never disturbs the full run's results for the module.
+SMOKE_MODULE = "thinking/capabilities.py"
+SMOKE_TESTS = ("tests/thinking/test_capabilities.py",)
+SMOKE_MUTANTS = "thinking.capabilities.x_build_request__mutmut_*"

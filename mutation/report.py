@@ -113,7 +113,7 @@ def _describe(module: str, name: str, mutants_dir: Path) -> Survivor:
     return Survivor(name=name, line=line, before=before, after=after)
 
 
-def summarise(module: str, mutants_dir: Path) -> Row:
+def summarise(module: str, mutants_dir: Path, *, only: str = "") -> Row:
     from mutmut.stats import status_by_exit_code
 
     row = Row(module)
@@ -123,6 +123,8 @@ def summarise(module: str, mutants_dir: Path) -> Row:
     row.ran = True
     equivalents = load_equivalents()
     for name, code in sorted(json.loads(meta.read_text())["exit_code_by_key"].items()):
+        if not name.startswith(only):
+            continue
         status = status_by_exit_code[code]
         if status in ("killed", "caught by type check"):
             row.killed += 1

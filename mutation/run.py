@@ -23,12 +23,13 @@ import sys
 from pathlib import Path
 
 from mutation import report
-from mutation.modules import DEFAULT_ORDER, MODULES, SMOKE_MODULE
+from mutation.modules import DEFAULT_ORDER, MODULES, SMOKE_MODULE, SMOKE_MUTANTS, SMOKE_TESTS
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS = ROOT / "mutants"
 CACHE = ROOT / "mutation" / ".cache"
-MARKER = "deepthink-module.txt"  # which module the current mutants/ belongs to
+MARKER = "deepthink-module.txt"  # which slot (a module, or "smoke") the current mutants/ is
+SMOKE = "smoke"
 SURVIVED_CODES = (0, 33)  # mutmut: survived, no tests
 
 
@@ -46,12 +47,12 @@ def current_module() -> str | None:
 
 
 def activate(module: str) -> None:
-    """Make `mutants/` the given module's own (park the other module's, bring this one back)."""
+    """Make `mutants/` the given slot's own (park the other slot's, bring this one back)."""
     owner = current_module()
     if owner == module:
         return
     if MUTANTS.exists():
-        if owner in MODULES:
+        if owner in MODULES or owner == SMOKE:
             target = parked(owner)
             shutil.rmtree(target, ignore_errors=True)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -76,10 +77,13 @@ def fast_env() -> dict[str, str]:
     return env
 
 
-def run_module(module: str, *, workers: int) -> int:
-    activate(module)
+def run_module(module: str, *, workers: int, smoke: bool = False) -> int:
+    activate(SMOKE if smoke else module)
+    tests = SMOKE_TESTS if smoke else MODULES[module]
     command = [sys.executable, "-m", "mutation.run", "--child", module, "--workers", str(workers)]
-    print(f"\n== mutmut on {module} (tests: {', '.join(MODULES[module])})", flush=True)
+    if smoke:
+        command.append("--smoke")
+    print(f"\n== mutmut on {module} (tests: {', '.join(tests)})", flush=True)
     return subprocess.call(command, cwd=ROOT, env=fast_env())  # noqa: S603
 
 
@@ -98,7 +102,7 @@ def retest_survivors(module: str) -> None:
     meta.write_text(json.dumps(data, indent=4))
 
 
-def child(module: str, workers: int) -> None:
+def child(module: str, workers: int, smoke: bool) -> None:
     """Inside the child process: mutmut with its configuration narrowed to one module."""
     from mutmut import configuration
     from mutmut.__main__ import cli
@@ -108,24 +112,36 @@ def child(module: str, workers: int) -> None:
     configuration._config = dataclasses.replace(
         base,
         only_mutate=[module],
-        pytest_add_cli_args_test_selection=list(MODULES[module]),
+        pytest_add_cli_args_test_selection=list(SMOKE_TESTS if smoke else MODULES[module]),
     )
+    # Named mutants are always run again: the smoke run measures afresh every time.
+    names = [SMOKE_MUTANTS] if smoke else []
     # mutmut exits through SystemExit with its own status.
-    cli.main(["run", "--max-children", str(workers)], prog_name="mutmut")
+    cli.main(["run", "--max-children", str(workers), *names], prog_name="mutmut")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="modules to mutate (default: all)")
-    parser.add_argument("--smoke", action="store_true", help=f"only {SMOKE_MODULE}; no report")
+    parser.add_argument(
+        "--smoke", action="store_true", help="CI: request building only; score printed"
+    )
     parser.add_argument("--workers", type=int, default=int(os.environ.get("MUTATE_WORKERS", 2)))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.workers)
+        child(args.child, args.workers, args.smoke)
         return 0
 
-    modules = [SMOKE_MODULE] if args.smoke else (args.modules or list(DEFAULT_ORDER))
+    if args.smoke:
+        code = run_module(SMOKE_MODULE, workers=args.workers, smoke=True)
+        prefix = SMOKE_MUTANTS.removesuffix("*")
+        row = report.summarise(SMOKE_MODULE, MUTANTS, only=prefix)
+        print()
+        print(report.table([row]))
+        print(f"(smoke: only {prefix}* against {', '.join(SMOKE_TESTS)}; not asserted)")
+        return code
+    modules = args.modules or list(DEFAULT_ORDER)
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
         parser.error(f"not a covered module: {', '.join(unknown)} (see mutation/modules.py)")
@@ -136,9 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"\nmutmut could not finish: {', '.join(failed)}", file=sys.stderr)
         return 1
-    if not args.smoke:
-        report.write_readme()
-        print("\nWrote mutation/README.md")
+    report.write_readme()
+    print("\nWrote mutation/README.md")
     return 0
 
 

@@ -135,3 +135,42 @@ def test_the_allowed_values_are_named_in_the_messages():
 def test_max_tokens_must_be_positive(max_tokens: int, refused: bool):
     problems = validate(ThinkingSettings("off", None, "", max_tokens))
     assert problems.get("max_tokens") == ("Max tokens must be positive." if refused else None)
+
+
+def test_a_model_that_cannot_think_gets_no_thinking_whatever_is_asked():
+    no_thinking = Capabilities(frozenset({"disabled"}))
+    for mode in ("adaptive", "manual"):
+        built = request(mode, no_thinking, tools=True)
+        assert built.thinking == "off"  # what the session's model calls record
+        assert "thinking" not in built.params and not built.headers
+
+
+def test_the_interleaved_beta_is_not_sent_without_tools():
+    built = request("manual", MANUAL_ONLY)
+    assert built.params["thinking"]["type"] == "enabled" and built.headers == {}
+
+
+def test_each_problem_has_its_own_message():
+    assert validate(ThinkingSettings("manual", None, "", 8000))["budget_tokens"] == (
+        "Manual thinking needs a thinking budget."
+    )
+    assert validate(ThinkingSettings("adaptive", None, "", 8000), MANUAL_ONLY)["mode"] == (
+        "This model does not accept adaptive thinking (it accepts: off, manual)."
+    )
+    assert validate(ThinkingSettings("off", None, "low", 8000), MANUAL_ONLY)["effort"] == (
+        "This model does not take an effort level."
+    )
+    assert validate(ThinkingSettings("off", None, "", 64_001), MANUAL_ONLY)["max_tokens"] == (
+        "This model writes at most 64000 tokens."
+    )
+
+
+def test_the_smallest_budget_and_the_models_own_limit_are_allowed():
+    assert validate(ThinkingSettings("manual", 1024, "", 8000), BOTH) == {}
+    assert validate(ThinkingSettings("off", None, "", 64_000), MANUAL_ONLY) == {}
+
+
+def test_a_value_that_is_not_allowed_at_all_is_explained_before_what_the_model_takes():
+    problems = validate(ThinkingSettings("sometimes", None, "extreme", 8000), MANUAL_ONLY)
+    assert problems["mode"] == "Thinking mode must be one of off, adaptive, manual."
+    assert problems["effort"] == "Effort must be one of low, medium, high, xhigh, max."

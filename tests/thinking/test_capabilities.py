@@ -174,3 +174,23 @@ def test_a_value_that_is_not_allowed_at_all_is_explained_before_what_the_model_t
     problems = validate(ThinkingSettings("sometimes", None, "extreme", 8000), MANUAL_ONLY)
     assert problems["mode"] == "Thinking mode must be one of off, adaptive, manual."
     assert problems["effort"] == "Effort must be one of low, medium, high, xhigh, max."
+
+
+@pytest.mark.parametrize(
+    ("budget", "max_tokens", "sent"),
+    [
+        (None, 40_000, 10_000),  # no budget given: half the output, at most 10k
+        (None, 8_001, 4_000),
+        (9_000, 8_000, 7_999),  # always below max_tokens, as the API requires
+        (1_024, 8_000, 1_024),  # the API's minimum is allowed
+    ],
+)
+def test_the_manual_budget_sent(budget: int | None, max_tokens: int, sent: int):
+    built = request("manual", MANUAL_ONLY, budget=budget, max_tokens=max_tokens)
+    assert built.params["thinking"] == {"type": "enabled", "budget_tokens": sent}
+    assert built.thinking == "manual"
+
+
+def test_a_budget_below_the_minimum_means_no_thinking_rather_than_an_error():
+    built = request("manual", MANUAL_ONLY, budget=None, max_tokens=1_500)
+    assert "thinking" not in built.params and built.thinking == "off"

@@ -7,12 +7,14 @@ from hypothesis import strategies as st
 from thinking.parsing import (
     clamp_confidence,
     clamp_priority,
+    normalize_type,
     parse_questions,
     parse_synthesis,
     parse_thoughts,
     question_key,
     read_thought_reply,
 )
+from thinking.tags import spec_from_json
 
 # The example replies of the extended-thinking seed, verbatim.
 SEED_THOUGHTS = """THOUGHT: Consciousness might be best understood as layered awareness
@@ -232,3 +234,68 @@ def test_an_unreadable_mode_falls_back_to_lines_and_still_finds_the_stop_signal(
     assert read.route == "lines"
     assert [t.text for t in read.thoughts] == ["Minds are layered"]
     assert read.stop_signal is True
+
+
+def test_a_custom_format_is_read_with_its_own_parts():
+    spec = spec_from_json(
+        [
+            {"tag": "think", "children": [{"tag": "doubts"}, {"tag": "hunch"}]},
+            {"tag": "interactive", "children": [{"tag": "response"}]},
+        ]
+    )
+    reply = (
+        "<think><doubts>Maybe not.</doubts><hunch>Probably yes.</hunch></think>"
+        "<interactive><response>THOUGHT: custom one</response></interactive>"
+    )
+    read = read_thought_reply(reply, mode="custom", custom=spec)
+    assert read.route == "tags"
+    assert read.parts == {"doubts": "Maybe not.", "hunch": "Probably yes."}
+    assert [t.text for t in read.thoughts] == ["custom one"]
+
+
+def test_only_the_response_of_a_tagged_reply_becomes_thoughts():
+    reply = (
+        "<think>THOUGHT: a draft I threw away</think><interactive><response>"
+        f"{LINES}</response></interactive>"
+    )
+    read = read_thought_reply(reply, mode="standard")
+    assert [t.text for t in read.thoughts] == ["Minds are layered"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("[insight]", "insight"),
+        ("**Critique**", "critique"),
+        ("critic", "critique"),
+        ("connective", "connection"),
+        ("Explore", "exploration"),
+        ("musing", "exploration"),
+        (None, "exploration"),
+    ],
+)
+def test_thought_types_are_read_leniently(raw: str | None, expected: str):
+    assert normalize_type(raw) == expected
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(7, 7), (0, 1), (12, 10), ("7,6", 8)])
+def test_priorities_as_numbers_or_with_a_decimal_comma(raw: int | str, expected: int):
+    assert clamp_priority(raw) == expected
+
+
+def test_a_block_without_a_question_does_not_hide_the_next_one():
+    reply = "PRIORITY: 5\nWHY: orphaned\n---\nQUESTION: Is it real?\nPRIORITY: 7"
+    questions = parse_questions(reply)
+    assert [(q.text, q.priority, q.why) for q in questions] == [("Is it real?", 7, "")]
+
+
+def test_none_and_na_are_not_insights_or_remaining_questions():
+    synthesis = parse_synthesis(
+        "SYNTHESIS: Done.\nINSIGHTS:\n- None\n- n/a\n- Real one\nREMAINING:\n- NONE"
+    )
+    assert synthesis.key_insights == ["Real one"]
+    assert synthesis.remaining_questions == []
+
+
+def test_question_key_is_the_words_in_lower_case():
+    assert question_key("  What IS  it, really?! ") == "what is it really"

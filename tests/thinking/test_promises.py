@@ -133,8 +133,9 @@ async def test_the_think_tool_is_offered_only_when_the_switches_allow_it(
 
 
 async def test_a_high_priority_focus_is_researched_before_it_is_thought_about(
-    fake_claude: Any, make_session: Any
+    fake_claude: Any, make_session: Any, settings: Any
 ):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000  # no new sub-questions to research as well
     session = await new_session(
         make_session, plan={"steps": ["Read", "Compare", "Conclude"], "current": 0}
     )
@@ -159,7 +160,10 @@ async def test_a_high_priority_focus_is_researched_before_it_is_thought_about(
     assert session.plan["steps"] == ["Read", "Compare", "Conclude"], "the main plan is kept"
 
 
-async def test_a_low_priority_focus_is_not_researched_again(fake_claude: Any, make_session: Any):
+async def test_a_low_priority_focus_is_not_researched_again(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000  # no new high-priority sub-questions
     session = await new_session(make_session)
     await SubQuestion.objects.acreate(session=session, text="A side question?", priority=3)
     fake_claude.responder = without_tools(fake_claude)

@@ -86,6 +86,12 @@ async def test_effort_levels_count_only_when_effort_itself_is_supported(capabili
     assert caps.effort_levels == frozenset() and caps.source == "api"
 
 
+async def test_the_default_effort_is_the_familys(capabilities_of: Any):
+    # claude-opus-5-5's default effort is medium: an effort of medium is then not sent.
+    caps = await capabilities_of("claude-opus-5-5-2099", model_info("claude-opus-5-5-2099"))
+    assert caps.default_effort == "medium"
+
+
 async def test_without_an_output_limit_the_family_table_decides(capabilities_of: Any):
     caps = await capabilities_of("claude-opus-4-5-2099", model_info("claude-opus-4-5-2099"))
     assert caps.max_tokens == builtin_capabilities("claude-opus-4-5").max_tokens == 64_000

@@ -299,3 +299,51 @@ def test_none_and_na_are_not_insights_or_remaining_questions():
 
 def test_question_key_is_the_words_in_lower_case():
     assert question_key("  What IS  it, really?! ") == "what is it really"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (7, 0.7),
+        ("5%", 0.05),
+        ("5 %", 0.05),
+        ("3/4", 0.75),
+        ("3/ 4", 0.75),
+        ("3/4,0", 0.75),
+        ("2/0.5", 0.4),
+        ("7/0", 0.7),
+        ("1", 1.0),
+        ("1.5", 0.15),
+        ("10.5", 0.105),
+        ("0.123456", 0.1235),
+    ],
+)
+def test_confidence_scales_and_fractions(raw: str | int, expected: float):
+    assert clamp_confidence(raw) == expected
+
+
+def test_labels_keep_their_text_but_lose_markdown_emphasis():
+    thoughts = parse_thoughts("THOUGHT: **Xenon is inert**\n---\nTHOUGHT: _X marks it_")
+    assert [t.text for t in thoughts] == ["Xenon is inert", "X marks it"]
+
+
+def test_an_empty_thought_block_does_not_hide_the_next_one():
+    assert [t.text for t in parse_thoughts("THOUGHT:\n---\nTHOUGHT: real")] == ["real"]
+
+
+def test_synthesis_without_labels_or_with_prose_first():
+    assert parse_synthesis("").text == ""
+    plain = parse_synthesis("Just prose.")
+    assert plain.text == "Just prose." and plain.key_insights == []
+    assert plain.remaining_questions == []
+    assert parse_synthesis("Prose first.\nINSIGHTS:\n- a").text == "Prose first."
+    only = parse_synthesis("INSIGHTS:\n- a")
+    assert only.text == "INSIGHTS:\n- a" and only.key_insights == ["a"]
+
+
+def test_bullets_are_clipped_and_capped():
+    long = "x" * 1500
+    bullets = "\n".join(f"- point {n}" for n in range(25))
+    synthesis = parse_synthesis(f"SYNTHESIS: s\nINSIGHTS:\n- {long}\n- -\n{bullets}")
+    assert synthesis.key_insights[0] == "x" * 1000
+    assert len(synthesis.key_insights) == 20 and "-" not in synthesis.key_insights

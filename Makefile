@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format install migrate fake-claude fake-exa bench clean
+.PHONY: run test lint format install migrate fake-claude fake-exa bench mutate mutate-smoke clean
 
 $(STAMP): pyproject.toml
 	@py=$$(scripts/find-python) || exit 1; \
@@ -66,4 +66,13 @@ bench: install
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache mutants mutation/.cache
+
+# Mutation testing (mutation/README.md): every covered module, or one with
+# MODULE=thinking/capabilities.py. Incremental; the fast suite only; MUTATE_WORKERS=2.
+mutate: install
+	$(BIN)/python -m mutation.run $(MODULE)
+
+# CI's smoke run: one small module, well under two minutes; the score is printed, not asserted.
+mutate-smoke: install
+	$(BIN)/python -m mutation.run --smoke

@@ -204,3 +204,85 @@ def test_an_unknown_model_gets_manual_thinking():
     caps = builtin_capabilities("qwen3-coder:30b")
     built = build_request(ThinkingSettings(mode="auto", max_tokens=8000), caps)
     assert built.params["thinking"] == {"type": "enabled", "budget_tokens": 4000}
+
+
+def test_effort_is_sent_without_thinking_too():
+    assert request("off", ADAPTIVE_ONLY, effort="low").params["output_config"] == {"effort": "low"}
+    assert "thinking" not in request("off", ADAPTIVE_ONLY, effort="low").params
+
+
+def test_the_allowed_values_are_named_in_the_messages():
+    problems = validate(ThinkingSettings("sometimes", None, "extreme", 8000))
+    assert problems["mode"] == "Thinking mode must be one of auto, off, adaptive, manual."
+    assert problems["effort"] == "Effort must be one of low, medium, high, xhigh, max."
+
+
+@pytest.mark.parametrize(("max_tokens", "refused"), [(0, True), (-5, True), (1, False)])
+def test_max_tokens_must_be_positive(max_tokens: int, refused: bool):
+    problems = validate(ThinkingSettings("off", None, "", max_tokens))
+    assert problems.get("max_tokens") == ("Max tokens must be positive." if refused else None)
+
+
+def test_a_model_that_cannot_think_gets_no_thinking_whatever_is_asked():
+    no_thinking = Capabilities(frozenset({"disabled"}))
+    for mode in ("adaptive", "manual"):
+        built = request(mode, no_thinking, tools=True)
+        assert built.thinking == "off"  # what the session's model calls record
+        assert "thinking" not in built.params and not built.headers
+
+
+def test_the_interleaved_beta_is_not_sent_without_tools():
+    built = request("manual", MANUAL_ONLY)
+    assert built.params["thinking"]["type"] == "enabled" and built.headers == {}
+
+
+def test_each_problem_has_its_own_message():
+    assert validate(ThinkingSettings("manual", None, "", 8000))["budget_tokens"] == (
+        "Manual thinking needs a thinking budget."
+    )
+    assert validate(ThinkingSettings("adaptive", None, "", 8000), MANUAL_ONLY)["mode"] == (
+        "This model does not accept adaptive thinking (it accepts: auto, off, manual)."
+    )
+    assert validate(ThinkingSettings("off", None, "low", 8000), MANUAL_ONLY)["effort"] == (
+        "This model does not take an effort level."
+    )
+    assert validate(ThinkingSettings("off", None, "", 64_001), MANUAL_ONLY)["max_tokens"] == (
+        "This model writes at most 64000 tokens."
+    )
+
+
+def test_the_smallest_budget_and_the_models_own_limit_are_allowed():
+    assert validate(ThinkingSettings("manual", 1024, "", 8000), BOTH) == {}
+    assert validate(ThinkingSettings("off", None, "", 64_000), MANUAL_ONLY) == {}
+
+
+def test_a_value_that_is_not_allowed_at_all_is_explained_before_what_the_model_takes():
+    problems = validate(ThinkingSettings("sometimes", None, "extreme", 8000), MANUAL_ONLY)
+    assert problems["mode"] == "Thinking mode must be one of auto, off, adaptive, manual."
+    assert problems["effort"] == "Effort must be one of low, medium, high, xhigh, max."
+
+
+@pytest.mark.parametrize(
+    ("budget", "max_tokens", "sent"),
+    [
+        (None, 40_000, 10_000),  # no budget given: half the output, at most 10k
+        (None, 8_001, 4_000),
+        (9_000, 8_000, 7_999),  # always below max_tokens, as the API requires
+        (1_024, 8_000, 1_024),  # the API's minimum is allowed
+    ],
+)
+def test_the_manual_budget_sent(budget: int | None, max_tokens: int, sent: int):
+    built = request("manual", MANUAL_ONLY, budget=budget, max_tokens=max_tokens)
+    assert built.params["thinking"] == {"type": "enabled", "budget_tokens": sent}
+    assert built.thinking == "manual"
+
+
+def test_a_budget_below_the_minimum_means_no_thinking_rather_than_an_error():
+    # No room for the API's minimum budget (1024) below max tokens: no thinking, no error.
+    built = request("manual", MANUAL_ONLY, budget=None, max_tokens=1_024)
+    assert "thinking" not in built.params and built.thinking == "off"
+
+
+def test_manual_thinking_without_a_budget_gets_the_minimum_that_fits():
+    built = request("manual", MANUAL_ONLY, budget=None, max_tokens=1_500)
+    assert built.params["thinking"] == {"type": "enabled", "budget_tokens": 1024}

@@ -7,11 +7,14 @@ from hypothesis import strategies as st
 from thinking.parsing import (
     clamp_confidence,
     clamp_priority,
+    normalize_type,
     parse_questions,
     parse_synthesis,
     parse_thoughts,
     question_key,
+    read_thought_reply,
 )
+from thinking.tags import spec_from_json
 
 # The example replies of the extended-thinking seed, verbatim.
 SEED_THOUGHTS = """THOUGHT: Consciousness might be best understood as layered awareness
@@ -175,3 +178,172 @@ def test_no_reply_crashes_any_parser(text: str):
     for question in parse_questions(text):
         assert 1 <= question.priority <= 10
     assert 0 <= parse_synthesis(text).confidence <= 1
+
+
+LINES = "THOUGHT: Minds are layered\nTYPE: insight\nCONFIDENCE: 0.8"
+
+
+def test_a_tagged_reply_keeps_its_parts_and_its_stop_signal():
+    reply = (
+        "<think>\n<analysis>What we know.</analysis>\n<plan></plan>\n"
+        "<reasoning>Why it matters.</reasoning>\n</think>\n<interactive>\n<response>\n"
+        f"{LINES}\n</response>\n"
+        '<stop_signal type="boolean">true</stop_signal>\n</interactive>'
+    )
+    read = read_thought_reply(reply, mode="enhanced")
+    assert read.route == "tags" and read.errors == []
+    assert [(t.text, t.type, t.confidence) for t in read.thoughts] == [
+        ("Minds are layered", "insight", 0.8)
+    ]
+    # Empty parts are left out, so the page shows no empty sections.
+    assert read.parts == {"analysis": "What we know.", "reasoning": "Why it matters."}
+    assert read.stop_signal is True
+
+
+def test_tags_without_a_response_still_yield_the_thoughts_around_them():
+    reply = (
+        '<think>Weighing it.</think><interactive><stop_signal type="boolean">false'
+        f"</stop_signal></interactive>\n{LINES}"
+    )
+    read = read_thought_reply(reply, mode="standard")
+    assert read.route == "tags"
+    assert [t.text for t in read.thoughts] == ["Minds are layered"]
+    assert read.stop_signal is False
+    assert read.errors, "the missing response is reported"
+
+
+@pytest.mark.parametrize(
+    ("text", "route", "thoughts"),
+    [
+        (LINES, "lines", ["Minds are layered"]),
+        ("Just prose about minds.", "prose", ["Just prose about minds."]),
+        ("", "empty", []),
+        ("THOUGHT:\nTYPE: insight", "empty", []),
+    ],
+)
+def test_untagged_replies_are_read_as_lines_then_prose(text: str, route: str, thoughts: list):
+    read = read_thought_reply(text, mode="standard")
+    assert read.route == route
+    assert [t.text for t in read.thoughts] == thoughts
+    assert read.parts == {} and read.stop_signal is None
+
+
+@pytest.mark.parametrize("mode", ["no-such-mode", "custom"])
+def test_an_unreadable_mode_falls_back_to_lines_and_still_finds_the_stop_signal(mode: str):
+    read = read_thought_reply(f"{LINES}\n<stop_signal>true</stop_signal>", mode=mode)
+    assert read.route == "lines"
+    assert [t.text for t in read.thoughts] == ["Minds are layered"]
+    assert read.stop_signal is True
+
+
+def test_a_custom_format_is_read_with_its_own_parts():
+    spec = spec_from_json(
+        [
+            {"tag": "think", "children": [{"tag": "doubts"}, {"tag": "hunch"}]},
+            {"tag": "interactive", "children": [{"tag": "response"}]},
+        ]
+    )
+    reply = (
+        "<think><doubts>Maybe not.</doubts><hunch>Probably yes.</hunch></think>"
+        "<interactive><response>THOUGHT: custom one</response></interactive>"
+    )
+    read = read_thought_reply(reply, mode="custom", custom=spec)
+    assert read.route == "tags"
+    assert read.parts == {"doubts": "Maybe not.", "hunch": "Probably yes."}
+    assert [t.text for t in read.thoughts] == ["custom one"]
+
+
+def test_only_the_response_of_a_tagged_reply_becomes_thoughts():
+    reply = (
+        "<think>THOUGHT: a draft I threw away</think><interactive><response>"
+        f"{LINES}</response></interactive>"
+    )
+    read = read_thought_reply(reply, mode="standard")
+    assert [t.text for t in read.thoughts] == ["Minds are layered"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("[insight]", "insight"),
+        ("**Critique**", "critique"),
+        ("critic", "critique"),
+        ("connective", "connection"),
+        ("Explore", "exploration"),
+        ("musing", "exploration"),
+        (None, "exploration"),
+    ],
+)
+def test_thought_types_are_read_leniently(raw: str | None, expected: str):
+    assert normalize_type(raw) == expected
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(7, 7), (0, 1), (12, 10), ("7,6", 8)])
+def test_priorities_as_numbers_or_with_a_decimal_comma(raw: int | str, expected: int):
+    assert clamp_priority(raw) == expected
+
+
+def test_a_block_without_a_question_does_not_hide_the_next_one():
+    reply = "PRIORITY: 5\nWHY: orphaned\n---\nQUESTION: Is it real?\nPRIORITY: 7"
+    questions = parse_questions(reply)
+    assert [(q.text, q.priority, q.why) for q in questions] == [("Is it real?", 7, "")]
+
+
+def test_none_and_na_are_not_insights_or_remaining_questions():
+    synthesis = parse_synthesis(
+        "SYNTHESIS: Done.\nINSIGHTS:\n- None\n- n/a\n- Real one\nREMAINING:\n- NONE"
+    )
+    assert synthesis.key_insights == ["Real one"]
+    assert synthesis.remaining_questions == []
+
+
+def test_question_key_is_the_words_in_lower_case():
+    assert question_key("  What IS  it, really?! ") == "what is it really"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (7, 0.7),
+        ("5%", 0.05),
+        ("5 %", 0.05),
+        ("3/4", 0.75),
+        ("3/ 4", 0.75),
+        ("3/4,0", 0.75),
+        ("2/0.5", 0.4),
+        ("7/0", 0.7),
+        ("1", 1.0),
+        ("1.5", 0.15),
+        ("10.5", 0.105),
+        ("0.123456", 0.1235),
+    ],
+)
+def test_confidence_scales_and_fractions(raw: str | int, expected: float):
+    assert clamp_confidence(raw) == expected
+
+
+def test_labels_keep_their_text_but_lose_markdown_emphasis():
+    thoughts = parse_thoughts("THOUGHT: **Xenon is inert**\n---\nTHOUGHT: _X marks it_")
+    assert [t.text for t in thoughts] == ["Xenon is inert", "X marks it"]
+
+
+def test_an_empty_thought_block_does_not_hide_the_next_one():
+    assert [t.text for t in parse_thoughts("THOUGHT:\n---\nTHOUGHT: real")] == ["real"]
+
+
+def test_synthesis_without_labels_or_with_prose_first():
+    assert parse_synthesis("").text == ""
+    plain = parse_synthesis("Just prose.")
+    assert plain.text == "Just prose." and plain.key_insights == []
+    assert plain.remaining_questions == []
+    assert parse_synthesis("Prose first.\nINSIGHTS:\n- a").text == "Prose first."
+    only = parse_synthesis("INSIGHTS:\n- a")
+    assert only.text == "INSIGHTS:\n- a" and only.key_insights == ["a"]
+
+
+def test_bullets_are_clipped_and_capped():
+    long = "x" * 1500
+    bullets = "\n".join(f"- point {n}" for n in range(25))
+    synthesis = parse_synthesis(f"SYNTHESIS: s\nINSIGHTS:\n- {long}\n- -\n{bullets}")
+    assert synthesis.key_insights[0] == "x" * 1000
+    assert len(synthesis.key_insights) == 20 and "-" not in synthesis.key_insights

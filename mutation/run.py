@@ -1,0 +1,161 @@
+"""`make mutate`: mutation testing of the core modules with mutmut, one module at a time.
+
+    python -m mutation.run                           # every module, then the report
+    python -m mutation.run thinking/capabilities.py  # one module (make mutate MODULE=...)
+    python -m mutation.run --smoke                   # CI: one small module, score printed
+
+mutmut keeps its work in `mutants/` (copies of the code with every mutant in it, and the
+results). Each module gets its own `mutants/`, parked in `mutation/.cache/<module>/` while
+another module runs, so every run is incremental: only functions or tests that changed since
+the module's last run are tested again. Each run uses only the module's own test files
+(mutation/modules.py) and the fast suite: no browser, no PostgreSQL or Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from mutation import report
+from mutation.modules import DEFAULT_ORDER, MODULES, SMOKE_MODULE, SMOKE_MUTANTS, SMOKE_TESTS
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTANTS = ROOT / "mutants"
+CACHE = ROOT / "mutation" / ".cache"
+MARKER = "deepthink-module.txt"  # which slot (a module, or "smoke") the current mutants/ is
+SMOKE = "smoke"
+SURVIVED_CODES = (0, 33)  # mutmut: survived, no tests
+
+
+def slug(module: str) -> str:
+    return module.removesuffix(".py").replace("/", ".")
+
+
+def parked(module: str) -> Path:
+    return CACHE / slug(module) / "mutants"
+
+
+def current_module() -> str | None:
+    marker = MUTANTS / MARKER
+    return marker.read_text().strip() if marker.exists() else None
+
+
+def activate(module: str) -> None:
+    """Make `mutants/` the given slot's own (park the other slot's, bring this one back)."""
+    owner = current_module()
+    if owner == module:
+        return
+    if MUTANTS.exists():
+        if owner in MODULES or owner == SMOKE:
+            target = parked(owner)
+            shutil.rmtree(target, ignore_errors=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            MUTANTS.rename(target)
+        else:  # left by a bare `mutmut run` or an older layout: not ours to trust
+            shutil.rmtree(MUTANTS)
+    if parked(module).exists():
+        parked(module).rename(MUTANTS)
+    MUTANTS.mkdir(exist_ok=True)
+    (MUTANTS / MARKER).write_text(module + "\n")
+
+
+def workdir(module: str) -> Path:
+    """Where a module's results are now: `mutants/` if active, else its parked copy."""
+    return MUTANTS if current_module() == module else parked(module)
+
+
+def fast_env() -> dict[str, str]:
+    """The fast suite's environment: embedded SQLite and the in-memory channel layer."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def run_module(module: str, *, workers: int, smoke: bool = False) -> int:
+    activate(SMOKE if smoke else module)
+    tests = SMOKE_TESTS if smoke else MODULES[module]
+    command = [sys.executable, "-m", "mutation.run", "--child", module, "--workers", str(workers)]
+    if smoke:
+        command.append("--smoke")
+    print(f"\n== mutmut on {module} (tests: {', '.join(tests)})", flush=True)
+    return subprocess.call(command, cwd=ROOT, env=fast_env())  # noqa: S603
+
+
+def retest_survivors(module: str) -> None:
+    """mutmut keeps every earlier verdict; a survivor may be killed by a test added since,
+    so survivors (and mutants that had no test) are tested again. Killed ones stay killed
+    until their function changes."""
+    meta = MUTANTS / (module + ".meta")
+    if not meta.exists():
+        return
+    data = json.loads(meta.read_text())
+    codes = data["exit_code_by_key"]
+    for name, code in codes.items():
+        if code in SURVIVED_CODES:
+            codes[name] = None
+    meta.write_text(json.dumps(data, indent=4))
+
+
+def child(module: str, workers: int, smoke: bool) -> None:
+    """Inside the child process: mutmut with its configuration narrowed to one module."""
+    from mutmut import configuration
+    from mutmut.__main__ import cli
+
+    retest_survivors(module)
+    base = configuration.config()
+    configuration._config = dataclasses.replace(
+        base,
+        only_mutate=[module],
+        pytest_add_cli_args_test_selection=list(SMOKE_TESTS if smoke else MODULES[module]),
+    )
+    # Named mutants are always run again: the smoke run measures afresh every time.
+    names = [SMOKE_MUTANTS] if smoke else []
+    # mutmut exits through SystemExit with its own status.
+    cli.main(["run", "--max-children", str(workers), *names], prog_name="mutmut")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help="modules to mutate (default: all)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="CI: request building only; score printed"
+    )
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("MUTATE_WORKERS", 2)))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.workers, args.smoke)
+        return 0
+
+    if args.smoke:
+        code = run_module(SMOKE_MODULE, workers=args.workers, smoke=True)
+        prefix = SMOKE_MUTANTS.removesuffix("*")
+        row = report.summarise(SMOKE_MODULE, MUTANTS, only=prefix)
+        print()
+        print(report.table([row]))
+        print(f"(smoke: only {prefix}* against {', '.join(SMOKE_TESTS)}; not asserted)")
+        return code
+    modules = args.modules or list(DEFAULT_ORDER)
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        parser.error(f"not a covered module: {', '.join(unknown)} (see mutation/modules.py)")
+    failed = [m for m in modules if run_module(m, workers=args.workers) != 0]
+    rows = [report.summarise(m, workdir(m)) for m in modules]
+    print()
+    print(report.table(rows))
+    if failed:
+        print(f"\nmutmut could not finish: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    report.write_readme()
+    print("\nWrote mutation/README.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

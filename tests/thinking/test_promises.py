@@ -1,0 +1,317 @@
+"""Promises of the deliberation loop that a refactor could break without any other test
+noticing (issue 16). Each test runs whole sessions against the wire-level fake Claude and
+asserts on what the provider received and on the stored rows, never on the loop's helpers,
+so the loop can be reshaped freely while these keep guarding what a person relies on."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from tests.fakes.anthropic_server import HttpError, Reply
+from tests.helpers import prompt_of, run
+from thinking.models import Status, SubQuestion, ThinkingSession
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+THOUGHT = "THOUGHT: A thought on the focus.\nTYPE: insight\nCONFIDENCE: 0.7"
+
+
+def first_prompt(request: dict) -> str:
+    """The task of a request: inside a tool loop the last user turn holds tool results."""
+    content = request["body"]["messages"][0]["content"]
+    if isinstance(content, str):
+        return content
+    return "\n\n".join(block.get("text", "") for block in content if isinstance(block, dict))
+
+
+def thought_requests(fake: Any) -> list[dict]:
+    return [r for r in fake.requests if "THOUGHT:" in first_prompt(r)]
+
+
+def plan_requests(fake: Any) -> list[dict]:
+    return [r for r in fake.requests if "WEB QUERIES:" in first_prompt(r)]
+
+
+def without_tools(fake: Any) -> Any:
+    """The scripted model that never calls a tool, so a test's own tool calls stand alone."""
+    return lambda body: fake.scripted_mind({**body, "tools": []})
+
+
+async def new_session(make_session: Any, **fields: Any) -> ThinkingSession:
+    fields.setdefault("budget_seconds", 0.2)
+    fields.setdefault("synthesis_interval_seconds", 60)
+    return await sync_to_async(make_session)(**fields)
+
+
+# 1. The tool loop's assistant turn goes back with its thinking blocks and signatures.
+
+
+async def test_the_tool_loop_sends_the_models_thinking_back_with_its_signature(
+    fake_claude: Any, make_session: Any
+):
+    session = await new_session(
+        make_session, thinking_mode="manual", thinking_budget=2048, max_tokens=4096
+    )
+    fake_claude.enqueue(
+        Reply(
+            thinking="I need evidence before I write thoughts.",
+            redacted=True,
+            tool_uses=[{"name": "memory_search", "input": {"query": "consciousness notes"}}],
+        ),
+        Reply(text=THOUGHT),
+    )
+    fake_claude.responder = without_tools(fake_claude)
+
+    status = await run(session)
+
+    assert status == Status.COMPLETED
+    first, second = fake_claude.requests[0]["body"], fake_claude.requests[1]["body"]
+    assert first["thinking"]["type"] == "enabled" and second["thinking"] == first["thinking"]
+    assistant = second["messages"][1]
+    assert assistant["role"] == "assistant"
+    # The API rejects a tool loop whose assistant turn lost its thinking: it must come back
+    # exactly as streamed, in order, with the signature and the opaque redacted block.
+    assert [block["type"] for block in assistant["content"]] == [
+        "redacted_thinking",
+        "thinking",
+        "tool_use",
+    ]
+    thinking = assistant["content"][1]
+    assert thinking["thinking"] == "I need evidence before I write thoughts."
+    assert thinking["signature"].startswith("sig-")
+    assert assistant["content"][0]["data"].startswith("redacted-")
+    assert second["messages"][2]["content"][0]["type"] == "tool_result"
+
+
+# 2. The think tool is offered only when both switches allow it (and tools are on at all).
+
+
+@pytest.mark.parametrize(
+    ("tools_setting", "tools_enabled", "think_setting", "think_tool", "expected"),
+    [
+        (True, True, True, True, ["memory_search", "progress", "think"]),
+        (True, True, True, False, ["memory_search", "progress"]),
+        (True, True, False, True, ["memory_search", "progress"]),
+        (True, False, True, True, None),
+        (False, True, True, True, None),
+    ],
+    ids=["all-on", "session-no-think", "server-no-think", "session-no-tools", "server-no-tools"],
+)
+async def test_the_think_tool_is_offered_only_when_the_switches_allow_it(
+    fake_claude: Any,
+    make_session: Any,
+    settings: Any,
+    tools_setting: bool,
+    tools_enabled: bool,
+    think_setting: bool,
+    think_tool: bool,
+    expected: list[str] | None,
+):
+    settings.DEEPTHINK_TOOLS = tools_setting
+    settings.DEEPTHINK_THINK_TOOL = think_setting
+    session = await new_session(make_session, tools_enabled=tools_enabled, think_tool=think_tool)
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    requests = thought_requests(fake_claude)
+    assert requests
+    for request in requests:
+        offered = [tool["name"] for tool in request["body"].get("tools", [])] or None
+        assert offered == expected
+        # The prompt's think-tool guidance goes with the tool, never without it.
+        guided = "Using the think tool" in first_prompt(request)
+        assert guided == (expected is not None and "think" in expected)
+
+
+# 3. A high-priority sub-question that becomes the focus gets its own research.
+
+
+async def test_a_high_priority_focus_is_researched_before_it_is_thought_about(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000  # no new sub-questions to research as well
+    session = await new_session(
+        make_session, plan={"steps": ["Read", "Compare", "Conclude"], "current": 0}
+    )
+    urgent = await SubQuestion.objects.acreate(
+        session=session, text="Is attention the same as awareness?", priority=9
+    )
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    plans = plan_requests(fake_claude)
+    assert len(plans) == 1
+    assert "Focus on this sub-question now: Is attention the same as awareness?" in (
+        first_prompt(plans[0])
+    )
+    # The research came before the thoughts on that focus.
+    order = fake_claude.requests.index(plans[0])
+    first_thoughts = fake_claude.requests.index(thought_requests(fake_claude)[0])
+    assert order < first_thoughts
+    await session.arefresh_from_db()
+    assert session.plan["researched"] == [urgent.pk]
+    assert session.plan["steps"] == ["Read", "Compare", "Conclude"], "the main plan is kept"
+
+
+async def test_a_low_priority_focus_is_not_researched_again(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000  # no new high-priority sub-questions
+    session = await new_session(make_session)
+    await SubQuestion.objects.acreate(session=session, text="A side question?", priority=3)
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    assert plan_requests(fake_claude) == []
+
+
+# 4. The plan step the model reports moves the plan's current step on the page.
+
+
+async def test_the_plan_step_the_model_reports_becomes_the_current_step(
+    fake_claude: Any, make_session: Any
+):
+    steps = ["Define terms", "Gather evidence", "Test theories", "Conclude"]
+    session = await new_session(make_session, plan={"steps": steps, "current": 0})
+    report = {"stage": "analysis", "message": "Testing theories.", "plan_step": 3}
+    fake_claude.enqueue(
+        Reply(text="Reporting.", tool_uses=[{"name": "progress", "input": report}]),
+        Reply(text=THOUGHT),
+    )
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    await session.arefresh_from_db()
+    assert session.plan["current"] == 2  # step 3 of 4, counted from 0
+    assert session.plan["steps"] == steps
+    # The report is in the stage history (the loop's own stages came after it).
+    assert any(s["by"] == "model" and s.get("plan_step") == 3 for s in session.stages)
+
+
+async def test_a_plan_step_past_the_end_stops_at_the_last_step(fake_claude: Any, make_session: Any):
+    session = await new_session(make_session, plan={"steps": ["One", "Two"], "current": 0})
+    report = {"stage": "synthesis", "message": "Wrapping up.", "plan_step": 9}
+    fake_claude.enqueue(
+        Reply(text="Reporting.", tool_uses=[{"name": "progress", "input": report}]),
+        Reply(text=THOUGHT),
+    )
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    await session.arefresh_from_db()
+    assert session.plan["current"] == 1
+
+
+# 5. Effort is sent whether or not thinking is on.
+
+
+@pytest.mark.parametrize("mode", ["off", "adaptive"])
+async def test_effort_is_sent_whether_or_not_thinking_is_on(
+    fake_claude: Any, make_session: Any, mode: str, settings: Any
+):
+    # claude-opus-5-5 takes every effort level; its default is medium. Utility calls (plan,
+    # sub-questions, re-ranking, checks) go to the fast model without thinking: the promise is
+    # about the session's own model.
+    settings.DEEPTHINK_FAST_MODEL = "claude-haiku-5-5"
+    session = await new_session(
+        make_session, model_id="claude-opus-5-5", thinking_mode=mode, effort="low"
+    )
+    fake_claude.responder = without_tools(fake_claude)
+
+    status = await run(session)
+
+    assert status == Status.COMPLETED
+    bodies = [r["body"] for r in fake_claude.requests if r["body"]["model"] == "claude-opus-5-5"]
+    assert bodies
+    assert all(body.get("output_config") == {"effort": "low"} for body in bodies)
+    assert all(("thinking" in body) == (mode != "off") for body in bodies)
+
+
+# 6. A failed planning call falls back to a simple plan and the session goes on.
+
+
+async def test_a_failed_planning_call_falls_back_to_a_simple_plan(
+    fake_claude: Any, make_session: Any
+):
+    session = await new_session(make_session, plan={}, question="Why do cats purr?")
+    fake_claude.enqueue(HttpError(status=400, type="invalid_request_error", message="no plan"))
+    fake_claude.responder = without_tools(fake_claude)
+
+    status = await run(session)
+
+    await session.arefresh_from_db()
+    assert status == Status.COMPLETED
+    assert session.plan["source"] == "heuristic"
+    assert session.plan["steps"] and session.plan["web_queries"][0] == "Why do cats purr?"
+    assert any("Planning with the model failed" in note for note in session.research_notes)
+    assert await session.thoughts.aexists() and session.final_answer
+
+
+# 7. Periodic syntheses come at the interval, not every cycle.
+
+
+async def test_no_periodic_synthesis_before_the_interval_has_passed(
+    fake_claude: Any, make_session: Any
+):
+    session = await new_session(make_session, budget_seconds=0.5, synthesis_interval_seconds=60)
+    fake_claude.delay = 0.02
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    assert await session.thoughts.values("cycle").distinct().acount() >= 2
+    syntheses = [s async for s in session.syntheses.all()]
+    assert [s.is_final for s in syntheses] == [True]
+    assert not any("SYNTHESIS:" in first_prompt(r) for r in fake_claude.requests)
+
+
+async def test_periodic_syntheses_are_an_interval_of_thinking_apart(
+    fake_claude: Any, make_session: Any
+):
+    interval = 0.5
+    session = await new_session(
+        make_session, budget_seconds=1.8, synthesis_interval_seconds=interval
+    )
+    fake_claude.delay = 0.02
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    periodic = [
+        s.time_offset_seconds
+        async for s in session.syntheses.filter(is_final=False).order_by("sequence")
+    ]
+    assert periodic, "a synthesis once the interval has passed"
+    # Offsets are active time rounded to 1/100 s.
+    assert periodic[0] >= interval - 0.01
+    assert all(b - a >= interval - 0.01 for a, b in itertools.pairwise(periodic))
+    cycles = await session.thoughts.values("cycle").distinct().acount()
+    assert cycles > len(periodic)
+
+
+# 8. The final answer is written from every synthesis along the way.
+
+
+async def test_the_final_prompt_carries_every_synthesis(fake_claude: Any, make_session: Any):
+    session = await new_session(make_session, budget_seconds=1.2, synthesis_interval_seconds=0.3)
+    fake_claude.delay = 0.02
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    texts = [s.text async for s in session.syntheses.filter(is_final=False).order_by("sequence")]
+    assert texts, "the session synthesised along the way"
+    finals = [r for r in fake_claude.requests if "ANSWER:" in first_prompt(r)]
+    assert len(finals) == 1
+    final_prompt = prompt_of(finals[0])
+    for text in texts:
+        assert text in final_prompt

@@ -352,10 +352,18 @@
   // the older ones go behind "Show earlier" (only while the person follows the end).
   var KEEP_THOUGHTS = 150;
 
+  // Once the person has asked for earlier thoughts they are reading them: a later live
+  // update (a citation check, say) must not take them away again.
+  document.addEventListener("click", function (event) {
+    if (event.target.closest && event.target.closest("#thought-earlier button")) {
+      stream.expanded = true;
+    }
+  });
+
   function trimStream() {
     var list = document.getElementById("thought-list");
     var live = document.getElementById("live");
-    if (!list || !live || !stream.atEnd || filter.focus) return;
+    if (!list || !live || !stream.atEnd || stream.expanded || filter.focus) return;
     var items = list.querySelectorAll(":scope > li.thought[id^='thought-']");
     var extra = items.length - KEEP_THOUGHTS;
     if (extra <= 0) return;

@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format install migrate fake-claude fake-exa bench mutate mutate-smoke clean
+.PHONY: run test lint typecheck format install migrate fake-claude fake-exa bench mutate mutate-smoke clean
 
 $(STAMP): pyproject.toml
 	@py=$$(scripts/find-python) || exit 1; \
@@ -46,13 +46,17 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# mypy with django-stubs over config, thinking, research and accounts (pyproject [tool.mypy]).
+typecheck: install
+	$(BIN)/mypy
+
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 # Embedded defaults first (SQLite + in-memory layer), then the tests that need real
 # PostgreSQL/Redis when DATABASE_URL / REDIS_URL are set (they skip, with a reason, otherwise).
-test: install lint
+test: install lint typecheck
 	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest
 	@if [ -n "$${DATABASE_URL:-}$${REDIS_URL:-}" ]; then \
 	  echo "== again on DATABASE_URL=$${DATABASE_URL:-<unset>} REDIS_URL=$${REDIS_URL:-<unset>}"; \

@@ -6,9 +6,14 @@ models here moved no data (see migration 0001).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class Role(models.TextChoices):
@@ -69,7 +74,9 @@ class Team(models.Model):
         """The user's role, once they have accepted; None otherwise."""
         if not getattr(user, "is_authenticated", False):
             return None
-        membership = self.memberships.filter(user=user, accepted_at__isnull=False).first()
+        # Authenticated: a User (or a stand-in carrying its pk, which is all the lookup reads).
+        member = cast("User", user)
+        membership = self.memberships.filter(user=member, accepted_at__isnull=False).first()
         return membership.role if membership else None
 
 

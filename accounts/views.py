@@ -18,6 +18,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
+from config.http import AuthenticatedHttpRequest
+
 from . import throttle
 from .clients import client_address
 from .models import ApiToken, MailChoice, NotificationPreference
@@ -59,7 +61,7 @@ class NotificationForm(forms.Form):
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def token_list(request: HttpRequest) -> HttpResponse:
+def token_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = TokenForm(request.POST if request.method == "POST" else None)
     created: tuple[ApiToken, str] | None = None
     status = 200
@@ -85,7 +87,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+def token_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
     revoke_token(token)
     messages.success(request, f"Revoked “{token.name}”: requests with it are now refused.")
@@ -94,13 +96,13 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def notification_settings(request: HttpRequest) -> HttpResponse:
+def notification_settings(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = NotificationForm.for_user(request.user, request.POST)
     if form.is_valid():
         form.save(request.user)
         messages.success(request, "Notification settings saved.")
     else:
-        messages.error(request, " ".join(" ".join(e) for e in form.errors.values()))
+        messages.error(request, " ".join(" ".join(map(str, e)) for e in form.errors.values()))
     return redirect("api-tokens")
 
 

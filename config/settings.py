@@ -171,7 +171,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": SQLITE_PATH,
+            "NAME": SQLITE_PATH,  # type: ignore[typeddict-item]  # Django takes a Path too
             "OPTIONS": {
                 # The web process and the worker write the same file: WAL lets readers
                 # proceed during a write, IMMEDIATE makes writers queue instead of failing.

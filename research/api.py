@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest
+from django.utils.datastructures import MultiValueDict
 from ninja import Field, File, Form, Router, Schema, Status
 from ninja.errors import ValidationError
 from ninja.files import UploadedFile
 
 from accounts.models import Team
+from config.http import ApiRequest
 
 from .documents import DocumentError
 from .forms import UploadForm
@@ -72,20 +73,22 @@ def knowledge_row(item: KnowledgeItem) -> dict[str, Any]:
     url_name="knowledge-upload",
 )
 def upload_knowledge(
-    request: HttpRequest, file: File[UploadedFile], team: Form[int | None] = None
+    request: ApiRequest, file: File[UploadedFile], team: Form[int | None] = None
 ) -> Status[dict[str, Any]]:
     """Add a document (PDF, HTML, Markdown or text) to your knowledge base, split into
     passages. `team` shares it with one of your teams. A file that cannot be read is a 422
     saying why; nothing is stored then."""
-    user = request.auth  # type: ignore[attr-defined]
+    user = request.auth
     shared = None
     if team is not None:
         shared = Team.objects.of(user).filter(pk=team).first()
         if shared is None:  # not a member: the same answer as a team that does not exist
             raise _invalid("team", "You are not a member of that team.")
-    form = UploadForm(files={"file": file})
+    form = UploadForm(files=MultiValueDict({"file": [file]}))
     if not form.is_valid():
-        raise _invalid("file", " ".join(form.errors.get("file", ["The file was refused."])))
+        raise _invalid(
+            "file", " ".join(map(str, form.errors.get("file", ["The file was refused."])))
+        )
     try:
         item = add_item(
             owner=user,

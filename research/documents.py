@@ -109,7 +109,8 @@ def _first_heading(text: str) -> str:
 def markdown_sections(text: str) -> list[Section]:
     """Text split at its Markdown headings; each part keeps the heading it sits under."""
     sections: list[Section] = []
-    heading, lines = "", []
+    heading = ""
+    lines: list[str] = []
     in_fence = False
     for line in text.splitlines():
         if line.lstrip().startswith(("```", "~~~")):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from accounts.models import Team
@@ -127,7 +127,7 @@ def decode_text(data: bytes, *, name: str) -> str:
 
 def save_item(
     *,
-    owner: AbstractBaseUser,
+    owner: User,
     title: str,
     body: str,
     url: str = "",
@@ -183,7 +183,7 @@ def save_item(
 
 def add_item(
     *,
-    owner: AbstractBaseUser,
+    owner: User,
     title: str,
     body: str,
     url: str = "",
@@ -269,7 +269,7 @@ def _not_importable(root: Path, path: Path) -> str:
     return ""
 
 
-def import_folder(root: Path, *, owner: AbstractBaseUser) -> ImportSummary:
+def import_folder(root: Path, *, owner: User) -> ImportSummary:
     """Import every document under `root` for `owner`; a file that cannot be read is skipped
     with the reason, and the rest goes on. A file imported before is matched by
     its absolute path: unchanged files are left alone, changed ones updated in place."""

@@ -173,7 +173,14 @@ def _search_sqlite(
         ORDER BY score DESC, k.id DESC
         LIMIT %s
     """  # noqa: S608 - only placeholders are interpolated
-    params = [SNIPPET_CHARS, *SQLITE_WEIGHTS, fts5_query(terms), *owners, *teams, limit]
+    params: list[str | int | float] = [
+        SNIPPET_CHARS,
+        *SQLITE_WEIGHTS,
+        fts5_query(terms),
+        *owners,
+        *teams,
+        limit,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
@@ -207,7 +214,7 @@ def _search_postgresql(
         FROM ranked, q
         ORDER BY ranked.score DESC, ranked.id DESC
     """  # noqa: S608 - only placeholders and constants are interpolated
-    params = [
+    params: list[str | int | float] = [
         websearch_query(terms),
         PG_WEIGHTS,
         *owners,

@@ -6,11 +6,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from accounts.models import team_ids_of
+from config.http import AuthenticatedHttpRequest
 
 from .forms import KnowledgeItemForm, SearchForm, UploadForm
 from .knowledge import add_item
@@ -48,7 +49,7 @@ def _with_relevance(results: list[MemoryResult]) -> list[tuple[MemoryResult, int
 
 
 def _list_page(
-    request: HttpRequest,
+    request: AuthenticatedHttpRequest,
     *,
     item_form: KnowledgeItemForm | None = None,
     upload_form: UploadForm | None = None,
@@ -75,13 +76,13 @@ def _list_page(
 
 @login_required
 @require_GET
-def knowledge_list(request: HttpRequest) -> HttpResponse:
+def knowledge_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _list_page(request)
 
 
 @login_required
 @require_POST
-def knowledge_add(request: HttpRequest) -> HttpResponse:
+def knowledge_add(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = KnowledgeItemForm(request.POST, user=request.user)
     if not form.is_valid():
         return _list_page(request, item_form=form, status=422)
@@ -99,7 +100,7 @@ def knowledge_add(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def knowledge_upload(request: HttpRequest) -> HttpResponse:
+def knowledge_upload(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = UploadForm(request.POST, request.FILES)
     if not form.is_valid():
         return _list_page(request, upload_form=form, status=422)
@@ -116,14 +117,14 @@ def knowledge_upload(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_GET
-def knowledge_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def knowledge_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     item = get_item_for(request.user, pk)
     return render(request, "research/knowledge_detail.html", {"item": item})
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def knowledge_delete(request: HttpRequest, pk: int) -> HttpResponse:
+def knowledge_delete(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     item = get_item_for(request.user, pk)
     if item.owner_id != request.user.pk:
         # Teammates see shared items; only the person who added one may delete it.

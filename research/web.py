@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 from django.conf import settings
 from exa_py import AsyncExa
+from exa_py.api import ContentsOptions
 
 from .cache import cache_key, cached_results, store_results
 
@@ -29,7 +30,7 @@ DEFAULT_BASE_URL = "https://api.exa.ai"
 # Highlights are the passages Exa picks for the query (the SDK's advice for LLM context);
 # the summary is a short abstract of the page; the text (bounded) is the page itself, so a
 # citation can be checked against what the page says, not only Exa's picks.
-CONTENTS: dict[str, Any] = {"highlights": True, "summary": True}
+CONTENTS: ContentsOptions = {"highlights": True, "summary": True}
 TEXT_CHARS = 3000  # page text asked of Exa per result (DEEPTHINK_WEB_TEXT_CHARS)
 PASSAGE_CHARS = 1200  # the passage of a page shown to the model and kept with the source
 MAX_NUM_RESULTS = 100  # Exa's own ceiling
@@ -255,7 +256,7 @@ class WebSearch:
         self.max_items_per_source = max(1, max_items_per_source)
         self.cache_seconds = cache_seconds
         self.retry_base_seconds = retry_base_seconds
-        self.contents: dict[str, Any] = {**CONTENTS}
+        self.contents: ContentsOptions = {**CONTENTS}
         if text_chars > 0:
             self.contents["text"] = {"max_characters": text_chars}
         # exa-py joins base URL and path by plain concatenation: no trailing slash.

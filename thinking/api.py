@@ -21,6 +21,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
 from accounts import tokens
+from config.http import ApiRequest
 
 from . import actions, followups, limits, stages
 from .access import get_session_for
@@ -473,7 +474,7 @@ def detail(session: ThinkingSession, viewer: Any = None) -> dict[str, Any]:
     tags=["sessions"],
     summary="Start a session",
 )
-def start_session(request: HttpRequest, payload: StartIn) -> ninja.Status[dict[str, Any]]:
+def start_session(request: ApiRequest, payload: StartIn) -> ninja.Status[dict[str, Any]]:
     """Validated like the start page; returns at once with status `created` while a worker
     picks the session up. With `parent`, a follow-up: a parent you may not see is a 404."""
     if payload.parent is not None:
@@ -486,7 +487,7 @@ def start_session(request: HttpRequest, payload: StartIn) -> ninja.Status[dict[s
 
 
 @api.get("/sessions", response={200: SessionPageOut, **ERRORS}, tags=["sessions"])
-def list_sessions(request: HttpRequest, params: Query[ListParams]) -> dict[str, Any]:
+def list_sessions(request: ApiRequest, params: Query[ListParams]) -> dict[str, Any]:
     """The sessions you may see, newest first, `limit` at a time."""
     sessions = ThinkingSession.objects.visible_to(request.auth)
     if params.status:
@@ -501,7 +502,7 @@ def list_sessions(request: HttpRequest, params: Query[ListParams]) -> dict[str, 
 
 
 @api.get("/sessions/{session_id}", response={200: SessionOut, **ERRORS}, tags=["sessions"])
-def get_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+def get_session(request: ApiRequest, session_id: uuid.UUID) -> dict[str, Any]:
     return detail(get_session_for(request.auth, session_id), request.auth)
 
 
@@ -513,7 +514,7 @@ TRANSITION = {**CHANGE_ERRORS, 200: SessionOut, 409: ErrorOut}
 CHANGES = {"pause": actions.pause, "resume": actions.resume, "cancel": actions.cancel}
 
 
-def change_state(request: HttpRequest, session_id: uuid.UUID, action: str) -> dict[str, Any]:
+def change_state(request: ApiRequest, session_id: uuid.UUID, action: str) -> dict[str, Any]:
     session = get_session_for(request.auth, session_id)
     try:
         CHANGES[action](session, user=request.auth)
@@ -525,19 +526,19 @@ def change_state(request: HttpRequest, session_id: uuid.UUID, action: str) -> di
 
 
 @api.post("/sessions/{session_id}/pause", response=TRANSITION, tags=["steering"])
-def pause_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+def pause_session(request: ApiRequest, session_id: uuid.UUID) -> dict[str, Any]:
     """Only a thinking session can be paused; otherwise 409 with the reason."""
     return change_state(request, session_id, "pause")
 
 
 @api.post("/sessions/{session_id}/resume", response=TRANSITION, tags=["steering"])
-def resume_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+def resume_session(request: ApiRequest, session_id: uuid.UUID) -> dict[str, Any]:
     """Only a paused session can be resumed; otherwise 409 with the reason."""
     return change_state(request, session_id, "resume")
 
 
 @api.post("/sessions/{session_id}/cancel", response=TRANSITION, tags=["steering"])
-def cancel_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+def cancel_session(request: ApiRequest, session_id: uuid.UUID) -> dict[str, Any]:
     """A finished session cannot be cancelled (409). What it stored stays."""
     return change_state(request, session_id, "cancel")
 
@@ -561,7 +562,7 @@ class ExtendIn(Schema):
         }
     },
 )
-def extend_session(request: HttpRequest, session_id: uuid.UUID) -> dict[str, Any]:
+def extend_session(request: ApiRequest, session_id: uuid.UUID) -> dict[str, Any]:
     """Think longer: a completed session continues from what it stored and ends with a new
     final answer; the earlier ones stay (syntheses with `is_final`). Owner (or a team owner)
     only (403); not completed, or over a limit: 409 with the reason; bad minutes: 422."""
@@ -671,7 +672,7 @@ def newer(rows: Any, field: str, params: AfterParams) -> list[Any]:
     "/sessions/{session_id}/thoughts", response={200: list[ThoughtOut], **ERRORS}, tags=["reads"]
 )
 def list_thoughts(
-    request: HttpRequest, session_id: uuid.UUID, params: Query[AfterParams]
+    request: ApiRequest, session_id: uuid.UUID, params: Query[AfterParams]
 ) -> list[dict[str, Any]]:
     session = get_session_for(request.auth, session_id)
     thoughts = session.thoughts.select_related("sub_question")
@@ -683,7 +684,7 @@ def list_thoughts(
     response={200: list[SubQuestionOut], **ERRORS},
     tags=["reads"],
 )
-def list_sub_questions(request: HttpRequest, session_id: uuid.UUID) -> list[dict[str, Any]]:
+def list_sub_questions(request: ApiRequest, session_id: uuid.UUID) -> list[dict[str, Any]]:
     """All of them, each time: exploring one changes it. Unexplored first, by priority."""
     session = get_session_for(request.auth, session_id)
     return [sub_question_row(q) for q in session.sub_questions.select_related("parent")]
@@ -695,7 +696,7 @@ def list_sub_questions(request: HttpRequest, session_id: uuid.UUID) -> list[dict
     tags=["reads"],
 )
 def list_syntheses(
-    request: HttpRequest, session_id: uuid.UUID, params: Query[AfterParams]
+    request: ApiRequest, session_id: uuid.UUID, params: Query[AfterParams]
 ) -> list[dict[str, Any]]:
     session = get_session_for(request.auth, session_id)
     return [synthesis_row(s) for s in newer(session.syntheses.all(), "sequence", params)]
@@ -705,7 +706,7 @@ def list_syntheses(
     "/sessions/{session_id}/sources", response={200: list[SourceOut], **ERRORS}, tags=["reads"]
 )
 def list_sources(
-    request: HttpRequest, session_id: uuid.UUID, params: Query[AfterParams]
+    request: ApiRequest, session_id: uuid.UUID, params: Query[AfterParams]
 ) -> list[dict[str, Any]]:
     """Evidence the session found; `after` is a citation number here."""
     session = get_session_for(request.auth, session_id)
@@ -742,7 +743,7 @@ def _steer_body() -> dict[str, Any]:
     tags=["steering"],
     openapi_extra={"requestBody": _steer_body()},
 )
-def steer_session(request: HttpRequest, session_id: uuid.UUID) -> ninja.Status[dict[str, Any]]:
+def steer_session(request: ApiRequest, session_id: uuid.UUID) -> ninja.Status[dict[str, Any]]:
     """The page's steering: anyone who may see the session may steer it while it is not
     finished (409 otherwise). Validated like the page's form (422)."""
     # Access first, the body after: a session the caller may not see is a 404 whatever was
@@ -799,7 +800,7 @@ class ExportParams(Schema):
     },
 )
 def export_session(
-    request: HttpRequest, session_id: uuid.UUID, params: Query[ExportParams]
+    request: ApiRequest, session_id: uuid.UUID, params: Query[ExportParams]
 ) -> HttpResponse:
     """A download: the JSON document, or the Markdown report with `format=md`."""
     session = get_session_for(request.auth, session_id)

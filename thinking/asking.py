@@ -80,7 +80,7 @@ async def ask(
             # A person's pause or cancel stops the stream in flight (thinking.interrupt).
             reply = await interrupt.watched(
                 run.llm.stream(
-                    messages or [prompt_message(prompt)],  # type: ignore[arg-type]
+                    messages or [prompt_message(prompt)],
                     system=prompts.SYSTEM,
                     tools=tools,
                     # Utility work (plan, sub-question lists) goes to the fast model, never

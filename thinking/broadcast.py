@@ -36,6 +36,7 @@ from .presenters import (
     thought_page,
     thought_rows,
 )
+from .state import UpdateMessage, UpdatePart
 
 # What one WebSocket message may carry. Rows are never split: a single row bigger than this
 # (a very long answer) goes alone, so a message is at most max(budget, one row).
@@ -61,7 +62,7 @@ LIVE_LABELS = {
 LIVE_TEXT_CHARS = 4000  # the tail of the reasoning so far: enough to follow, small to send
 
 
-def render_live(event: SessionEvent) -> dict[str, Any]:
+def render_live(event: SessionEvent) -> UpdateMessage:
     """A step in flight: only the live panel changes."""
     live = event.live
     assert live is not None
@@ -78,7 +79,7 @@ def _owner_of(session: ThinkingSession) -> Any:
     return owner
 
 
-def render_header(session: ThinkingSession) -> dict[str, Any]:
+def render_header(session: ThinkingSession) -> UpdatePart:
     """The header for each role: the owner's has Cancel, a teammate's does not."""
     owner = _owner_of(session)
     return {
@@ -90,13 +91,13 @@ def render_header(session: ThinkingSession) -> dict[str, Any]:
     }
 
 
-def header_for(part: dict[str, Any], owner: bool) -> str:
+def header_for(part: UpdatePart, owner: bool) -> str:
     return part["html"] if owner else part["html_member"]
 
 
 def _thought_part(
     thought: Thought, numbers: set[int], *, show_parts: bool, session: ThinkingSession
-) -> dict[str, Any]:
+) -> UpdatePart:
     if thought.type == ThoughtType.SCRATCHPAD:
         html = _render("_note.html", {"thought": thought, "append_to": "scratchpad-list"})
     else:
@@ -111,9 +112,11 @@ def _thought_part(
     return {"kind": "thought", "seq": thought.sequence, "html": html}
 
 
-def _regions(session: ThinkingSession, numbers: set[int], *, plan: bool, finished: bool) -> list:
+def _regions(
+    session: ThinkingSession, numbers: set[int], *, plan: bool, finished: bool
+) -> list[UpdatePart]:
     base = {"session": session, "oob": True, "source_numbers": numbers}
-    parts = []
+    parts: list[UpdatePart] = []
     if plan:
         html = _render("_plan.html", {**base, "plan_steps": plan_steps(session)})
         parts.append({"kind": "replace", "html": html})
@@ -124,7 +127,7 @@ def _regions(session: ThinkingSession, numbers: set[int], *, plan: bool, finishe
     return parts
 
 
-def render_event(event: SessionEvent) -> dict[str, Any]:
+def render_event(event: SessionEvent) -> UpdateMessage:
     """The group message for one event: what changed, never whole lists.
 
     New sources and new sub-questions are flagged, not rendered: each consumer renders the
@@ -136,7 +139,7 @@ def render_event(event: SessionEvent) -> dict[str, Any]:
         return render_live(event)
     session = ThinkingSession.objects.get(pk=event.session_id)
     numbers = source_numbers(session)
-    parts: list[dict[str, Any]] = [render_header(session)]
+    parts: list[UpdatePart] = [render_header(session)]
     thoughts = list(
         session.thoughts.filter(sequence__in=event.thoughts)
         .select_related("sub_question")
@@ -239,7 +242,7 @@ def sub_question_changes(
     pieces = []
     for pk in sorted(new):
         question = wanted[pk]
-        context = {"node": {"question": question, "children": []}}
+        context: dict[str, object] = {"node": {"question": question, "children": []}}
         context["append_to"] = sub_question_slot(question, parents)
         pieces.append(_render("_sub_question.html", context))
     for pk in sorted(moved):

@@ -16,8 +16,10 @@ import asyncio
 import logging
 import re
 import time
+import uuid
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -25,6 +27,9 @@ from django.conf import settings
 from .events import Publish, SessionEvent
 from .live import publish_safely
 from .llm import LLM, LLMError, Reply
+
+if TYPE_CHECKING:
+    from .models import CitationCheck, Synthesis, ThinkingSession
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +205,8 @@ def parse_verdicts(text: str, wanted: Iterable[int]) -> dict[int, Verdict]:
     starts = [m.start() for m in _CLAIM.finditer(text or "")]
     for begin, end in zip(starts, [*starts[1:], len(text or "")], strict=True):
         block = text[begin:end]
-        number = int(_CLAIM.match(block, 0).group(1)) if _CLAIM.match(block, 0) else None
+        claim = _CLAIM.match(block, 0)
+        number = int(claim.group(1)) if claim else None
         verdict = _VERDICT.search(block)
         if number not in wanted or number in found or verdict is None:
             continue
@@ -283,8 +289,8 @@ def _load(synthesis_id: int) -> tuple[list[Claim], dict[int, tuple[str, str]]]:
 
 
 def _store(
-    session_id: object, synthesis_id: int, claims: list[Claim], run: CheckRun, worker_id: str
-) -> object:
+    session_id: uuid.UUID, synthesis_id: int, claims: list[Claim], run: CheckRun, worker_id: str
+) -> ThinkingSession:
     """The verdicts, the check's calls and their tokens, in one step of the session: only
     while `worker_id` holds the lease (else LeaseLost) and the session is not cancelled."""
     from . import steps
@@ -312,7 +318,7 @@ def _store(
     # a completed session, so the answer's own check writes without one.
     completed = ThinkingSession.objects.filter(pk=session_id, status=Status.COMPLETED).exists()
     holder = None if completed else worker_id
-    with ThinkingSession.step(session_id, worker_id=holder) as step:  # type: ignore[arg-type]
+    with ThinkingSession.step(session_id, worker_id=holder) as step:
         CitationCheck.objects.filter(synthesis_id=synthesis_id).delete()
         CitationCheck.objects.bulk_create(rows)
         # The check's tokens count toward the session like any other call's.
@@ -322,7 +328,7 @@ def _store(
 
 async def check_synthesis(
     synthesis_id: int, *, llm: LLM, worker_id: str
-) -> tuple[CheckRun, object] | None:
+) -> tuple[CheckRun, ThinkingSession] | None:
     """Check one stored synthesis's citations and store the verdicts; None if nothing to
     check, else the run and the session re-read (its usage now includes the check)."""
     from .models import Synthesis
@@ -342,8 +348,13 @@ async def check_synthesis(
 
 
 async def check_synthesis_citations(
-    session: object, synthesis: object, llm: LLM, publish: Publish, *, worker_id: str
-) -> object:
+    session: ThinkingSession,
+    synthesis: Synthesis | int | None,
+    llm: LLM,
+    publish: Publish,
+    *,
+    worker_id: str,
+) -> ThinkingSession:
     """The loop's hook after a synthesis is stored (`synthesis`: the row, or its sequence).
     Returns the session re-read (its usage now includes the check). A failed check raises
     nothing; a lost lease or a cancel (LeaseLost / Stopped) stops the loop as any step does."""
@@ -352,20 +363,22 @@ async def check_synthesis_citations(
     if not getattr(settings, "DEEPTHINK_CITATION_CHECK", True) or synthesis is None:
         return session
     try:
-        row = synthesis
-        if not isinstance(row, Synthesis):
+        if isinstance(synthesis, Synthesis):
+            row = synthesis
+        else:
+            sequence = synthesis
             row = await database_sync_to_async(
-                lambda: Synthesis.objects.get(session_id=session.pk, sequence=synthesis)  # type: ignore[attr-defined]
+                lambda: Synthesis.objects.get(session_id=session.pk, sequence=sequence)
             )()
         checked = await check_synthesis(row.pk, llm=llm, worker_id=worker_id)
     except (LeaseLost, Stopped):
         raise
     except Exception:
-        logger.exception("Citation check failed for session %s", session.pk)  # type: ignore[attr-defined]
+        logger.exception("Citation check failed for session %s", session.pk)
         return session
     if checked is None:
         return session
-    await publish_safely(publish, SessionEvent(session.pk, checked=row.sequence))  # type: ignore[attr-defined]
+    await publish_safely(publish, SessionEvent(session.pk, checked=row.sequence))
     return checked[1]
 
 
@@ -380,20 +393,20 @@ LABELS = {
 }
 
 
-def check_map(checks: Iterable[object]) -> dict[tuple[int, int], tuple[str, str]]:
+def check_map(checks: Iterable[CitationCheck]) -> dict[tuple[int, int], tuple[str, str]]:
     """(number, occurrence) -> (verdict, why): which citation in a text carries which mark."""
-    return {(c.number, c.occurrence): (c.verdict, c.why) for c in checks}  # type: ignore[attr-defined]
+    return {(c.number, c.occurrence): (c.verdict, c.why) for c in checks}
 
 
-def check_rows(synthesis: object) -> list[dict[str, object]]:
+def check_rows(synthesis: Synthesis) -> list[dict[str, object]]:
     """`citation_checks` of a synthesis for JSON and the API: claim, number, verdict, why."""
     return [
         {"claim": c.claim, "number": c.number, "verdict": c.verdict, "why": c.why}
-        for c in synthesis.citation_checks.all()  # type: ignore[attr-defined]
+        for c in synthesis.citation_checks.all()
     ]
 
 
-def session_counts(session: object) -> dict[str, int]:
+def session_counts(session: ThinkingSession) -> dict[str, int]:
     """Verdicts over the whole session, by kind (zeros included), for the header."""
     from django.db.models import Count
 
@@ -410,7 +423,7 @@ def session_counts(session: object) -> dict[str, int]:
     return counts
 
 
-def unsupported_in_answer(session: object) -> list[object]:
+def unsupported_in_answer(session: ThinkingSession) -> list[CitationCheck]:
     """The final answer's claims the checker found unsupported (or only partly supported)."""
     from .models import CitationCheck
 

@@ -24,6 +24,7 @@ from .broadcast import (
     sub_question_changes,
 )
 from .models import ThinkingSession
+from .state import UpdateMessage
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if size > settings.DEEPTHINK_WS_MAX_FRAME_BYTES:
             await self.close(code=CLOSE_TOO_BIG)
 
-    async def session_update(self, message: dict[str, Any]) -> None:
+    async def session_update(self, message: UpdateMessage) -> None:
         if time.monotonic() - self.checked_at >= settings.DEEPTHINK_WS_RECHECK_SECONDS:
             self.checked_at = time.monotonic()
             allowed = await database_sync_to_async(still_allowed)(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -259,7 +260,7 @@ async def final_prompt(
         f"Reviewing the whole session: {len(material['syntheses'])} syntheses, "
         f"{len(material['thoughts'])} thoughts, {len(material['sub_questions'])} sub-questions"
     )
-    steps = {"worker_id": worker_id, "publish": publish}
-    await stages.enter(session.pk, "reflection", message, **steps)
-    await stages.enter(session.pk, "synthesis", "Writing the final answer", **steps)
+    enter = partial(stages.enter, worker_id=worker_id, publish=publish)
+    await enter(session.pk, "reflection", message)
+    await enter(session.pk, "synthesis", "Writing the final answer")
     return prompt

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.conf import settings
@@ -207,7 +207,8 @@ class StartSessionForm(forms.Form):
         super().__init__(*args, **kwargs)
         # The person starting the session: the teams they may share with, and their limits.
         self.user = user
-        self.fields["team"].queryset = Team.objects.of(user)
+        # Fields declared above: their classes are known.
+        cast(forms.ModelChoiceField, self.fields["team"]).queryset = Team.objects.of(user)
         self.fields["format_mode"].initial = settings.DEEPTHINK_FORMAT
         self.fields["thinking_mode"].initial = settings.DEEPTHINK_THINKING
         self.fields["thinking_budget"].initial = settings.DEEPTHINK_THINKING_BUDGET
@@ -218,7 +219,7 @@ class StartSessionForm(forms.Form):
         self.fields["model"].initial = settings.DEEPTHINK_MODEL
         self.fields["model"].widget.choices = [(m, m) for m in llm.available_models().ids]
         limit = settings.DEEPTHINK_MAX_QUESTION_CHARS
-        self.fields["question"].max_length = limit
+        cast(forms.CharField, self.fields["question"]).max_length = limit
         self.fields["question"].validators.append(forms.CharField(max_length=limit).validators[0])
         self.fields["question"].widget.attrs["maxlength"] = str(limit)
         self.fields["tools"].initial = self.default_tools()
@@ -315,7 +316,8 @@ class StartSessionForm(forms.Form):
         return url
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data  # what Form.clean returns
         self._clean_thinking(data)
         if self.user is not None and data.get("minutes") is not None:
             reason = limits.refuse_start(self.user, minutes=data["minutes"], team=data.get("team"))
@@ -434,7 +436,7 @@ class StartSessionForm(forms.Form):
         return {"tools_enabled": tools != "none", "think_tool": tools == "all"}
 
 
-def _or_default(value: int | None, default: int) -> int:
+def _or_default[T](value: T | None, default: T) -> T:
     return default if value is None else value
 
 

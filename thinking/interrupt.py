@@ -31,7 +31,7 @@ class Interrupted(Exception):
 
 
 @database_sync_to_async
-def _status(session_id: uuid.UUID) -> str:
+def _status(session_id: uuid.UUID) -> str | None:
     return ThinkingSession.objects.filter(pk=session_id).values_list("status", flat=True).first()
 
 

@@ -14,9 +14,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import anthropic
+from anthropic.types import CacheControlEphemeralParam, TextBlockParam
 from django.conf import settings
 
 from .capabilities import Capabilities, ThinkingSettings, build_request, from_models_api
@@ -258,15 +260,17 @@ class LLM:
             wanted = replace(wanted, max_tokens=max_tokens)
         model = model or self.model
         caps = await self.capabilities(model)
-        call = {
-            "model": model,
-            "system": system,
-            "tools": tools,
-            "on_text": on_text,
-            "on_thinking": on_thinking,
-        }
+        call = partial(
+            self._stream_retrying,
+            messages,
+            model=model,
+            system=system,
+            tools=tools,
+            on_text=on_text,
+            on_thinking=on_thinking,
+        )
         request = build_request(wanted, caps, tools=bool(tools), skip_thinking=skip_thinking)
-        reply = await self._stream_retrying(messages, request=request, **call)
+        reply = await call(request=request)
         if reply.stop_reason != "max_tokens":
             return reply
         # Cut off: ask again once with more room. Thinking cannot be continued by prefill,
@@ -282,7 +286,7 @@ class LLM:
         bigger = build_request(
             replace(wanted, max_tokens=room), caps, tools=bool(tools), skip_thinking=skip_thinking
         )
-        retry = await self._stream_retrying(messages, request=bigger, **call)
+        retry = await call(request=bigger)
         retry.cut_off = [reply]
         retry.truncated = retry.stop_reason == "max_tokens"
         return retry
@@ -410,14 +414,14 @@ class LLM:
         )
 
 
-CACHE = {"type": "ephemeral"}
+CACHE: CacheControlEphemeralParam = {"type": "ephemeral"}
 
 
-def system_blocks(system: str) -> list[dict[str, Any]] | str:
+def system_blocks(system: str) -> list[TextBlockParam] | str:
     """The system prompt, marked as the start of the cacheable prefix."""
     if not settings.DEEPTHINK_PROMPT_CACHING:
         return system
-    return [{"type": "text", "text": system, "cache_control": CACHE}]
+    return [TextBlockParam(type="text", text=system, cache_control=CACHE)]
 
 
 MAX_BREAKPOINTS = 4  # the API refuses a request with more

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import models, transaction
 from django.db.models import F, Max, Q
 from django.urls import reverse
@@ -538,7 +539,7 @@ class ThinkingSession(models.Model):
     def steer(
         self,
         *,
-        user: object,
+        user: User | None,
         kind: str,
         text: str,
         publish: Callable[[SessionEvent], None] | None = None,

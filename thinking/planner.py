@@ -7,8 +7,9 @@ a heuristic plan is made from the question's key terms, and the page says so.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+
+from .state import PlanState
 
 MAX_STEPS = 8
 MAX_QUERIES = 4
@@ -165,8 +166,16 @@ class Plan:
     source: str = "model"  # "model" or "heuristic"
     note: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "current": 0}
+    def to_json(self) -> PlanState:
+        return PlanState(
+            steps=list(self.steps),
+            terms=list(self.terms),
+            web_queries=list(self.web_queries),
+            memory_queries=list(self.memory_queries),
+            source=self.source,
+            note=self.note,
+            current=0,
+        )
 
 
 def plan_prompt(question: str, *, focus: str = "") -> tuple[str, str]:

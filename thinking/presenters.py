@@ -3,6 +3,7 @@ it, so a reload shows exactly what the stream showed."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import Count
@@ -11,6 +12,7 @@ from django.utils import timezone
 from . import trend
 from .forms import SteerForm
 from .models import SourceKind, Status, SubQuestion, ThinkingSession, Thought, ThoughtType
+from .state import PlanState, PlanStep
 
 # WebSocket routes are not in Django's URLconf; routing.py builds its pattern from this.
 WS_SESSIONS = "ws/sessions/"
@@ -184,7 +186,7 @@ def sub_question_tree(questions: list[SubQuestion]) -> list[dict[str, Any]]:
     return forest
 
 
-def sub_question_slot(question: SubQuestion, parents: dict[int, int | None]) -> str:
+def sub_question_slot(question: SubQuestion, parents: Mapping[int, int | None]) -> str:
     """The id of the list a new sub-question joins, where `sub_question_tree` would put it:
     under its parent, or flat under the ancestor at the last nested level."""
     chain: list[int] = []
@@ -200,23 +202,24 @@ def sub_question_slot(question: SubQuestion, parents: dict[int, int | None]) -> 
     return f"subq-children-{slot}"
 
 
-def plan_steps(session: ThinkingSession) -> list[dict[str, Any]]:
+def plan_steps(session: ThinkingSession) -> list[PlanStep]:
     """The plan as a checklist. A step is done or current only when somebody reported it (the
     model's progress tool) or the session completed; elapsed time never moves it."""
-    steps = session.plan.get("steps") or []
+    plan: PlanState = session.plan
+    steps = plan.get("steps") or []
     if not steps:
         return []
     if session.status == Status.COMPLETED:
         current = len(steps)
-    elif session.plan.get("step_reported") or session.progress.get("plan_step"):
-        current = session.plan.get("current", 0)
+    elif plan.get("step_reported") or session.progress.get("plan_step"):
+        current = plan.get("current", 0)
     else:
         current = -1  # nothing reported yet: every step is still to do
     return [
-        {
-            "text": text,
-            "state": "done" if index < current else "current" if index == current else "todo",
-        }
+        PlanStep(
+            text=text,
+            state="done" if index < current else "current" if index == current else "todo",
+        )
         for index, text in enumerate(steps)
     ]
 

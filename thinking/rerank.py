@@ -16,6 +16,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -173,9 +174,9 @@ async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession
     source_count = material.pop("source_count")
     if not due(session, source_count=source_count, open_count=len(open_questions)):
         return session
-    where = {"worker_id": run.worker_id, "publish": run.publish}
+    enter = partial(stages.enter, worker_id=run.worker_id, publish=run.publish)
     count = len(open_questions)
-    await stages.enter(session.pk, "reflection", f"Re-ranking {count} open sub-questions", **where)
+    await enter(session.pk, "reflection", f"Re-ranking {count} open sub-questions")
     prompt = rerank_prompt(
         question=session.question,
         open_questions=open_questions,
@@ -209,6 +210,6 @@ async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession
         return session
     session, moved = stored
     message = f"Re-ranked the open sub-questions: {moved} moved" if reply else "Re-ranking failed"
-    await stages.enter(session.pk, "reflection", message, **where)
+    await enter(session.pk, "reflection", message)
     await publish_safely(run.publish, SessionEvent(session.pk, questions=True))
     return session

@@ -12,7 +12,7 @@ latest is `ThinkingSession.progress`, the line the page shows.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from channels.db import database_sync_to_async
 from django.utils import timezone
@@ -20,6 +20,7 @@ from django.utils import timezone
 from .events import Publish, SessionEvent
 from .live import publish_safely
 from .models import ThinkingSession
+from .state import StageEntry
 
 STAGES = ("planning", "research", "analysis", "synthesis", "reflection", "note")
 MAX_STAGES = 300  # history kept per session; the oldest entries go first
@@ -61,10 +62,10 @@ def entry(
     total_steps: int | None = None,
     confidence: str = "",
     metadata: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> StageEntry:
     """One stage entry, as stored and served: {stage, label, message, at} and the extras."""
     stage = stage if stage in STAGES else "note"
-    item: dict[str, Any] = {
+    item: StageEntry = {
         "stage": stage,
         "label": _clip(label, 80) or LABELS[stage],
         "message": _clip(message, 300),
@@ -82,7 +83,7 @@ def entry(
     return item
 
 
-def apply(session: ThinkingSession, item: dict[str, Any]) -> dict[str, Any]:
+def apply(session: ThinkingSession, item: StageEntry) -> dict[str, Any]:
     """The field changes that record `item` on a locked session row: history, the current
     progress line and, for a step the model reported, the plan checklist."""
     changes: dict[str, Any] = {
@@ -90,9 +91,10 @@ def apply(session: ThinkingSession, item: dict[str, Any]) -> dict[str, Any]:
         "progress": item,
     }
     steps = session.plan.get("steps") if isinstance(session.plan, dict) else None
-    if item.get("plan_step") and steps:
+    plan_step = item.get("plan_step")
+    if plan_step and steps:
         # The checklist moves only on a step somebody reported, never on elapsed time.
-        current = min(len(steps) - 1, item["plan_step"] - 1)
+        current = min(len(steps) - 1, plan_step - 1)
         changes["plan"] = {**session.plan, "current": current, "step_reported": True}
     return changes
 
@@ -101,9 +103,7 @@ class _Finished(Exception):
     """The session already ended: its stage history is closed (rolls the step back)."""
 
 
-def record_sync(
-    session_id: uuid.UUID, item: dict[str, Any], *, worker_id: str | None = None
-) -> bool:
+def record_sync(session_id: uuid.UUID, item: StageEntry, *, worker_id: str | None = None) -> bool:
     """Store `item` through the session's step. With `worker_id`, only while that worker
     holds the lease (LeaseLost otherwise; Stopped once cancelled, as every writer). Never on
     a finished session: False then, True if stored."""
@@ -135,9 +135,10 @@ async def enter(
         await publish_safely(publish, SessionEvent(session_id, plan=True))
 
 
-def served(session: ThinkingSession) -> list[dict[str, Any]]:
+def served(session: ThinkingSession) -> list[StageEntry]:
     """The history for JSON, the API and exports: {stage, label, message, at} plus extras."""
-    return [dict(item) for item in session.stages if isinstance(item, dict)]
+    # Every stored entry was built by `entry` (the JSON keeps its shape).
+    return [cast(StageEntry, dict(item)) for item in session.stages if isinstance(item, dict)]
 
 
 def planning_message(focus: Any = None) -> str:

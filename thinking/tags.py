@@ -639,7 +639,7 @@ def _specs_from_list(items: object, path: str, depth: int, count: list[int]) -> 
         if tag.lower() in seen:
             raise SpecError(f"{where}.tag: duplicate tag {tag!r} (also at {seen[tag.lower()]})")
         seen[tag.lower()] = where
-        flags: dict[str, bool] = {}
+        flags: dict[str, bool] = {}  # only the boolean fields of TagSpec
         for key in ("optional", "allow_empty", "multiple"):
             if key in item:
                 if not isinstance(item[key], bool):
@@ -653,7 +653,16 @@ def _specs_from_list(items: object, path: str, depth: int, count: list[int]) -> 
         children: tuple[TagSpec, ...] = ()
         if "children" in item:
             children = _specs_from_list(item["children"], f"{where}.children", depth + 1, count)
-        specs.append(TagSpec(tag=tag, children=children, supported_types=types, **flags))
+        specs.append(
+            TagSpec(
+                tag=tag,
+                children=children,
+                supported_types=types,
+                optional=flags.get("optional", True),
+                allow_empty=flags.get("allow_empty", True),
+                multiple=flags.get("multiple", False),
+            )
+        )
     return tuple(specs)
 
 

@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 
 from . import evidence, stages
 from .models import Source, SourceKind
+from .state import StageEntry
 
 STAGES = stages.STAGES
 
@@ -100,7 +101,7 @@ class ToolOutcome:
     is_error: bool = False
     scratchpad: str = ""  # a think-tool thought to store
     sources: tuple[Source, ...] = ()
-    progress: dict[str, Any] | None = None
+    progress: StageEntry | None = None
 
 
 def _text(value: object, limit: int) -> str:
@@ -161,7 +162,7 @@ async def run_tool(
         return ToolOutcome("Noted.", scratchpad=_text(args.get("thought"), 8000))
     if name == "progress":
         progress = stages.entry(
-            args.get("stage") if args.get("stage") in STAGES else "note",
+            str(args.get("stage")) if args.get("stage") in STAGES else "note",
             _text(args.get("message"), 300),
             label=_text(args.get("label"), 80),
             by="model",
@@ -176,7 +177,7 @@ async def run_tool(
 
 
 @database_sync_to_async
-def save_progress(session_id: uuid.UUID, progress: dict[str, Any], *, worker_id: str) -> None:
+def save_progress(session_id: uuid.UUID, progress: StageEntry, *, worker_id: str) -> None:
     """The model's update joins the session's stage history (thinking.stages), through the
     session's step: refused without the lease."""
     stages.record_sync(session_id, progress, worker_id=worker_id)

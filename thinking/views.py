@@ -7,10 +7,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
+
+from config.http import AuthenticatedHttpRequest
 
 from . import actions, followups, limits, llm
 from .access import get_session_for
@@ -19,7 +21,9 @@ from .models import IllegalTransition, Status, ThinkingSession
 from .presenters import header_context, session_context
 
 
-def _start_page(request: HttpRequest, form: StartSessionForm, status: int = 200) -> HttpResponse:
+def _start_page(
+    request: AuthenticatedHttpRequest, form: StartSessionForm, status: int = 200
+) -> HttpResponse:
     recent = ThinkingSession.objects.visible_to(request.user)[:8]
     advanced = set(StartSessionForm.ADVANCED) & set(form.errors)
     context = {
@@ -33,13 +37,13 @@ def _start_page(request: HttpRequest, form: StartSessionForm, status: int = 200)
 
 @login_required
 @require_GET
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _start_page(request, StartSessionForm(user=request.user))
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def session_create(request: HttpRequest) -> HttpResponse:
+def session_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "GET":
         return redirect("home")
     if request.POST.get("parent"):
@@ -62,7 +66,7 @@ SEARCH_MAX_CHARS = 200
 
 @login_required
 @require_GET
-def session_list(request: HttpRequest) -> HttpResponse:
+def session_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     """My sessions, newest first: search in the question, filter by status, 25 a page."""
     sessions = ThinkingSession.objects.visible_to(request.user)
     query = " ".join(request.GET.get("q", "").split())[:SEARCH_MAX_CHARS]
@@ -97,7 +101,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_GET
-def session_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def session_detail(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResponse:
     session = get_session_for(request.user, pk)
     if request.htmx:
         return render(request, "thinking/_header.html", header_context(session, request.user))
@@ -108,14 +112,14 @@ def session_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 
 @login_required
 @require_POST
-def session_extend(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def session_extend(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResponse:
     """Think longer: the finished session continues from what it stored (#19)."""
     session = get_session_for(request.user, pk)
     if not actions.may_extend(session, request.user):
         raise actions.NotAllowed("Only the owner can give this session more time.")
     form = ExtendForm(request.POST)
     if not form.is_valid():
-        messages.error(request, " ".join(" ".join(e) for e in form.errors.values()))
+        messages.error(request, " ".join(" ".join(map(str, e)) for e in form.errors.values()))
         return redirect(session)
     try:
         actions.extend(session, user=request.user, minutes=form.cleaned_data["minutes"])
@@ -127,7 +131,7 @@ def session_extend(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 
 
 def _change_state(
-    request: HttpRequest, pk: uuid.UUID, change: Callable[..., None], done: str
+    request: AuthenticatedHttpRequest, pk: uuid.UUID, change: Callable[..., None], done: str
 ) -> HttpResponse:
     session = get_session_for(request.user, pk)
     problem = ""
@@ -149,25 +153,25 @@ def _change_state(
 
 @login_required
 @require_POST
-def session_pause(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def session_pause(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResponse:
     return _change_state(request, pk, actions.pause, "Paused.")
 
 
 @login_required
 @require_POST
-def session_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def session_resume(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResponse:
     return _change_state(request, pk, actions.resume, "Resumed.")
 
 
 @login_required
 @require_POST
-def session_cancel(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def session_cancel(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResponse:
     return _change_state(request, pk, actions.cancel, "Cancelled.")
 
 
 @login_required
 @require_POST
-def session_steer(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def session_steer(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResponse:
     """A hint for the next prompts, or a sub-question that becomes the next focus."""
     session = get_session_for(request.user, pk)
     form = SteerForm(request.POST)
@@ -194,7 +198,7 @@ def session_steer(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
         context = {"session": session, "steer_form": form, "notice": notice}
         return render(request, "thinking/_steer.html", context, status=status)
     if form.errors:
-        messages.error(request, " ".join(" ".join(e) for e in form.errors.values()))
+        messages.error(request, " ".join(" ".join(map(str, e)) for e in form.errors.values()))
     elif notice:
         messages.success(request, notice)
     return redirect(session)

@@ -95,7 +95,7 @@ def _resolve(host: str, port: int) -> list[Address]:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as error:
         raise Refused(f"The host {host} could not be resolved ({error}).") from None
-    return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
 def check(url: str) -> Target:

@@ -32,6 +32,7 @@ from .events import Publish, SessionEvent
 from .llm import LLM, LLMError
 from .models import ThinkingSession
 from .run import Clock, Meter
+from .state import StartMessage
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +199,7 @@ def get_supervisor() -> Supervisor:
 class ThinkingWorkerConsumer(AsyncConsumer):
     """Handles `session.start` doorbells on the `thinking` channel."""
 
-    async def session_start(self, message: dict[str, Any]) -> None:
+    async def session_start(self, message: StartMessage) -> None:
         try:
             session_id = uuid.UUID(str(message.get("id")))
         except ValueError:

@@ -154,7 +154,8 @@ def _markdown() -> MarkdownIt:
     # off so model text cannot make the browser fetch anything.
     md = MarkdownIt("commonmark", {"html": False, "breaks": True})
     md.enable(["table", "strikethrough"]).disable("image")
-    md.validateLink = _validate_link
+    # markdown-it-py documents replacing validateLink; the stubs see only a method.
+    md.validateLink = _validate_link  # type: ignore[method-assign]
     md.core.ruler.push("citations", _link_citations)
     md.add_render_rule("link_open", _render_link_open)
     return md

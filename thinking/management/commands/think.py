@@ -203,7 +203,7 @@ class Command(BaseCommand):
         # Run here, in this process: no doorbell for another worker.
         session = actions.start(form, owner=owner, doorbell=False)
         if session is None:
-            problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+            problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
             raise CommandError(problems)
         return session
 

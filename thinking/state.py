@@ -1,0 +1,76 @@
+"""The shapes of the session state that travels as JSON: the research plan, a stage
+(progress) entry, and the channel-layer messages. TypedDicts, so the JSON stored in the
+database and sent over the layer stays exactly what it was; mypy checks who builds and reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+
+class PlanState(TypedDict, total=False):
+    """`ThinkingSession.plan`: `{}` until the planner ran (planner.Plan.to_json), then moved by
+    reported steps (stages.apply) and the sub-questions researched (steps.py)."""
+
+    steps: list[str]
+    terms: list[str]
+    web_queries: list[str]
+    memory_queries: list[str]
+    source: str  # "model" or "heuristic"
+    note: str
+    current: int  # index of the step in progress
+    step_reported: bool  # somebody reported a step: the checklist may move
+    researched: list[int]  # sub-question ids already researched
+
+
+class StageEntry(TypedDict):
+    """One entry of `ThinkingSession.stages`; the latest is `ThinkingSession.progress`."""
+
+    stage: str  # one of stages.STAGES
+    label: str
+    message: str
+    at: str  # ISO timestamp
+    by: str  # "loop" or "model"
+    plan_step: NotRequired[int]
+    total_steps: NotRequired[int]
+    confidence: NotRequired[str]
+    metadata: NotRequired[dict[str, str]]
+
+
+class PlanStep(TypedDict):
+    """The plan as a checklist row (presenters.plan_steps)."""
+
+    text: str
+    state: Literal["done", "current", "todo"]
+
+
+# --- channel-layer messages --------------------------------------------------------------
+
+
+class StartMessage(TypedDict):
+    """The doorbell on the `thinking` channel: start (or resume) one session."""
+
+    type: Literal["session.start"]
+    id: str
+
+
+class UpdatePart(TypedDict):
+    """One piece of a live update. `kind` is "replace" (an out-of-band swap), "header" (with
+    `html_member`, the teammate's variant), "subq" (with `state`), or a list kind
+    ("thought", "synthesis", ...) with `seq`, which a page shows once."""
+
+    kind: str
+    html: str
+    html_member: NotRequired[str]
+    seq: NotRequired[int]
+    state: NotRequired[str]
+
+
+class UpdateMessage(TypedDict):
+    """`session.update` to a session's group: the parts, and whether the page should fetch
+    the sources and sub-questions it lacks."""
+
+    type: Literal["session.update"]
+    parts: list[UpdatePart]
+    sources: NotRequired[bool]
+    questions: NotRequired[bool]

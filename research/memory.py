@@ -14,8 +14,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from django.db import connection
+
+from thinking.hops import db_hop
 
 # A word is a run of letters and digits (underscores separate, as in the FTS5 tokenizer).
 WORD = re.compile(r"[^\W_]+")
@@ -115,7 +116,7 @@ async def asearch_memory(
     *, owner_ids: Sequence[int], query: str, limit: int = 10, team_ids: Sequence[int] = ()
 ) -> list[MemoryResult]:
     """`search_memory` for async code (the deliberation loop)."""
-    return await sync_to_async(search_memory)(
+    return await db_hop(search_memory)(
         owner_ids=owner_ids, query=query, limit=limit, team_ids=team_ids
     )
 

@@ -12,11 +12,11 @@ from dataclasses import replace
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
 from .events import SessionEvent
+from .hops import db_hop
 from .models import ThinkingSession, ThoughtType
 from .presenters import chart_context, plan_steps, session_context, sources_context
 
@@ -129,7 +129,7 @@ def render_snapshot(session_id: uuid.UUID) -> tuple[str, set[int], set[int]]:
 
 
 async def publish(event: SessionEvent) -> None:
-    message = await database_sync_to_async(render_event)(event)
+    message = await db_hop(render_event)(event)
     await get_channel_layer().group_send(group_name(event.session_id), message)
 
 

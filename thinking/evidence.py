@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import Max
 
@@ -23,6 +22,7 @@ from accounts.models import team_ids_of
 from research.memory import MemoryResult, asearch_memory
 from research.web import ResearchError, WebResult, WebSearch, is_web_url
 
+from .hops import db_hop
 from .models import Source, SourceKind, ThinkingSession
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-@database_sync_to_async
+@db_hop
 def store_sources(
     session_id: uuid.UUID,
     kind: str,
@@ -114,7 +114,7 @@ def store_sources(
     return created
 
 
-@database_sync_to_async
+@db_hop
 def add_note(session_id: uuid.UUID, note: str, *, worker_id: str) -> None:
     """A research note for the page ("web search is off", a failed query)."""
     with ThinkingSession.step(session_id, worker_id=worker_id) as step:
@@ -253,7 +253,7 @@ def evidence_pack(sources: Sequence[Source]) -> str:
     return EVIDENCE_PREAMBLE + "\n\n<evidence>\n" + "\n".join(blocks) + "\n</evidence>"
 
 
-@database_sync_to_async
+@db_hop
 def best_sources(session_id: uuid.UUID, limit: int) -> list[Source]:
     """The sources the model sees: the best scored of each kind, then by citation number,
     so the evidence pack (and the prompt cache) stays stable as new sources arrive."""

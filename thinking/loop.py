@@ -17,13 +17,13 @@ import dataclasses
 import logging
 import uuid
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import F
 
 from . import budget, evidence, parsing, planner, prompts, steps, tags, tools, transcript
 from .asking import ask
 from .events import Publish, SessionEvent
+from .hops import db_hop
 from .live import publish_safely
 from .llm import LLM, LLMError, Reply, prompt_message
 from .models import (
@@ -67,7 +67,7 @@ def _latest_synthesis_text(session: ThinkingSession) -> str:
     return latest.text if latest else ""
 
 
-@database_sync_to_async
+@db_hop
 def select_focus(*, session: ThinkingSession) -> Focus:
     """The highest-priority unexplored sub-question, else the original question."""
     # A person's question first (they asked for it now), then by priority, oldest first.
@@ -110,7 +110,7 @@ async def generate_thoughts(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus."""
-    recent, understanding, sources, hints, log = await database_sync_to_async(
+    recent, understanding, sources, hints, log = await db_hop(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             _latest_synthesis_text(session),
@@ -238,7 +238,7 @@ async def generate_questions(
     focus: Focus,
     run: Run,
 ) -> tuple[ThinkingSession, SessionEvent]:
-    recent, existing, log = await database_sync_to_async(
+    recent, existing, log = await db_hop(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             list(session.sub_questions.values_list("text", flat=True)),
@@ -278,7 +278,7 @@ async def synthesise(
             transcript.session_log(session),
         )
 
-    recent, explored, previous, all_syntheses, log = await database_sync_to_async(gather)()
+    recent, explored, previous, all_syntheses, log = await db_hop(gather)()
     pack = evidence.evidence_pack(
         await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
     )
@@ -368,7 +368,7 @@ async def plan_research(
         on_sources=show,
     )
     await publish_safely(run.publish, SessionEvent(session.pk, plan=True, sources=True))
-    return await database_sync_to_async(lambda: ThinkingSession.objects.get(pk=session.pk))()
+    return await db_hop(lambda: ThinkingSession.objects.get(pk=session.pk))()
 
 
 # --- when to do what -------------------------------------------------------------------
@@ -436,7 +436,7 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             session = await plan_research(session=session, run=run, focus=focus)
         session, event = await generate_thoughts(session=session, focus=focus, run=run)
         await publish_safely(run.publish, event)
-        thought_count = await database_sync_to_async(session.thoughts.count)()
+        thought_count = await db_hop(session.thoughts.count)()
         if questions_due(session, thought_count):
             session, event = await generate_questions(session=session, focus=focus, run=run)
             await publish_safely(run.publish, event)
@@ -470,7 +470,7 @@ async def run_session(
     if session is None:
         return None
     await publish_safely(publish, SessionEvent(session.pk))
-    research = await database_sync_to_async(evidence.Research.for_session)(session)
+    research = await db_hop(evidence.Research.for_session)(session)
     run = Run(
         llm=llm, research=research, publish=publish, worker_id=worker_id, meter=meter, clock=clock
     )

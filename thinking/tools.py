@@ -11,9 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from channels.db import database_sync_to_async
-
 from . import evidence
+from .hops import db_hop
 from .models import Source, SourceKind, ThinkingSession
 
 STAGES = ("planning", "research", "analysis", "synthesis", "reflection", "note")
@@ -165,7 +164,7 @@ async def run_tool(
     return ToolOutcome(f"There is no tool named {_text(name, 60)!r}.", is_error=True)
 
 
-@database_sync_to_async
+@db_hop
 def save_progress(session_id: uuid.UUID, progress: dict[str, Any], *, worker_id: str) -> None:
     """The model's status line, and the plan step it says it is on."""
     with ThinkingSession.step(session_id, worker_id=worker_id) as step:

@@ -81,11 +81,11 @@ def _search_waves(stats: dict[str, Any], key: str) -> int:
     return len(merged_intervals(spans))
 
 
-async def _thread_ids() -> dict[str, tuple[int, int]]:
-    """The event-loop thread and asgiref's database thread (ident, native id)."""
-    loop_thread = (threading.get_ident(), threading.get_native_id())
-    db_thread = await sync_to_async(lambda: (threading.get_ident(), threading.get_native_id()))()
-    return {"event loop": loop_thread, "database thread": db_thread}
+def _cpu_seconds(loop_native: int) -> dict[str, float]:
+    """CPU so far of the event-loop thread and of all other threads of this process (the
+    database hop threads, asgiref's thread, the connection pool's)."""
+    loop = thread_cpu_seconds(loop_native)
+    return {"event loop": loop, "database threads": time.process_time() - loop}
 
 
 async def warm_up(setup: Setup) -> None:
@@ -308,14 +308,14 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
     counts = [1, 10] if setup.quick else [1, 10, 50, 100]
     setup.fakes.reset()
     setup.fakes.configure(delay=latency, exa_delay=latency, cycles=cycles)
-    threads = await _thread_ids()
+    loop_native = threading.get_native_id()
     user = await _new_user(f"concurrency-{setup.run_id}")
     baseline = 0.0
     figures, rows = [], {}
     for count in counts:
         keys = [f"{setup.run_id}-c{count}-{i}" for i in range(count)]
         runs = await _new_sessions(user, keys)
-        cpu0 = {name: thread_cpu_seconds(native) for name, (_, native) in threads.items()}
+        cpu0 = _cpu_seconds(loop_native)
         fake_cpu0 = setup.fakes.stats()["cpu_seconds"]
         machine0 = machine_cpu_seconds()
         began = time.monotonic()
@@ -323,7 +323,8 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
         with Occupancy() as occupancy:
             await run_supervised(runs, timeout=120 + 60 * latency * cycles * max(1, count / 5))
         span = time.monotonic() - began
-        db_native = threads["database thread"][1]
+        cpu1 = _cpu_seconds(loop_native)
+        db_busy = sum(occupancy.busy.values())  # seconds, all executor threads
         stats = setup.fakes.stats()
         walls = [r.wall for r in runs]
         if count == 1:
@@ -334,11 +335,10 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
             "batch_s": round(span, 3),
             "model_calls_per_session": sorted(set(calls)),
             "cpu_share_of_wall": {
-                name: round((thread_cpu_seconds(native) - cpu0[name]) / span, 3)
-                for name, (_, native) in threads.items()
+                name: round((cpu1[name] - cpu0[name]) / span, 3) for name in cpu0
             },
-            "database_thread_occupied_share": round(occupancy.busy[db_native] / span, 3),
-            "database_thread_occupied_s_per_session": round(occupancy.busy[db_native] / count, 3),
+            "database_thread_occupied_share": round(db_busy / span, 3),
+            "database_thread_occupied_s_per_session": round(db_busy / count, 3),
             "fake_servers_cpu_share": round((stats["cpu_seconds"] - fake_cpu0) / span, 3),
             "machine_cpu_cores_busy": cpu_shares(machine0, machine_cpu_seconds(), span),
         }
@@ -662,7 +662,7 @@ async def throughput(setup: Setup) -> dict[str, Any]:
 
     plan = [(1, 5), (3, 4)] if setup.quick else [(1, 30), (8, 15)]
     user = await _new_user(f"throughput-{setup.run_id}")
-    threads = await _thread_ids()
+    loop_native = threading.get_native_id()
     figures, details = [], {}
 
     async def measure(sessions: int, cycles: int, tag: str, profile: bool) -> dict[str, Any]:
@@ -677,14 +677,15 @@ async def throughput(setup: Setup) -> dict[str, Any]:
         keys = [f"{setup.run_id}-{tag}{sessions}-{i}" for i in range(sessions)]
         runs = await _new_sessions(user, keys, synthesis_seconds=0.5)
         fake_cpu0 = setup.fakes.stats()["cpu_seconds"]
-        cpu0 = {name: thread_cpu_seconds(native) for name, (_, native) in threads.items()}
+        cpu0 = _cpu_seconds(loop_native)
         machine0 = machine_cpu_seconds()
         began = time.monotonic()
         profiler = cProfile.Profile() if profile else None
         with Occupancy() as occupancy, profiler or contextlib.nullcontext():
             await run_supervised(runs, publish=counting, timeout=300)
         span = time.monotonic() - began
-        db_native = threads["database thread"][1]
+        cpu1 = _cpu_seconds(loop_native)
+        db_busy = sum(occupancy.busy.values())  # seconds, all executor threads
         fake_cpu = setup.fakes.stats()["cpu_seconds"] - fake_cpu0
         steps = await _steps([r.id for r in runs])
         stored = sum(v for k, v in steps.items() if k != "model_calls")
@@ -696,14 +697,12 @@ async def throughput(setup: Setup) -> dict[str, Any]:
             "steps_per_s": round(stored / span, 1),
             "model_calls_per_s": round(steps["model_calls"] / span, 1),
             "cpu_ms_per_step": {
-                name: round(1000 * (thread_cpu_seconds(native) - cpu0[name]) / stored, 1)
-                for name, (_, native) in threads.items()
+                name: round(1000 * (cpu1[name] - cpu0[name]) / stored, 1) for name in cpu0
             },
             "cpu_share_of_wall": {
-                name: round((thread_cpu_seconds(native) - cpu0[name]) / span, 3)
-                for name, (_, native) in threads.items()
+                name: round((cpu1[name] - cpu0[name]) / span, 3) for name in cpu0
             },
-            "database_thread_occupied_share": round(occupancy.busy[db_native] / span, 3),
+            "database_thread_occupied_share": round(db_busy / span, 3),
             "publishes": dict(published),
             "fake_servers_cpu_share": round(fake_cpu / span, 3),
             "machine_cpu_cores_busy": cpu_shares(machine0, machine_cpu_seconds(), span),
@@ -722,9 +721,9 @@ async def throughput(setup: Setup) -> dict[str, Any]:
                 f"5. throughput, {label}, no latency",
                 row["steps_per_s"],
                 f"{row['steps_per_s']:.0f} steps/s ({row['model_calls_per_s']:.0f} calls/s); "
-                f"db thread occupied {100 * row['database_thread_occupied_share']:.0f}%, "
-                f"CPU: loop {100 * cpu['event loop']:.0f}%, db thread "
-                f"{100 * cpu['database thread']:.0f}%",
+                f"db threads busy {row['database_thread_occupied_share']:.2f}, "
+                f"CPU: loop {100 * cpu['event loop']:.0f}%, db threads "
+                f"{100 * cpu['database threads']:.0f}%",
             )
         )
     sessions, cycles = plan[-1]

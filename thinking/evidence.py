@@ -253,8 +253,7 @@ def evidence_pack(sources: Sequence[Source]) -> str:
     return EVIDENCE_PREAMBLE + "\n\n<evidence>\n" + "\n".join(blocks) + "\n</evidence>"
 
 
-@db_hop
-def best_sources(session_id: uuid.UUID, limit: int) -> list[Source]:
+def choose_sources(session_id: uuid.UUID, limit: int) -> list[Source]:
     """The sources the model sees: the best scored of each kind, then by citation number,
     so the evidence pack (and the prompt cache) stays stable as new sources arrive."""
     rows = list(Source.objects.filter(session_id=session_id).order_by("number"))
@@ -271,6 +270,9 @@ def best_sources(session_id: uuid.UUID, limit: int) -> list[Source]:
     chosen = by_kind[SourceKind.WEB][:web_places]
     chosen += by_kind[SourceKind.MEMORY][: limit - len(chosen)]
     return sorted(chosen, key=lambda s: s.number)
+
+
+best_sources = db_hop(choose_sources)  # for async code: one hop of its own
 
 
 _CITATION = re.compile(r"\[(\d{1,4})\]")

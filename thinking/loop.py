@@ -110,7 +110,7 @@ async def generate_thoughts(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus."""
-    recent, understanding, sources, hints, log = await db_hop(
+    recent, understanding, sources, hints, log, pack = await db_hop(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             _latest_synthesis_text(session),
@@ -121,9 +121,9 @@ async def generate_thoughts(
                 .values_list("text", flat=True)[:RECENT_HINTS]
             ),
             transcript.session_log(session),
+            evidence.choose_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES),
         )
     )()
-    pack = await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
     mode, spec = _reading_mode(session)
     offered = _tools_for(session, run.research)
     prompt = prompts.thoughts_prompt(
@@ -269,19 +269,18 @@ async def synthesise(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A periodic synthesis, or with `final=True` the final answer that completes the session."""
 
-    def gather() -> tuple[list, list, str, list[str], tuple[str, ...]]:
+    def gather() -> tuple[list, list, str, list[str], tuple[str, ...], list]:
         return (
             _recent(session, SYNTHESIS_THOUGHTS),
             _explored(session),
             _latest_synthesis_text(session),
             list(session.syntheses.order_by("sequence").values_list("text", flat=True)),
             transcript.session_log(session),
+            evidence.choose_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES),
         )
 
-    recent, explored, previous, all_syntheses, log = await db_hop(gather)()
-    pack = evidence.evidence_pack(
-        await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
-    )
+    recent, explored, previous, all_syntheses, log, best = await db_hop(gather)()
+    pack = evidence.evidence_pack(best)
     if final:
         prompt = prompts.final_prompt(
             question=session.question,
@@ -436,7 +435,7 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             session = await plan_research(session=session, run=run, focus=focus)
         session, event = await generate_thoughts(session=session, focus=focus, run=run)
         await publish_safely(run.publish, event)
-        thought_count = await db_hop(session.thoughts.count)()
+        thought_count = session.thought_count  # counted by the step that stored them
         if questions_due(session, thought_count):
             session, event = await generate_questions(session=session, focus=focus, run=run)
             await publish_safely(run.publish, event)

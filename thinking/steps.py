@@ -245,6 +245,9 @@ def store_thoughts(
             )
             questions_changed = True
         step.update(cycles=F("cycles") + 1, focus=focus.text)
+    # Thoughts are numbered 0..n-1 under the row lock, so this is their count: the loop
+    # decides whether sub-questions are due without another hop to count them.
+    step.session.thought_count = start + len(rows)
     event = SessionEvent(
         session_id,
         thoughts=tuple(r.sequence for r in [*notes, *rows]),

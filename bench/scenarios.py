@@ -41,9 +41,11 @@ from .harness import (
 )
 from .profiling import (
     Occupancy,
+    PeakRSS,
     cpu_shares,
     machine_cpu_seconds,
     profile_summary,
+    rss_mb,
     thread_cpu_seconds,
 )
 from .timeline import breakdown, traced
@@ -320,8 +322,9 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
         machine0 = machine_cpu_seconds()
         began = time.monotonic()
         # How long the database thread is occupied (CPU time alone misses its waits).
-        with Occupancy() as occupancy:
-            await run_supervised(runs, timeout=120 + 60 * latency * cycles * max(1, count / 5))
+        async with PeakRSS() as memory:
+            with Occupancy() as occupancy:
+                await run_supervised(runs, timeout=120 + 60 * latency * cycles * max(1, count / 5))
         span = time.monotonic() - began
         cpu1 = _cpu_seconds(loop_native)
         db_busy = sum(occupancy.busy.values())  # seconds, all executor threads
@@ -339,6 +342,9 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
             },
             "database_thread_occupied_share": round(db_busy / span, 3),
             "database_thread_occupied_s_per_session": round(db_busy / count, 3),
+            "rss_mb_before": round(memory.before, 1),
+            "rss_mb_peak": round(memory.peak, 1),
+            "rss_mb_per_session": round((memory.peak - memory.before) / count, 2),
             "fake_servers_cpu_share": round((stats["cpu_seconds"] - fake_cpu0) / span, 3),
             "machine_cpu_cores_busy": cpu_shares(machine0, machine_cpu_seconds(), span),
         }
@@ -348,7 +354,9 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
             figure(
                 f"3. concurrency, {count} at once, one process",
                 row["max"],
-                f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single",
+                f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single; "
+                f"+{memory.peak - memory.before:.0f} MB resident at peak "
+                f"({row['rss_mb_per_session']:.2f} MB/session)",
                 "max <= 1.2" if count == 50 else "",
                 ok,
             )
@@ -480,7 +488,9 @@ async def two_workers(setup: Setup, *, latency: float, cycles: int) -> dict[str,
                         figure(
                             f"3. concurrency, {count} at once, two workers (Redis)",
                             row["max"],
-                            f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single",
+                            f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single; "
+                            f"+{memory.peak - memory.before:.0f} MB resident at peak "
+                            f"({row['rss_mb_per_session']:.2f} MB/session)",
                             "max <= 1.2" if count == 50 else "",
                             row["max"] <= 1.2 if count == 50 else None,
                         )
@@ -814,6 +824,64 @@ async def cache_share(setup: Setup) -> dict[str, Any]:
     }
 
 
+async def memory(setup: Setup) -> dict[str, Any]:
+    """A compressed long session (no model latency, a synthesis every 10 s of active time):
+    resident memory against cycles, to see whether it keeps growing. A 2-hour session at
+    ~20 s a model call is ~240 cycles."""
+    cycles = 20 if setup.quick else 240
+    setup.fakes.reset()
+    setup.fakes.configure(delay=0.0, exa_delay=0.0, cycles=cycles)
+    user = await _new_user(f"memory-{setup.run_id}")
+    runs = await _new_sessions(user, [f"{setup.run_id}-m-0"], synthesis_seconds=10.0)
+    session_id = runs[0].id
+    samples: list[tuple[int, float]] = []
+
+    async def sample() -> None:
+        from thinking.models import ThinkingSession
+
+        def cycles_now() -> int:
+            return ThinkingSession.objects.filter(pk=session_id).values_list("cycles", flat=True)[0]
+
+        while True:
+            samples.append((await sync_to_async(cycles_now)(), rss_mb()))
+            await asyncio.sleep(0.5)
+
+    async with PeakRSS() as peak:
+        sampler = asyncio.create_task(sample())
+        try:
+            await run_supervised(runs, publish=None, timeout=1800)
+        finally:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+    done = samples[-1][0] if samples else 0
+    # Resident memory at each quarter of the run, by cycles completed.
+    marks = {}
+    for quarter in (1, 2, 3, 4):
+        want = done * quarter / 4
+        marks[f"{quarter}/4"] = next((mb for c, mb in samples if c >= want), samples[-1][1])
+    half = [(c, mb) for c, mb in samples if c >= done / 2]
+    slope = 0.0
+    if len(half) >= 2 and half[-1][0] > half[0][0]:
+        slope = 100 * (half[-1][1] - half[0][1]) / (half[-1][0] - half[0][0])
+    details = {
+        "cycles": done,
+        "wall_s": round(runs[0].wall, 1),
+        "rss_mb_before": round(peak.before, 1),
+        "rss_mb_peak": round(peak.peak, 1),
+        "rss_mb_at": {k: round(v, 1) for k, v in marks.items()},
+        "second_half_mb_per_100_cycles": round(slope, 2),
+        "samples": [(c, round(mb, 1)) for c, mb in samples],
+    }
+    shown = (
+        f"{done} cycles in {runs[0].wall:.0f} s: resident "
+        + " / ".join(f"{v:.0f}" for v in marks.values())
+        + f" MB at each quarter (+{peak.peak - peak.before:.0f} MB peak); "
+        f"second half {slope:+.1f} MB per 100 cycles"
+    )
+    figures = [figure("8. memory, compressed long session", slope, shown)]
+    return {"figures": figures, "details": details}
+
+
 SCENARIOS = {
     "1": overhead,
     "2": research,
@@ -821,4 +889,5 @@ SCENARIOS = {
     "4": live,
     "5": throughput,
     "6": cache_share,
+    "8": memory,
 }

@@ -175,9 +175,10 @@ if DATABASE_URL:
     # PostgreSQL restart or pg_terminate_backend is replaced, not reused. Sized for the
     # worker's hop threads plus the web side's (requests, WebSockets, heartbeat).
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    _POOL_MAX = env_int("DATABASE_POOL_MAX_SIZE", DEEPTHINK_DB_THREADS + 4, minimum=1)
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": env_int("DATABASE_POOL_MIN_SIZE", 2, minimum=0),
-        "max_size": env_int("DATABASE_POOL_MAX_SIZE", DEEPTHINK_DB_THREADS + 4, minimum=1),
+        "min_size": min(env_int("DATABASE_POOL_MIN_SIZE", 2, minimum=0), _POOL_MAX),
+        "max_size": _POOL_MAX,
         "timeout": env_float("DATABASE_POOL_TIMEOUT", 30.0, minimum=0.1),
         "max_idle": 300.0,
     }

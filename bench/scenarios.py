@@ -488,9 +488,7 @@ async def two_workers(setup: Setup, *, latency: float, cycles: int) -> dict[str,
                         figure(
                             f"3. concurrency, {count} at once, two workers (Redis)",
                             row["max"],
-                            f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single; "
-                            f"+{memory.peak - memory.before:.0f} MB resident at peak "
-                            f"({row['rss_mb_per_session']:.2f} MB/session)",
+                            f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single",
                             "max <= 1.2" if count == 50 else "",
                             row["max"] <= 1.2 if count == 50 else None,
                         )

@@ -551,13 +551,29 @@ async def _watch(user: Any, cookie: str, viewers: int, key: str, latency: float)
     readers = [asyncio.create_task(read(c, f)) for c, f in zip(comms, frames, strict=True)]
     commits: list[tuple[float, set[str]]] = []
 
+    # The loop hands each event to its session's publisher right after the step's transaction
+    # commits; the publisher renders and sends later, in order. Time from the hand-over, so the
+    # wait in that queue counts.
+    handed: dict[SessionEvent, float] = {}
+    try:
+        from thinking.publishing import SessionPublisher
+    except ImportError:  # before issue 17: the loop published inline
+        SessionPublisher = None
+    if SessionPublisher is not None:
+        queue = SessionPublisher.__call__
+
+        async def stamped(self: Any, event: SessionEvent) -> None:
+            handed.setdefault(event, time.monotonic())
+            await queue(self, event)
+
+        SessionPublisher.__call__ = stamped  # type: ignore[method-assign]
+
     async def timed_publish(event: SessionEvent) -> None:
-        # Called right after the step's transaction committed.
         if event.live is None and (event.thoughts or event.synthesis is not None):
             ids = {f"thought-{n}" for n in event.thoughts}
             if event.synthesis is not None:
                 ids.add(f"synthesis-{event.synthesis}")
-            commits.append((time.monotonic(), ids))
+            commits.append((handed.pop(event, time.monotonic()), ids))
         await broadcast.publish(event)
 
     try:
@@ -569,6 +585,8 @@ async def _watch(user: Any, cookie: str, viewers: int, key: str, latency: float)
                 break
             await asyncio.sleep(0.02)
     finally:
+        if SessionPublisher is not None:
+            SessionPublisher.__call__ = queue  # type: ignore[method-assign]
         for task in readers:
             task.cancel()
         await asyncio.gather(*readers, return_exceptions=True)

@@ -104,6 +104,10 @@ def prepare(*, quick: bool, fakes: FakeHost) -> Setup:
     env.setdefault("SECRET_KEY", "bench-" + secrets.token_hex(24))
     env.setdefault("LOG_LEVEL", "WARNING")
     env["DEEPTHINK_INPROCESS_WORKER"] = "0"
+    # The per-person limit on sessions thinking at once is a product rule, not the worker's
+    # capacity: the benchmarks start hundreds of sessions of one user.
+    env["DEEPTHINK_MAX_CONCURRENT_SESSIONS"] = "1000"
+    env["DEEPTHINK_SESSIONS_PER_HOUR"] = "100000"
     env["ANTHROPIC_BASE_URL"] = fakes.claude_url
     env["ANTHROPIC_API_KEY"] = "bench-key"
     env["EXA_BASE_URL"] = fakes.exa_url

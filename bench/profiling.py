@@ -186,3 +186,47 @@ class Occupancy:
         for cls, original in reversed(self._patched):
             cls.thread_handler = original  # type: ignore[method-assign]
         self._patched.clear()
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now, in MB (Linux; 0 elsewhere)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class PeakRSS:
+    """The highest resident memory seen while the block runs (sampled every `every` s)."""
+
+    def __init__(self, every: float = 0.1) -> None:
+        self.every = every
+        self.before = 0.0
+        self.peak = 0.0
+        self._task: Any = None
+
+    async def _sample(self) -> None:
+        import asyncio
+
+        while True:
+            self.peak = max(self.peak, rss_mb())
+            await asyncio.sleep(self.every)
+
+    async def __aenter__(self) -> PeakRSS:
+        import asyncio
+        import gc
+
+        gc.collect()
+        self.before = self.peak = rss_mb()
+        self._task = asyncio.create_task(self._sample())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        import asyncio
+
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self.peak = max(self.peak, rss_mb())

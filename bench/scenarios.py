@@ -41,9 +41,11 @@ from .harness import (
 )
 from .profiling import (
     Occupancy,
+    PeakRSS,
     cpu_shares,
     machine_cpu_seconds,
     profile_summary,
+    rss_mb,
     thread_cpu_seconds,
 )
 from .timeline import breakdown, traced
@@ -81,11 +83,11 @@ def _search_waves(stats: dict[str, Any], key: str) -> int:
     return len(merged_intervals(spans))
 
 
-async def _thread_ids() -> dict[str, tuple[int, int]]:
-    """The event-loop thread and asgiref's database thread (ident, native id)."""
-    loop_thread = (threading.get_ident(), threading.get_native_id())
-    db_thread = await sync_to_async(lambda: (threading.get_ident(), threading.get_native_id()))()
-    return {"event loop": loop_thread, "database thread": db_thread}
+def _cpu_seconds(loop_native: int) -> dict[str, float]:
+    """CPU so far of the event-loop thread and of all other threads of this process (the
+    database hop threads, asgiref's thread, the connection pool's)."""
+    loop = thread_cpu_seconds(loop_native)
+    return {"event loop": loop, "database threads": time.process_time() - loop}
 
 
 async def warm_up(setup: Setup) -> None:
@@ -308,22 +310,24 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
     counts = [1, 10] if setup.quick else [1, 10, 50, 100]
     setup.fakes.reset()
     setup.fakes.configure(delay=latency, exa_delay=latency, cycles=cycles)
-    threads = await _thread_ids()
+    loop_native = threading.get_native_id()
     user = await _new_user(f"concurrency-{setup.run_id}")
     baseline = 0.0
     figures, rows = [], {}
     for count in counts:
         keys = [f"{setup.run_id}-c{count}-{i}" for i in range(count)]
         runs = await _new_sessions(user, keys)
-        cpu0 = {name: thread_cpu_seconds(native) for name, (_, native) in threads.items()}
+        cpu0 = _cpu_seconds(loop_native)
         fake_cpu0 = setup.fakes.stats()["cpu_seconds"]
         machine0 = machine_cpu_seconds()
         began = time.monotonic()
         # How long the database thread is occupied (CPU time alone misses its waits).
-        with Occupancy() as occupancy:
-            await run_supervised(runs, timeout=120 + 60 * latency * cycles * max(1, count / 5))
+        async with PeakRSS() as memory:
+            with Occupancy() as occupancy:
+                await run_supervised(runs, timeout=120 + 60 * latency * cycles * max(1, count / 5))
         span = time.monotonic() - began
-        db_native = threads["database thread"][1]
+        cpu1 = _cpu_seconds(loop_native)
+        db_busy = sum(occupancy.busy.values())  # seconds, all executor threads
         stats = setup.fakes.stats()
         walls = [r.wall for r in runs]
         if count == 1:
@@ -334,11 +338,13 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
             "batch_s": round(span, 3),
             "model_calls_per_session": sorted(set(calls)),
             "cpu_share_of_wall": {
-                name: round((thread_cpu_seconds(native) - cpu0[name]) / span, 3)
-                for name, (_, native) in threads.items()
+                name: round((cpu1[name] - cpu0[name]) / span, 3) for name in cpu0
             },
-            "database_thread_occupied_share": round(occupancy.busy[db_native] / span, 3),
-            "database_thread_occupied_s_per_session": round(occupancy.busy[db_native] / count, 3),
+            "database_thread_occupied_share": round(db_busy / span, 3),
+            "database_thread_occupied_s_per_session": round(db_busy / count, 3),
+            "rss_mb_before": round(memory.before, 1),
+            "rss_mb_peak": round(memory.peak, 1),
+            "rss_mb_per_session": round((memory.peak - memory.before) / count, 2),
             "fake_servers_cpu_share": round((stats["cpu_seconds"] - fake_cpu0) / span, 3),
             "machine_cpu_cores_busy": cpu_shares(machine0, machine_cpu_seconds(), span),
         }
@@ -348,7 +354,9 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
             figure(
                 f"3. concurrency, {count} at once, one process",
                 row["max"],
-                f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single",
+                f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single; "
+                f"+{memory.peak - memory.before:.0f} MB resident at peak "
+                f"({row['rss_mb_per_session']:.2f} MB/session)",
                 "max <= 1.2" if count == 50 else "",
                 ok,
             )
@@ -543,13 +551,29 @@ async def _watch(user: Any, cookie: str, viewers: int, key: str, latency: float)
     readers = [asyncio.create_task(read(c, f)) for c, f in zip(comms, frames, strict=True)]
     commits: list[tuple[float, set[str]]] = []
 
+    # The loop hands each event to its session's publisher right after the step's transaction
+    # commits; the publisher renders and sends later, in order. Time from the hand-over, so the
+    # wait in that queue counts.
+    handed: dict[SessionEvent, float] = {}
+    try:
+        from thinking.publishing import SessionPublisher
+    except ImportError:  # before issue 17: the loop published inline
+        SessionPublisher = None
+    if SessionPublisher is not None:
+        queue = SessionPublisher.__call__
+
+        async def stamped(self: Any, event: SessionEvent) -> None:
+            handed.setdefault(event, time.monotonic())
+            await queue(self, event)
+
+        SessionPublisher.__call__ = stamped  # type: ignore[method-assign]
+
     async def timed_publish(event: SessionEvent) -> None:
-        # Called right after the step's transaction committed.
         if event.live is None and (event.thoughts or event.synthesis is not None):
             ids = {f"thought-{n}" for n in event.thoughts}
             if event.synthesis is not None:
                 ids.add(f"synthesis-{event.synthesis}")
-            commits.append((time.monotonic(), ids))
+            commits.append((handed.pop(event, time.monotonic()), ids))
         await broadcast.publish(event)
 
     try:
@@ -561,6 +585,8 @@ async def _watch(user: Any, cookie: str, viewers: int, key: str, latency: float)
                 break
             await asyncio.sleep(0.02)
     finally:
+        if SessionPublisher is not None:
+            SessionPublisher.__call__ = queue  # type: ignore[method-assign]
         for task in readers:
             task.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
@@ -662,7 +688,7 @@ async def throughput(setup: Setup) -> dict[str, Any]:
 
     plan = [(1, 5), (3, 4)] if setup.quick else [(1, 30), (8, 15)]
     user = await _new_user(f"throughput-{setup.run_id}")
-    threads = await _thread_ids()
+    loop_native = threading.get_native_id()
     figures, details = [], {}
 
     async def measure(sessions: int, cycles: int, tag: str, profile: bool) -> dict[str, Any]:
@@ -677,14 +703,15 @@ async def throughput(setup: Setup) -> dict[str, Any]:
         keys = [f"{setup.run_id}-{tag}{sessions}-{i}" for i in range(sessions)]
         runs = await _new_sessions(user, keys, synthesis_seconds=0.5)
         fake_cpu0 = setup.fakes.stats()["cpu_seconds"]
-        cpu0 = {name: thread_cpu_seconds(native) for name, (_, native) in threads.items()}
+        cpu0 = _cpu_seconds(loop_native)
         machine0 = machine_cpu_seconds()
         began = time.monotonic()
         profiler = cProfile.Profile() if profile else None
         with Occupancy() as occupancy, profiler or contextlib.nullcontext():
             await run_supervised(runs, publish=counting, timeout=300)
         span = time.monotonic() - began
-        db_native = threads["database thread"][1]
+        cpu1 = _cpu_seconds(loop_native)
+        db_busy = sum(occupancy.busy.values())  # seconds, all executor threads
         fake_cpu = setup.fakes.stats()["cpu_seconds"] - fake_cpu0
         steps = await _steps([r.id for r in runs])
         stored = sum(v for k, v in steps.items() if k != "model_calls")
@@ -696,14 +723,12 @@ async def throughput(setup: Setup) -> dict[str, Any]:
             "steps_per_s": round(stored / span, 1),
             "model_calls_per_s": round(steps["model_calls"] / span, 1),
             "cpu_ms_per_step": {
-                name: round(1000 * (thread_cpu_seconds(native) - cpu0[name]) / stored, 1)
-                for name, (_, native) in threads.items()
+                name: round(1000 * (cpu1[name] - cpu0[name]) / stored, 1) for name in cpu0
             },
             "cpu_share_of_wall": {
-                name: round((thread_cpu_seconds(native) - cpu0[name]) / span, 3)
-                for name, (_, native) in threads.items()
+                name: round((cpu1[name] - cpu0[name]) / span, 3) for name in cpu0
             },
-            "database_thread_occupied_share": round(occupancy.busy[db_native] / span, 3),
+            "database_thread_occupied_share": round(db_busy / span, 3),
             "publishes": dict(published),
             "fake_servers_cpu_share": round(fake_cpu / span, 3),
             "machine_cpu_cores_busy": cpu_shares(machine0, machine_cpu_seconds(), span),
@@ -722,9 +747,9 @@ async def throughput(setup: Setup) -> dict[str, Any]:
                 f"5. throughput, {label}, no latency",
                 row["steps_per_s"],
                 f"{row['steps_per_s']:.0f} steps/s ({row['model_calls_per_s']:.0f} calls/s); "
-                f"db thread occupied {100 * row['database_thread_occupied_share']:.0f}%, "
-                f"CPU: loop {100 * cpu['event loop']:.0f}%, db thread "
-                f"{100 * cpu['database thread']:.0f}%",
+                f"db threads busy {row['database_thread_occupied_share']:.2f}, "
+                f"CPU: loop {100 * cpu['event loop']:.0f}%, db threads "
+                f"{100 * cpu['database threads']:.0f}%",
             )
         )
     sessions, cycles = plan[-1]
@@ -964,6 +989,64 @@ async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float]:
     return claims, seconds
 
 
+async def memory(setup: Setup) -> dict[str, Any]:
+    """A compressed long session (no model latency, a synthesis every 10 s of active time):
+    resident memory against cycles, to see whether it keeps growing. A 2-hour session at
+    ~20 s a model call is ~240 cycles."""
+    cycles = 20 if setup.quick else 240
+    setup.fakes.reset()
+    setup.fakes.configure(delay=0.0, exa_delay=0.0, cycles=cycles)
+    user = await _new_user(f"memory-{setup.run_id}")
+    runs = await _new_sessions(user, [f"{setup.run_id}-m-0"], synthesis_seconds=10.0)
+    session_id = runs[0].id
+    samples: list[tuple[int, float]] = []
+
+    async def sample() -> None:
+        from thinking.models import ThinkingSession
+
+        def cycles_now() -> int:
+            return ThinkingSession.objects.filter(pk=session_id).values_list("cycles", flat=True)[0]
+
+        while True:
+            samples.append((await sync_to_async(cycles_now)(), rss_mb()))
+            await asyncio.sleep(0.5)
+
+    async with PeakRSS() as peak:
+        sampler = asyncio.create_task(sample())
+        try:
+            await run_supervised(runs, publish=None, timeout=1800)
+        finally:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+    done = samples[-1][0] if samples else 0
+    # Resident memory at each quarter of the run, by cycles completed.
+    marks = {}
+    for quarter in (1, 2, 3, 4):
+        want = done * quarter / 4
+        marks[f"{quarter}/4"] = next((mb for c, mb in samples if c >= want), samples[-1][1])
+    half = [(c, mb) for c, mb in samples if c >= done / 2]
+    slope = 0.0
+    if len(half) >= 2 and half[-1][0] > half[0][0]:
+        slope = 100 * (half[-1][1] - half[0][1]) / (half[-1][0] - half[0][0])
+    details = {
+        "cycles": done,
+        "wall_s": round(runs[0].wall, 1),
+        "rss_mb_before": round(peak.before, 1),
+        "rss_mb_peak": round(peak.peak, 1),
+        "rss_mb_at": {k: round(v, 1) for k, v in marks.items()},
+        "second_half_mb_per_100_cycles": round(slope, 2),
+        "samples": [(c, round(mb, 1)) for c, mb in samples],
+    }
+    shown = (
+        f"{done} cycles in {runs[0].wall:.0f} s: resident "
+        + " / ".join(f"{v:.0f}" for v in marks.values())
+        + f" MB at each quarter (+{peak.peak - peak.before:.0f} MB peak); "
+        f"second half {slope:+.1f} MB per 100 cycles"
+    )
+    figures = [figure("9. memory, compressed long session", slope, shown)]
+    return {"figures": figures, "details": details}
+
+
 SCENARIOS = {
     "1": overhead,
     "2": research,
@@ -972,4 +1055,5 @@ SCENARIOS = {
     "5": throughput,
     "6": cache_share,
     "8": citation_check,
+    "9": memory,
 }

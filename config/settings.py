@@ -163,8 +163,25 @@ TEMPLATES = [
 
 # Database: SQLite file under the project unless DATABASE_URL is given.
 DATABASE_URL = env_str("DATABASE_URL")
+# Database hops of the thinking worker run on a bounded thread pool of this size, so
+# different sessions' hops run side by side (config/hops.py). SQLite takes one writer at a
+# time, so there one thread serialises the hops instead of making writers wait on the lock.
+DEEPTHINK_DB_THREADS = env_int("DEEPTHINK_DB_THREADS", 8 if DATABASE_URL else 1, minimum=1)
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    # PostgreSQL through psycopg's pool: a hop borrows an open connection and gives it back
+    # (Django's close at the end of a hop returns it), instead of connecting each time. The
+    # pool pings a connection before lending it (CONN_HEALTH_CHECKS), so one broken by a
+    # PostgreSQL restart or pg_terminate_backend is replaced, not reused. Sized for the
+    # worker's hop threads plus the web side's (requests, WebSockets, heartbeat).
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    _POOL_MAX = env_int("DATABASE_POOL_MAX_SIZE", DEEPTHINK_DB_THREADS + 4, minimum=1)
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(env_int("DATABASE_POOL_MIN_SIZE", 2, minimum=0), _POOL_MAX),
+        "max_size": _POOL_MAX,
+        "timeout": env_float("DATABASE_POOL_TIMEOUT", 30.0, minimum=0.1),
+        "max_idle": 300.0,
+    }
 else:
     SQLITE_PATH = Path(env_str("SQLITE_PATH") or BASE_DIR / "db" / "deepthink.sqlite3")
     SQLITE_PATH.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,8 @@ from typing import Any
 from django.db import IntegrityError
 from django.utils import timezone
 
+from config.hops import db_hop
+
 from .models import SearchCache
 
 # Bump when the stored result shape changes, so old rows are simply never read again.
@@ -45,7 +47,7 @@ def cache_key(*, kind: str, scope: str, query: str, options: Mapping[str, Any]) 
 
 async def cached_results(key: str) -> list[dict[str, Any]] | None:
     """The stored results for `key` if they have not expired, else None."""
-    row = await SearchCache.objects.fresh().filter(key=key).only("results").afirst()
+    row = await db_hop(SearchCache.objects.fresh().filter(key=key).only("results").first)()
     if row is None or not isinstance(row.results, list):
         return None
     return row.results
@@ -75,4 +77,4 @@ async def store_results(
     # The same search may finish at the same moment elsewhere and store its row first;
     # its results are as good as ours.
     with contextlib.suppress(IntegrityError):
-        await SearchCache.objects.aupdate_or_create(key=key, defaults=values)
+        await db_hop(SearchCache.objects.update_or_create)(key=key, defaults=values)

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from asgiref.sync import sync_to_async
 from django.db import connection
+
+from config.hops import db_hop
 
 if TYPE_CHECKING:
     from .models import Passage
@@ -147,7 +148,7 @@ async def asearch_memory(
     *, owner_ids: Sequence[int], query: str, limit: int = 10, team_ids: Sequence[int] = ()
 ) -> list[MemoryResult]:
     """`search_memory` for async code (the deliberation loop)."""
-    return await sync_to_async(search_memory)(
+    return await db_hop(search_memory)(
         owner_ids=owner_ids, query=query, limit=limit, team_ids=team_ids
     )
 

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import AnonymousUser
 from django.template.loader import render_to_string
+
+from config.hops import db_hop
 
 from .events import SessionEvent
 from .models import Source, SubQuestion, ThinkingSession, Thought, ThoughtType
@@ -387,7 +388,7 @@ def catch_up(
 
 
 async def publish(event: SessionEvent) -> None:
-    message = await database_sync_to_async(render_event)(event)
+    message = await db_hop(render_event)(event)
     await get_channel_layer().group_send(group_name(event.session_id), message)
 
 

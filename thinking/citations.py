@@ -21,8 +21,9 @@ from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from channels.db import database_sync_to_async
 from django.conf import settings
+
+from config.hops import db_hop
 
 from .events import Publish, SessionEvent
 from .live import publish_safely
@@ -333,17 +334,17 @@ async def check_synthesis(
     check, else the run and the session re-read (its usage now includes the check)."""
     from .models import Synthesis
 
-    claims, passages = await database_sync_to_async(_load)(synthesis_id)
+    claims, passages = await db_hop(_load)(synthesis_id)
     if not claims:
         return None
-    session_id, model = await database_sync_to_async(
+    session_id, model = await db_hop(
         lambda: Synthesis.objects.values_list("session_id", "session__model_id").get(
             pk=synthesis_id
         )
     )()
     limit = int(getattr(settings, "DEEPTHINK_CHECK_MAX_CLAIMS", 60))
     run = await judge(claims[:limit], passages, llm=llm, main_model=model)
-    session = await database_sync_to_async(_store)(session_id, synthesis_id, claims, run, worker_id)
+    session = await db_hop(_store)(session_id, synthesis_id, claims, run, worker_id)
     return run, session
 
 
@@ -367,7 +368,7 @@ async def check_synthesis_citations(
             row = synthesis
         else:
             sequence = synthesis
-            row = await database_sync_to_async(
+            row = await db_hop(
                 lambda: Synthesis.objects.get(session_id=session.pk, sequence=sequence)
             )()
         checked = await check_synthesis(row.pk, llm=llm, worker_id=worker_id)

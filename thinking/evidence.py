@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import Max
 
 from accounts.models import team_ids_of
+from config.hops import db_hop
 from research.memory import MemoryResult, asearch_memory
 from research.web import ResearchError, WebResult, WebSearch, is_web_url
 
@@ -81,7 +81,7 @@ def _identity(result: WebResult | MemoryResult) -> tuple[str, str, str, str, flo
     return f"item:{result.item_id}", result.url, title, result.snippet, result.score
 
 
-@database_sync_to_async
+@db_hop
 def store_sources(
     session_id: uuid.UUID,
     kind: str,
@@ -143,7 +143,7 @@ def store_sources(
     return created
 
 
-@database_sync_to_async
+@db_hop
 def add_note(session_id: uuid.UUID, note: str, *, worker_id: str) -> None:
     """A research note for the page ("web search is off", a failed query)."""
     with ThinkingSession.step(session_id, worker_id=worker_id) as step:
@@ -287,8 +287,7 @@ def evidence_pack(sources: Sequence[Source]) -> str:
     return EVIDENCE_PREAMBLE + "\n\n<evidence>\n" + "\n".join(blocks) + "\n</evidence>"
 
 
-@database_sync_to_async
-def best_sources(session_id: uuid.UUID, limit: int) -> list[Source]:
+def choose_sources(session_id: uuid.UUID, limit: int) -> list[Source]:
     """The sources the model sees: the best scored of each kind, then by citation number,
     so the evidence pack (and the prompt cache) stays stable as new sources arrive."""
     rows = list(Source.objects.filter(session_id=session_id).order_by("number"))
@@ -305,6 +304,9 @@ def best_sources(session_id: uuid.UUID, limit: int) -> list[Source]:
     chosen = by_kind[SourceKind.WEB][:web_places]
     chosen += by_kind[SourceKind.MEMORY][: limit - len(chosen)]
     return sorted(chosen, key=lambda s: s.number)
+
+
+best_sources = db_hop(choose_sources)  # for async code: one hop of its own
 
 
 def cited_numbers(text: str) -> list[int]:

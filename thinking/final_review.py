@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from channels.db import database_sync_to_async
 from django.conf import settings
+
+from config.hops import db_hop
 
 from . import parsing, prompts, stages, transcript
 from .events import Publish
@@ -245,7 +246,7 @@ async def final_prompt(
 ) -> Prompt:
     """The final prompt for `session`, after its cached `log` when given; the review shows as
     a `reflection` stage."""
-    material = await database_sync_to_async(gather)(session)
+    material = await db_hop(gather)(session)
     cycles = [t.cycle for t in material["thoughts"]]
     prompt = review_prompt(
         question=session.question,

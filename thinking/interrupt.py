@@ -13,8 +13,9 @@ import asyncio
 import uuid
 from collections.abc import Awaitable
 
-from channels.db import database_sync_to_async
 from django.conf import settings
+
+from config.hops import db_hop
 
 from .models import Lap, Status, ThinkingSession
 
@@ -30,7 +31,7 @@ class Interrupted(Exception):
         self.status = status
 
 
-@database_sync_to_async
+@db_hop
 def _status(session_id: uuid.UUID) -> str | None:
     return ThinkingSession.objects.filter(pk=session_id).values_list("status", flat=True).first()
 

@@ -17,9 +17,10 @@ import dataclasses
 import logging
 import uuid
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import F
+
+from config.hops import db_hop
 
 from . import (
     budget,
@@ -83,7 +84,7 @@ def _latest_synthesis_text(session: ThinkingSession) -> str:
     return latest.text if latest else ""
 
 
-@database_sync_to_async
+@db_hop
 def select_focus(*, session: ThinkingSession) -> Focus:
     """The highest-priority unexplored sub-question, else the original question."""
     # A person's question first (they asked for it now), then by priority, oldest first.
@@ -130,7 +131,7 @@ async def generate_thoughts(
     await stages.enter(
         session.pk, "analysis", message, worker_id=run.worker_id, publish=run.publish
     )
-    recent, understanding, sources, hints, log = await database_sync_to_async(
+    recent, understanding, sources, hints, log, pack = await db_hop(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             _latest_synthesis_text(session),
@@ -141,9 +142,9 @@ async def generate_thoughts(
                 .values_list("text", flat=True)[:RECENT_HINTS]
             ),
             transcript.session_log(session),
+            evidence.choose_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES),
         )
     )()
-    pack = await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
     mode, spec = _reading_mode(session)
     offered = _tools_for(session, run.research)
     prompt = prompts.thoughts_prompt(
@@ -260,7 +261,7 @@ async def generate_questions(
     focus: Focus,
     run: Run,
 ) -> tuple[ThinkingSession, SessionEvent]:
-    recent, existing, log = await database_sync_to_async(
+    recent, existing, log = await db_hop(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             list(session.sub_questions.values_list("text", flat=True)),
@@ -295,12 +296,13 @@ async def synthesise(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A periodic synthesis, or with `final=True` the final answer that completes the session."""
 
-    def gather() -> tuple[list, list, str, tuple[str, ...]]:
+    def gather() -> tuple[list, list, str, tuple[str, ...], list]:
         return (
             _recent(session, SYNTHESIS_THOUGHTS),
             _explored(session),
             _latest_synthesis_text(session),
             transcript.session_log(session),
+            evidence.choose_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES),
         )
 
     if not final:  # the final answer's stages come with its review (thinking.final_review)
@@ -308,10 +310,8 @@ async def synthesise(
         await stages.enter(
             session.pk, "synthesis", message, worker_id=run.worker_id, publish=run.publish
         )
-    recent, explored, previous, log = await database_sync_to_async(gather)()
-    pack = evidence.evidence_pack(
-        await evidence.best_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES)
-    )
+    recent, explored, previous, log, best = await db_hop(gather)()
+    pack = evidence.evidence_pack(best)
     if final:  # the final answer reviews the whole session, after the cached log
         prompt = await final_review.final_prompt(
             session, evidence=pack, log=log, worker_id=run.worker_id, publish=run.publish
@@ -405,7 +405,7 @@ async def plan_research(
         on_sources=show,
     )
     await publish_safely(run.publish, SessionEvent(session.pk, plan=True, sources=True))
-    return await database_sync_to_async(lambda: ThinkingSession.objects.get(pk=session.pk))()
+    return await db_hop(lambda: ThinkingSession.objects.get(pk=session.pk))()
 
 
 # --- when to do what -------------------------------------------------------------------
@@ -473,7 +473,9 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             session = await plan_research(session=session, run=run, focus=focus)
         session, event = await generate_thoughts(session=session, focus=focus, run=run)
         await publish_safely(run.publish, event)
-        thought_count = await database_sync_to_async(session.thoughts.count)()
+        thought_count = session.thought_count  # counted by the step that stored them
+        if thought_count is None:
+            thought_count = await db_hop(session.thoughts.count)()
         if questions_due(session, thought_count):
             session, event = await generate_questions(session=session, focus=focus, run=run)
             await publish_safely(run.publish, event)
@@ -514,7 +516,7 @@ async def run_session(
     if session is None:
         return None
     await publish_safely(publish, SessionEvent(session.pk))
-    research = await database_sync_to_async(evidence.Research.for_session)(session)
+    research = await db_hop(evidence.Research.for_session)(session)
     run = Run(
         llm=llm, research=research, publish=publish, worker_id=worker_id, meter=meter, clock=clock
     )

@@ -17,8 +17,9 @@ from typing import Any, Protocol
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import FieldDoesNotExist
 from django.db import models, transaction
-from django.db.models import F, Max, Q
+from django.db.models import F, Max, Q, Value
 from django.urls import reverse
 from django.utils import timezone
 
@@ -127,6 +128,36 @@ class Step:
     def announce(self, event: SessionEvent) -> None:
         """Publish this event once (and only if) the step commits."""
         self.events.append(event)
+
+
+def _apply_locally(session: ThinkingSession, changes: dict[str, Any]) -> bool:
+    """Apply an UPDATE's changes to the row read under its lock, instead of reading it back:
+    the lock means `F(name) + n` is the value read plus n. False (read it back) for any
+    expression other than that."""
+    values: dict[str, Any] = {}
+    for name, value in changes.items():
+        if hasattr(value, "resolve_expression"):
+            lhs, rhs = getattr(value, "lhs", None), getattr(value, "rhs", None)
+            if not (
+                getattr(value, "connector", None) == "+"
+                and isinstance(lhs, F)
+                and lhs.name == name  # type: ignore[attr-defined]  # F keeps its name; the stubs omit it
+                and isinstance(rhs, Value)
+                and not hasattr(rhs.value, "resolve_expression")
+            ):
+                return False
+            values[name] = getattr(session, name) + rhs.value
+        else:
+            try:
+                model_field = session._meta.get_field(name)
+            except FieldDoesNotExist:
+                return False
+            if model_field.is_relation or not isinstance(model_field, models.Field):
+                return False
+            values[name] = model_field.to_python(value)
+    for name, value in values.items():
+        setattr(session, name, value)
+    return True
 
 
 class SessionQuerySet(models.QuerySet["ThinkingSession"]):
@@ -286,6 +317,10 @@ class ThinkingSession(models.Model):
 
     objects = SessionQuerySet.as_manager()
 
+    # Set by the step that stored a cycle's thoughts (their count, read under the row lock),
+    # so the loop needs no hop to count them; None on a row read any other way.
+    thought_count: int | None = None
+
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "-created_at"])]
@@ -415,7 +450,8 @@ class ThinkingSession(models.Model):
                 changes.update(active_seconds=F("active_seconds") + meter.lap(), running_since=now)
             changes.update(step.changes)
             cls.objects.filter(pk=pk).update(**changes)
-            session.refresh_from_db()
+            if not _apply_locally(session, changes):
+                session.refresh_from_db()
             if on_commit is not None:
                 for event in step.events:
                     transaction.on_commit(partial(on_commit, event))

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.utils import timezone
+
+from config.hops import db_hop
 
 from . import interrupt, parsing, prompts, stages, steps
 from .events import SessionEvent
@@ -140,7 +141,7 @@ class _Ended(Exception):
     """The session finished while the re-ranking call ran (rolls the step back)."""
 
 
-@database_sync_to_async
+@db_hop
 def _store(
     session_id: uuid.UUID,
     rankings: Sequence[parsing.ParsedRanking],
@@ -169,7 +170,7 @@ def _store(
 async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession:
     """Re-rank when due; returns the session as stored. A failed call skips this round (the
     priorities stay as they were) and never stops the thinking."""
-    material = await database_sync_to_async(_material)(session)
+    material = await db_hop(_material)(session)
     open_questions = material.pop("open_questions")
     source_count = material.pop("source_count")
     if not due(session, source_count=source_count, open_count=len(open_questions)):

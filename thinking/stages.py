@@ -14,8 +14,9 @@ from __future__ import annotations
 import uuid
 from typing import Any, cast
 
-from channels.db import database_sync_to_async
 from django.utils import timezone
+
+from config.hops import db_hop
 
 from .events import Publish, SessionEvent
 from .live import publish_safely
@@ -117,7 +118,7 @@ def record_sync(session_id: uuid.UUID, item: StageEntry, *, worker_id: str | Non
     return True
 
 
-_record = database_sync_to_async(record_sync)
+_record = db_hop(record_sync)
 
 
 async def enter(

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from channels.db import database_sync_to_async
 from django.db.models import F
 from django.utils import timezone
 
+from config.hops import db_hop
 from research import knowledge
 from research.models import KnowledgeSource
 
@@ -94,7 +94,7 @@ def record_calls(step: Step, purpose: str, replies: Sequence[Reply]) -> None:
 # --- the lifecycle ----------------------------------------------------------------------
 
 
-@database_sync_to_async
+@db_hop
 def begin(session_id: uuid.UUID, *, worker_id: str) -> ThinkingSession | None:
     """Move a claimed session to `thinking` and start its clock. None if it is not runnable."""
     try:
@@ -105,7 +105,7 @@ def begin(session_id: uuid.UUID, *, worker_id: str) -> ThinkingSession | None:
     return step.session
 
 
-@database_sync_to_async
+@db_hop
 def current_status(session_id: uuid.UUID, *, worker_id: str) -> str:
     """The status a person may have changed; raises LeaseLost if the lease went elsewhere."""
     status, owner = ThinkingSession.objects.filter(pk=session_id).values_list(
@@ -116,7 +116,7 @@ def current_status(session_id: uuid.UUID, *, worker_id: str) -> str:
     return status
 
 
-@database_sync_to_async
+@db_hop
 def stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> ThinkingSession:
     """Pause or cancel seen at a step boundary: keep the time spent, stop the clock."""
     with ThinkingSession.step(
@@ -126,7 +126,7 @@ def stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> Thin
     return step.session
 
 
-@database_sync_to_async
+@db_hop
 def release_lease(session_id: uuid.UUID, *, worker_id: str) -> None:
     """Let go of a session this worker holds (it is shutting down); no-op if it lost it."""
     try:
@@ -136,7 +136,7 @@ def release_lease(session_id: uuid.UUID, *, worker_id: str) -> None:
         pass
 
 
-@database_sync_to_async
+@db_hop
 def fail(
     session_id: uuid.UUID, *, worker_id: str, meter: Meter, message: str
 ) -> ThinkingSession | None:
@@ -154,7 +154,7 @@ def fail(
     return step.session
 
 
-@database_sync_to_async
+@db_hop
 def set_waiting(session_id: uuid.UUID, worker_id: str, reason: str) -> str:
     """Mark (or, with no reason, unmark) the session as waiting for the provider; returns
     its status, so a person's pause or cancel is noticed while it waits."""
@@ -182,7 +182,7 @@ def _stop_note(session: ThinkingSession, reading: parsing.ThoughtReply) -> str:
     return f"{note} Its reasoning: {why[:600]}" if why else note
 
 
-@database_sync_to_async
+@db_hop
 def store_thoughts(
     session_id: uuid.UUID,
     focus: Focus,
@@ -251,6 +251,9 @@ def store_thoughts(
             )
             questions_changed = True
         step.update(cycles=F("cycles") + 1, focus=focus.text)
+    # Thoughts are numbered 0..n-1 under the row lock, so this is their count: the loop
+    # decides whether sub-questions are due without another hop to count them.
+    step.session.thought_count = start + len(rows)
     event = SessionEvent(
         session_id,
         thoughts=tuple(r.sequence for r in [*notes, *rows]),
@@ -259,7 +262,7 @@ def store_thoughts(
     return step.session, event
 
 
-@database_sync_to_async
+@db_hop
 def store_questions(
     session_id: uuid.UUID,
     focus: Focus,
@@ -297,7 +300,7 @@ def store_questions(
     return step.session, SessionEvent(session_id, questions=bool(new))
 
 
-@database_sync_to_async
+@db_hop
 def store_synthesis(
     session_id: uuid.UUID,
     parsed: parsing.ParsedSynthesis,
@@ -356,7 +359,7 @@ def store_synthesis(
     return step.session, SessionEvent(session_id, synthesis=synthesis.sequence, finished=final)
 
 
-@database_sync_to_async
+@db_hop
 def save_plan(
     session_id: uuid.UUID,
     plan: planner.Plan,

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from channels.db import database_sync_to_async
+from config.hops import db_hop
 
 from . import evidence, stages
 from .models import Source, SourceKind
@@ -176,7 +176,7 @@ async def run_tool(
     return ToolOutcome(f"There is no tool named {_text(name, 60)!r}.", is_error=True)
 
 
-@database_sync_to_async
+@db_hop
 def save_progress(session_id: uuid.UUID, progress: StageEntry, *, worker_id: str) -> None:
     """The model's update joins the session's stage history (thinking.stages), through the
     session's step: refused without the lease."""

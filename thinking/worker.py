@@ -21,16 +21,18 @@ from collections.abc import Callable
 from typing import Any
 
 from channels.consumer import AsyncConsumer
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.worker import Worker
 from django.conf import settings
 from django.utils import timezone
 
+from config.hops import db_hop
+
 from . import broadcast, loop, notify, steps
 from .events import Publish, SessionEvent
 from .llm import LLM, LLMError
 from .models import ThinkingSession
+from .publishing import SessionPublisher
 from .run import Clock, Meter
 from .state import StartMessage
 
@@ -74,7 +76,7 @@ class Supervisor:
         worker is full (then the sweeper of some worker picks it up later)."""
         if session_id in self.running or not self.has_room:
             return False
-        claimed = await database_sync_to_async(ThinkingSession.claim)(
+        claimed = await db_hop(ThinkingSession.claim)(
             session_id, worker_id=self.worker_id, lease_seconds=settings.DEEPTHINK_LEASE_SECONDS
         )
         if not claimed:
@@ -84,6 +86,9 @@ class Supervisor:
         return True
 
     async def _run(self, session_id: uuid.UUID) -> str | None:
+        # The session's updates go out in order from their own task, so rendering and
+        # sending them does not delay its next model call.
+        publish = SessionPublisher(self.publish)
         try:
             try:
                 llm = self.llm_factory()
@@ -98,7 +103,7 @@ class Supervisor:
                 return await loop.run_session(
                     session_id,
                     llm=llm,
-                    publish=self.publish,
+                    publish=publish,
                     worker_id=self.worker_id,
                     clock=self.clock,
                 )
@@ -108,14 +113,15 @@ class Supervisor:
             logger.exception("Session %s crashed its task", session_id)
             return None
         finally:
-            self.running.pop(session_id, None)
+            try:
+                await publish.aclose()  # what the session stored last is shown
+            finally:
+                self.running.pop(session_id, None)
 
     async def heartbeat(self) -> int:
         if not self.running:
             return 0
-        renewed = await database_sync_to_async(ThinkingSession.renew)(
-            list(self.running), worker_id=self.worker_id
-        )
+        renewed = await db_hop(ThinkingSession.renew)(list(self.running), worker_id=self.worker_id)
         # Open pages get a fresh header: their clock runs only while the lease is renewed.
         for session_id in list(self.running):
             try:
@@ -137,7 +143,7 @@ class Supervisor:
             return list(rows.values_list("pk", flat=True)[:room])
 
         started = 0
-        for session_id in await database_sync_to_async(candidates)():
+        for session_id in await db_hop(candidates)():
             if await self.start(session_id):
                 started += 1
         return started

@@ -1,0 +1,92 @@
+"""The worker's pooled PostgreSQL connections: a broken one is replaced, not reused."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+from thinking.models import Status, ThinkingSession
+
+from .test_processes import assert_intact, redis_layer, start_worker, stop, wait_for
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+__all__ = ["redis_layer"]  # the fixture, used by name below
+
+
+def _terminate_others(keep: int) -> int:
+    """pg_terminate_backend on every other connection to the test database (the worker's
+    pool), as a PostgreSQL restart or an administrator would; returns how many."""
+    db = connection.settings_dict
+    with psycopg.connect(
+        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
+    ) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> %s",
+            [keep],
+        ).fetchall()
+    return sum(1 for (done,) in rows if done)
+
+
+def test_terminated_backends_are_replaced_and_the_session_completes(
+    fake_claude: Any, make_session: Any, redis_layer: str
+):
+    from thinking.worker import request_start
+
+    fake_claude.delay = 0.05
+    session = make_session(budget_seconds=6, synthesis_interval_seconds=1.5)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        test_pid = cursor.fetchone()[0]
+    terminated: list[int] = []
+    calls = 0
+    lock = threading.Lock()
+
+    def terminating(body: dict) -> Any:
+        # On the 3rd and 7th model calls, while the worker waits for this reply, its pooled
+        # connections (idle between hops) are terminated under it.
+        nonlocal calls
+        with lock:
+            calls += 1
+            now = calls
+        if now in (3, 7):
+            # Once the previous step's render (published beside this call) is done: a hop in
+            # flight when its connection dies fails, which is not what this test is about.
+            time.sleep(0.4)
+            terminated.append(_terminate_others(test_pid))
+            time.sleep(0.2)
+        return fake_claude.scripted_mind(body)
+
+    fake_claude.responder = terminating
+    # Heartbeats far apart, so none is in flight at the moment of the termination.
+    worker = start_worker(
+        fake_claude.base_url,
+        redis_layer,
+        DEEPTHINK_HEARTBEAT_SECONDS="20",
+        DEEPTHINK_LEASE_SECONDS="60",
+        DEEPTHINK_SWEEP_SECONDS="30",
+    )
+    try:
+        request_start(session.pk)
+        done = wait_for(
+            lambda: (
+                ThinkingSession.objects.get(pk=session.pk).status
+                in (Status.COMPLETED, Status.FAILED)
+            ),
+            timeout=60,
+        )
+    finally:
+        log = stop(worker)
+    assert done, log
+    session.refresh_from_db()
+    assert len(terminated) == 2 and all(terminated), (terminated, session.status, calls, log)
+    assert session.status == Status.COMPLETED, (session.error_message, log)
+    assert_intact(session)
+    assert session.thoughts.count() >= 6
+    assert "Traceback" not in log

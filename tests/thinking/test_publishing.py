@@ -1,0 +1,93 @@
+"""Publishing off the critical path: the loop never waits for a render, the page sees every
+stored step in order."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from thinking.events import LiveStep, SessionEvent
+from thinking.publishing import SessionPublisher
+
+SESSION = uuid.uuid4()
+
+
+def stored(n: int) -> SessionEvent:
+    return SessionEvent(SESSION, thoughts=(n,))
+
+
+def live(text: str) -> SessionEvent:
+    return SessionEvent(SESSION, live=LiveStep("thoughts", 0.0, text))
+
+
+async def test_a_slow_render_does_not_hold_up_the_loop_and_order_is_kept():
+    sent: list[SessionEvent] = []
+    gate = asyncio.Event()
+
+    async def slow_publish(event: SessionEvent) -> None:
+        await gate.wait()  # the render and group send take as long as they take
+        sent.append(event)
+
+    publish = SessionPublisher(slow_publish)
+    for n in range(5):
+        await asyncio.wait_for(publish(stored(n)), timeout=1)  # returns at once
+    assert sent == []
+    gate.set()
+    await publish.aclose()
+    assert [e.thoughts for e in sent] == [(0,), (1,), (2,), (3,), (4,)]
+
+
+async def test_a_failed_publish_does_not_stop_later_ones():
+    sent: list[SessionEvent] = []
+
+    async def flaky(event: SessionEvent) -> None:
+        if event.thoughts == (1,):
+            raise ConnectionError("the channel layer is down")
+        sent.append(event)
+
+    publish = SessionPublisher(flaky)
+    for n in range(3):
+        await publish(stored(n))
+    await publish.aclose()
+    assert [e.thoughts for e in sent] == [(0,), (2,)]
+
+
+async def test_a_live_update_followed_by_another_is_skipped_stored_steps_never_are():
+    sent: list[SessionEvent] = []
+    gate = asyncio.Event()
+
+    async def slow_publish(event: SessionEvent) -> None:
+        await gate.wait()
+        sent.append(event)
+
+    publish = SessionPublisher(slow_publish)
+    await publish(stored(0))  # being sent while the rest queue up
+    await asyncio.sleep(0)
+    for event in (live("a"), live("ab"), stored(1), live("abc"), live("abcd"), stored(2)):
+        await publish(event)
+    gate.set()
+    await publish.aclose()
+    shown = [e.live.reasoning if e.live else e.thoughts for e in sent]
+    assert shown == [(0,), "ab", (1,), "abcd", (2,)]
+
+
+async def test_the_queue_is_bounded_the_caller_waits_for_room():
+    gate = asyncio.Event()
+    sent: list[SessionEvent] = []
+
+    async def slow_publish(event: SessionEvent) -> None:
+        await gate.wait()
+        sent.append(event)
+
+    publish = SessionPublisher(slow_publish, limit=3)
+    for n in range(4):  # one being sent, three waiting
+        await publish(stored(n))
+    await asyncio.sleep(0)
+    blocked = asyncio.create_task(publish(stored(4)))
+    await asyncio.sleep(0.05)
+    assert not blocked.done()
+    assert publish.pending == 3
+    gate.set()
+    await asyncio.wait_for(blocked, timeout=1)
+    await publish.aclose()
+    assert [e.thoughts[0] for e in sent] == [0, 1, 2, 3, 4]

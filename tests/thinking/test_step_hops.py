@@ -1,0 +1,52 @@
+"""A step reads its row once and writes it once: what it hands back is what was stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+
+from thinking.models import Status, ThinkingSession
+
+pytestmark = pytest.mark.django_db
+
+
+class FixedLap:
+    def lap(self) -> float:
+        return 1.25
+
+
+def stored_fields(session: ThinkingSession) -> dict[str, Any]:
+    return {f.attname: getattr(session, f.attname) for f in session._meta.concrete_fields}
+
+
+def test_the_session_a_step_returns_matches_the_row_without_reading_it_back(make_session: Any):
+    session = make_session(status=Status.THINKING, worker_id="w1", active_seconds=2.5)
+    with (
+        CaptureQueriesContext(connection) as queries,
+        ThinkingSession.step(session.pk, worker_id="w1", meter=FixedLap()) as step,
+    ):
+        step.add_usage(input_tokens=100, output_tokens=7, cache_read_tokens=3)
+        step.update(cycles=F("cycles") + 1, focus="Why?", parse_routes={"tags": 1})
+    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    assert statements.count("SELECT") == 1, statements  # the locked read, nothing after
+    assert statements.count("UPDATE") == 1, statements
+
+    returned = stored_fields(step.session)
+    fresh = stored_fields(ThinkingSession.objects.get(pk=session.pk))
+    assert returned == fresh
+    assert fresh["revision"] == session.revision + 1
+    assert fresh["active_seconds"] == pytest.approx(3.75)
+    assert (fresh["input_tokens"], fresh["output_tokens"]) == (100, 7)
+    assert (fresh["cycles"], fresh["focus"]) == (1, "Why?")
+
+
+def test_an_expression_it_cannot_work_out_is_read_back(make_session: Any):
+    session = make_session(status=Status.THINKING, worker_id="w1", cycles=4)
+    with ThinkingSession.step(session.pk, worker_id="w1") as step:
+        step.update(cycles=F("cycles") * 3)
+    assert step.session.cycles == 12
+    assert stored_fields(step.session) == stored_fields(ThinkingSession.objects.get(pk=session.pk))

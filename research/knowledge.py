@@ -33,10 +33,6 @@ HEADING = re.compile(r"^\s{0,3}#{1,6}[ \t]+(?P<title>.+?)(?:[ \t]+#+)?[ \t]*$", 
 SETEXT_HEADING = re.compile(r"^(?P<title>[^\n]*\S[^\n]*)\n[ \t]*(?:=+|-+)[ \t]*$", re.MULTILINE)
 
 
-class UnreadableText(ValueError):
-    """A file that is not UTF-8 text; `str(error)` says where and what to do."""
-
-
 class Change(enum.StrEnum):
     CREATED = "created"
     UPDATED = "updated"
@@ -112,17 +108,6 @@ def title_from_text(text: str, *, fallback: str) -> str:
 def title_from_filename(name: str) -> str:
     stem = Path(name).stem
     return " ".join(stem.replace("_", " ").replace("-", " ").split()) or stem or "Untitled"
-
-
-def decode_text(data: bytes, *, name: str) -> str:
-    """UTF-8 text (a byte-order mark is dropped), or UnreadableText saying where it fails."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise UnreadableText(
-            f"“{name}” is not UTF-8 text (byte 0x{data[error.start]:02x} at position "
-            f"{error.start} cannot be read). Save it as UTF-8 and try again."
-        ) from None
 
 
 def save_item(

@@ -444,16 +444,6 @@ def prompt_message(prompt: Any) -> dict[str, Any]:
     return {"role": "user", "content": blocks}
 
 
-def _breakpoints(messages: list[dict[str, Any]]) -> int:
-    return sum(
-        1
-        for message in messages
-        if isinstance(message.get("content"), list)
-        for block in message["content"]
-        if isinstance(block, dict) and block.get("cache_control")
-    )
-
-
 def cache_tool_loop(messages: list[dict[str, Any]], *, system_marked: bool) -> list[dict]:
     """Inside a tool loop, a breakpoint on the newest turn's last block, so the next round
     reads this whole round from the cache. Earlier message breakpoints are dropped if the

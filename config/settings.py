@@ -173,9 +173,11 @@ if DATABASE_URL:
     # (Django's close at the end of a hop returns it), instead of connecting each time. The
     # pool pings a connection before lending it (CONN_HEALTH_CHECKS), so one broken by a
     # PostgreSQL restart or pg_terminate_backend is replaced, not reused. Sized for the
-    # worker's hop threads plus the web side's (requests, WebSockets, heartbeat).
+    # worker's hop threads plus the web side's: sync views run on asgiref's executor (up to
+    # CPUs + 4 threads), consumers and the heartbeat on its own thread, so 16 beyond the hop
+    # threads (+4 made a burst of parallel requests wait out the pool's timeout).
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-    _POOL_MAX = env_int("DATABASE_POOL_MAX_SIZE", DEEPTHINK_DB_THREADS + 4, minimum=1)
+    _POOL_MAX = env_int("DATABASE_POOL_MAX_SIZE", DEEPTHINK_DB_THREADS + 16, minimum=1)
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": min(env_int("DATABASE_POOL_MIN_SIZE", 2, minimum=0), _POOL_MAX),
         "max_size": _POOL_MAX,

@@ -14,10 +14,34 @@ LOOP_TESTS = (
     "tests/thinking/test_format.py",
     "tests/thinking/test_steering.py",
     "tests/thinking/test_provider_outages.py",
-    "tests/thinking/test_tokens.py",
+    "tests/thinking/test_seed_loop.py",
+    "tests/thinking/test_real_claude.py",
+    "tests/thinking/test_step_hops.py",
+    "tests/thinking/test_lifecycle.py",
+)
+
+LIFECYCLE_TESTS = (
+    "tests/thinking/test_lifecycle.py",
+    "tests/thinking/test_actions.py",
+    "tests/thinking/test_step_hops.py",
+    "tests/thinking/test_models.py",
+    "tests/thinking/test_thinking_sessions.py",
+    "tests/thinking/test_worker.py",
+    "tests/thinking/test_loop.py",
+    "tests/thinking/test_promises.py",
+    "tests/test_authorization.py",
 )
 
 MODULES: dict[str, tuple[str, ...]] = {
+    # authorization: who may see a session (every view, API route and socket looks up here)
+    "thinking/access.py": ("tests/test_authorization.py", "tests/thinking/test_teams.py"),
+    # limits and budgets
+    "thinking/limits.py": (
+        "tests/thinking/test_limits.py",
+        "tests/thinking/test_api_limits.py",
+        "tests/thinking/test_teams.py",
+        "tests/thinking/test_actions.py",
+    ),
     # capabilities and request building
     "thinking/capabilities.py": (
         "tests/thinking/test_capabilities.py",
@@ -26,22 +50,45 @@ MODULES: dict[str, tuple[str, ...]] = {
     # the tag extractor and reply parsing
     "thinking/parsing.py": ("tests/thinking/test_parsing.py",),
     "thinking/tags.py": ("tests/thinking/test_tags.py", "tests/thinking/test_parsing.py"),
-    # limits and budgets
-    "thinking/limits.py": (
-        "tests/thinking/test_teams.py",
-        "tests/thinking/test_views.py",
-        "tests/thinking/test_api.py",
-    ),
     # evidence and citations
-    "thinking/evidence.py": ("tests/thinking/test_research.py",),
-    # authorization
-    "thinking/access.py": ("tests/test_authorization.py", "tests/thinking/test_teams.py"),
-    # the loop and its steps (run it on the loop's final shape; it is the longest run)
-    "thinking/loop.py": LOOP_TESTS,
-    "thinking/planner.py": ("tests/thinking/test_research.py", "tests/thinking/test_promises.py"),
-    "thinking/tools.py": ("tests/thinking/test_research.py", "tests/thinking/test_promises.py"),
+    "thinking/evidence.py": (
+        "tests/thinking/test_research.py",
+        "tests/thinking/test_evidence_blocks.py",
+        "tests/thinking/test_citations.py",
+    ),
+    "thinking/citations.py": (
+        "tests/thinking/test_citations.py",
+        "tests/thinking/test_export.py",
+        "tests/thinking/test_rendering.py",
+    ),
+    "thinking/tools.py": (
+        "tests/thinking/test_research.py",
+        "tests/thinking/test_promises.py",
+        "tests/thinking/test_evidence_blocks.py",
+    ),
+    "thinking/planner.py": (
+        "tests/thinking/test_research.py",
+        "tests/thinking/test_promises.py",
+        "tests/thinking/test_seed_loop.py",
+    ),
+    # the lifecycle and the step context: people's verbs, the one door for writes, the stores
+    "thinking/actions.py": LIFECYCLE_TESTS,
+    "thinking/models.py": LIFECYCLE_TESTS,
+    "thinking/steps.py": LOOP_TESTS,
+    # the loop (the longest runs)
     "thinking/prompts.py": LOOP_TESTS,
-    # The lifecycle / step-context module joins here when it lands (issue 15).
+    "thinking/loop.py": LOOP_TESTS,
+}
+
+# Only these mutants of a module are run and counted (mutmut's own names, as globs): of the
+# models, the lifecycle and the step context, not field declarations or display helpers.
+MUTANTS: dict[str, tuple[str, ...]] = {
+    "thinking/models.py": (
+        "thinking.models.x__apply_locally__mutmut_*",
+        "thinking.models.xǁStepǁ*",
+        "thinking.models.xǁSessionQuerySetǁ*",
+        "thinking.models.xǁThinkingSessionǁ*",
+    ),
 }
 
 # `make mutate` with no MODULE: the small, pure modules first; the loop last.

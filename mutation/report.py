@@ -17,10 +17,11 @@ import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from importlib import metadata
 from pathlib import Path
 
-from mutation.modules import DEFAULT_ORDER
+from mutation.modules import DEFAULT_ORDER, MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "mutation" / "README.md"
@@ -114,6 +115,8 @@ def _describe(module: str, name: str, mutants_dir: Path) -> Survivor:
 
 
 def summarise(module: str, mutants_dir: Path, *, only: str = "") -> Row:
+    """Count a module's verdicts: those of its filtered mutants (mutation/modules.py), or
+    with `only`, those whose names start with it."""
     from mutmut.stats import status_by_exit_code
 
     row = Row(module)
@@ -124,6 +127,8 @@ def summarise(module: str, mutants_dir: Path, *, only: str = "") -> Row:
     equivalents = load_equivalents()
     for name, code in sorted(json.loads(meta.read_text())["exit_code_by_key"].items()):
         if not name.startswith(only):
+            continue
+        if module in MUTANTS and not any(fnmatchcase(name, g) for g in MUTANTS[module]):
             continue
         status = status_by_exit_code[code]
         if status in ("killed", "caught by type check"):

@@ -23,7 +23,16 @@ import sys
 from pathlib import Path
 
 from mutation import report
-from mutation.modules import DEFAULT_ORDER, MODULES, SMOKE_MODULE, SMOKE_MUTANTS, SMOKE_TESTS
+from mutation.modules import (
+    DEFAULT_ORDER,
+    MODULES,
+    SMOKE_MODULE,
+    SMOKE_MUTANTS,
+    SMOKE_TESTS,
+)
+from mutation.modules import (
+    MUTANTS as ONLY,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS = ROOT / "mutants"
@@ -114,8 +123,9 @@ def child(module: str, workers: int, smoke: bool) -> None:
         only_mutate=[module],
         pytest_add_cli_args_test_selection=list(SMOKE_TESTS if smoke else MODULES[module]),
     )
-    # Named mutants are always run again: the smoke run measures afresh every time.
-    names = [SMOKE_MUTANTS] if smoke else []
+    # Named mutants are always run again: the smoke run measures afresh every time. A module
+    # with a mutant filter (mutation/modules.py) runs only those.
+    names = [SMOKE_MUTANTS] if smoke else list(ONLY.get(module, ()))
     # mutmut exits through SystemExit with its own status.
     cli.main(["run", "--max-children", str(workers), *names], prog_name="mutmut")
 

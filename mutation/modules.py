@@ -84,6 +84,7 @@ MODULES: dict[str, tuple[str, ...]] = {
 # models, the lifecycle and the step context, not field declarations or display helpers.
 MUTANTS: dict[str, tuple[str, ...]] = {
     "thinking/models.py": (
+        "thinking.models.x__open_step__mutmut_*",
         "thinking.models.x__apply_locally__mutmut_*",
         "thinking.models.xǁStepǁ*",
         "thinking.models.xǁSessionQuerySetǁ*",

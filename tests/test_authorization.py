@@ -186,3 +186,19 @@ async def world_async(alice: Any, bob: Any, django_user_model: Any, make_session
     )
     session = await sync_to_async(make_session)(status=Status.THINKING)
     return {"session": session, "users": {"alice": alice, "bob": bob, "staff": staff}}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "route", [r for r in ROUTES if r.startswith(("sessions/<", "api/sessions/<"))]
+)
+def test_an_unknown_session_id_is_not_found(client: Any, alice: Any, make_session: Any, route: str):
+    """A mistyped or stale link must not land on another of one's sessions: with exactly one
+    session of her own, alice asking for an id that does not exist gets 404, not that one."""
+    make_session(status=Status.THINKING)
+    client.force_login(alice)
+    missing = "00000000-0000-4000-8000-000000000000"
+    url = "/" + re.sub(r"<(uuid:)?\w+>", missing, route)
+    statuses = {method: getattr(client, method)(url).status_code for method in ("get", "post")}
+    assert set(statuses.values()) <= {404, 405}, (url, statuses)
+    assert 404 in statuses.values(), (url, statuses)

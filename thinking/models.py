@@ -160,6 +160,40 @@ def _apply_locally(session: ThinkingSession, changes: dict[str, Any]) -> bool:
     return True
 
 
+def _open_step(
+    cls: type[ThinkingSession],
+    pk: uuid.UUID | str,
+    *,
+    worker_id: str | None,
+    meter: Lap | None,
+    stop_on_cancel: bool,
+    on_commit: Callable[[SessionEvent], None] | None,
+) -> Iterator[Step]:
+    """`ThinkingSession.step`'s body, a plain generator (mutation testing skips decorated
+    methods, and this is the one door every write goes through)."""
+    with transaction.atomic():
+        session = cls.objects.select_for_update().get(pk=pk)
+        if worker_id is not None and session.worker_id != worker_id:
+            raise LeaseLost(pk)
+        if stop_on_cancel and session.status == Status.CANCELLED:
+            raise Stopped(pk)
+        step = Step(session)
+        yield step
+        now = timezone.now()
+        changes: dict[str, Any] = {"revision": F("revision") + 1}
+        if worker_id is not None:
+            changes["heartbeat_at"] = now
+        if meter is not None:
+            changes.update(active_seconds=F("active_seconds") + meter.lap(), running_since=now)
+        changes.update(step.changes)
+        cls.objects.filter(pk=pk).update(**changes)
+        if not _apply_locally(session, changes):
+            session.refresh_from_db()
+        if on_commit is not None:
+            for event in step.events:
+                transaction.on_commit(partial(on_commit, event))
+
+
 class SessionQuerySet(models.QuerySet["ThinkingSession"]):
     def visible_to(self, user: object) -> SessionQuerySet:
         """Sessions this user may see: their own, and those shared with one of their teams.
@@ -434,27 +468,14 @@ class ThinkingSession(models.Model):
         `on_commit` after the commit; without it the caller publishes `step.events` itself
         once the block has exited (async code cannot publish from inside the transaction).
         """
-        with transaction.atomic():
-            session = cls.objects.select_for_update().get(pk=pk)
-            if worker_id is not None and session.worker_id != worker_id:
-                raise LeaseLost(pk)
-            if stop_on_cancel and session.status == Status.CANCELLED:
-                raise Stopped(pk)
-            step = Step(session)
-            yield step
-            now = timezone.now()
-            changes: dict[str, Any] = {"revision": F("revision") + 1}
-            if worker_id is not None:
-                changes["heartbeat_at"] = now
-            if meter is not None:
-                changes.update(active_seconds=F("active_seconds") + meter.lap(), running_since=now)
-            changes.update(step.changes)
-            cls.objects.filter(pk=pk).update(**changes)
-            if not _apply_locally(session, changes):
-                session.refresh_from_db()
-            if on_commit is not None:
-                for event in step.events:
-                    transaction.on_commit(partial(on_commit, event))
+        yield from _open_step(
+            cls,
+            pk,
+            worker_id=worker_id,
+            meter=meter,
+            stop_on_cancel=stop_on_cancel,
+            on_commit=on_commit,
+        )
 
     # --- state changes requested by people (views, API, CLI, admin: thinking/actions.py) ----
     # Each goes through a step, so it is ordered with the worker's writes by the row lock:

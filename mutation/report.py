@@ -210,6 +210,9 @@ def readme(rows: list[Row]) -> str:
         "and service tests, on 2 workers (`MUTATE_WORKERS`). `mutants/` is the module being",
         "worked on (`.venv/bin/mutmut show <name>` and `mutmut browse` work on it); the",
         "other modules' results wait in `mutation/.cache/`. Both are ignored by git.",
+        "Of `thinking/models.py` only the lifecycle and the step context are mutated (the",
+        "step door, `Step`, the session's verbs and `visible_to`; the filters are in",
+        "`mutation/modules.py`), not field declarations or other models' display helpers.",
         "",
         "% killed = (killed + timeout) / (mutants - equivalent). A mutant with no tests counts",
         "as not killed. Equivalent mutants are listed in `mutation/equivalents.toml` with a",
@@ -227,8 +230,7 @@ def readme(rows: list[Row]) -> str:
     waiting = [r.module for r in rows if not r.ran]
     if waiting:
         parts += [
-            "Not run yet: " + ", ".join(waiting) + ". `thinking/loop.py` (and the steps around",
-            "it) is being reshaped (issue 15); run it on the final shape.",
+            "Not run yet: " + ", ".join(waiting) + ".",
             "",
         ]
     for row in rows:

@@ -3,8 +3,8 @@ file and line. `python -m mutation.report` prints it and rewrites mutation/READM
 results mutmut left (the active `mutants/` and the parked ones in mutation/.cache/).
 
 Equivalent mutants (no behaviour a person could notice changes) are listed in
-mutation/equivalents.toml with a one-line reason and the mutated line; an entry whose line no
-longer matches the mutant is stale and the mutant counts as a survivor again.
+mutation/equivalents/<module>.toml with a one-line reason and the mutated line; an entry
+whose line no longer matches the mutant is stale and the mutant counts as a survivor again.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from mutation.modules import DEFAULT_ORDER, MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "mutation" / "README.md"
-EQUIVALENTS = ROOT / "mutation" / "equivalents.toml"
+EQUIVALENTS = ROOT / "mutation" / "equivalents"  # one file per module: <module>.toml
 TARGET = 90.0
 
 
@@ -72,10 +72,11 @@ class Row:
 
 
 def load_equivalents() -> dict[str, dict[str, str]]:
-    if not EQUIVALENTS.exists():
-        return {}
-    data = tomllib.loads(EQUIVALENTS.read_text())
-    return {entry["mutant"]: entry for entry in data.get("equivalent", [])}
+    entries: dict[str, dict[str, str]] = {}
+    for path in sorted(EQUIVALENTS.glob("*.toml")):
+        data = tomllib.loads(path.read_text())
+        entries.update({entry["mutant"]: entry for entry in data.get("equivalent", [])})
+    return entries
 
 
 def _function_span(source: str, function: str, cls: str | None) -> tuple[int, int]:
@@ -215,9 +216,9 @@ def readme(rows: list[Row]) -> str:
         "`mutation/modules.py`), not field declarations or other models' display helpers.",
         "",
         "% killed = (killed + timeout) / (mutants - equivalent). A mutant with no tests counts",
-        "as not killed. Equivalent mutants are listed in `mutation/equivalents.toml` with a",
-        "reason and the mutated line (an entry goes stale, and counts as a survivor again, when",
-        "the code under it changes).",
+        "as not killed. Equivalent mutants are listed in `mutation/equivalents/<module>.toml`",
+        "with a reason and the mutated line (an entry goes stale, and counts as a survivor",
+        "again, when the code under it changes).",
         "",
         f"Measured on {today} at commit {_commit()}, mutmut {metadata.version('mutmut')}.",
         "",
@@ -245,7 +246,7 @@ def readme(rows: list[Row]) -> str:
             ]
             parts.append("")
         if row.stale:
-            parts += [f"Stale entries in equivalents.toml: {', '.join(row.stale)}", ""]
+            parts += [f"Stale entries in mutation/equivalents/: {', '.join(row.stale)}", ""]
         if row.equivalents:
             parts += ["Equivalent (not counted):", ""]
             parts += [

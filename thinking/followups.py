@@ -139,21 +139,17 @@ def refuse_parent(parent: ThinkingSession) -> str:
     return ""
 
 
+COPY_SKIPS = ("id", "session", "created_at")
+
+
 def copy_sources(parent: ThinkingSession, child: ThinkingSession) -> int:
     """The parent's sources become the child's, with the same citation numbers; new research
     numbers after them."""
+    # Every column but the row's identity, so a field added to Source later is carried too
+    # (what found it shows in the per-tool reference summary).
+    names = [f.attname for f in Source._meta.concrete_fields if f.name not in COPY_SKIPS]
     rows = [
-        Source(
-            session=child,
-            number=s.number,
-            kind=s.kind,
-            title=s.title,
-            url=s.url,
-            snippet=s.snippet,
-            score=s.score,
-            query=s.query,
-            key=s.key,
-        )
+        Source(session=child, **{name: getattr(s, name) for name in names})
         for s in parent.sources.order_by("number")
     ]
     Source.objects.bulk_create(rows)

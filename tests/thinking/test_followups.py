@@ -61,6 +61,7 @@ def finished(make_session: Any) -> Any:
             Source.objects.create(
                 session=session, number=number, kind="web", title=title,
                 url=f"https://example.org/{number}", snippet=f"About {title}.", key=f"k{number}",
+                found_by="web_search" if number == 2 else "plan",
             )  # fmt: skip
         return session
 
@@ -217,6 +218,11 @@ def test_a_follow_up_prompts_carry_the_parent_answer_synthesis_and_numbered_sour
     copied = {s.number: s.title for s in child.sources.filter(number__lte=2)}
     assert copied == {1: "Tidal forces explained", 2: "Lunar gravity and the sea"}
     assert not child.sources.filter(number__lte=2).exclude(key__in=["k1", "k2"]).exists()
+    # What found each one stays as it was (the per-tool reference summary shows it).
+    assert {s.number: s.found_by for s in child.sources.filter(number__lte=2)} == {
+        1: "plan",
+        2: "web_search",
+    }
     # Every thinking prompt carries the parent in its cached, stable first block.
     calls = [r["body"]["messages"][0]["content"] for r in fake_claude.requests]
     stable_blocks = [c[0] for c in calls if isinstance(c, list) and "cache_control" in c[0]]

@@ -115,6 +115,15 @@ def child(module: str, workers: int, smoke: bool) -> None:
     """Inside the child process: mutmut with its configuration narrowed to one module."""
     from mutmut import configuration
     from mutmut.__main__ import cli
+    from mutmut.workers import isolation
+
+    # mutmut stops a mutant's run at a wall-clock bound of half its CPU limit. On a busy
+    # 2-core machine (or at `nice`) a healthy run waits for a CPU longer than that and was
+    # reported as a timeout, which counts as a kill. The CPU limit (RLIMIT_CPU, set in the
+    # worker) still ends a mutant that really loops; the wall bound only backs it up.
+    register = isolation.register_timeout
+    slack = float(os.environ.get("MUTATE_WALL_SLACK", 20))
+    isolation.register_timeout = lambda pid, timeout_s: register(pid, timeout_s * slack)
 
     retest_survivors(module)
     base = configuration.config()

@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "mutation" / "README.md"
 EQUIVALENTS = ROOT / "mutation" / "equivalents"  # one file per module: <module>.toml
 TARGET = 90.0
+# mutmut files a run whose test harness raised (e.g. pytest answering "not found" for a
+# test id) under exit code 255, which it calls a timeout. It is no kill, so it is not one here.
+HARNESS_ERROR = 255
 
 
 @dataclass
@@ -132,7 +135,9 @@ def summarise(module: str, mutants_dir: Path, *, only: str = "") -> Row:
         if module in MUTANTS and not any(fnmatchcase(name, g) for g in MUTANTS[module]):
             continue
         status = status_by_exit_code[code]
-        if status in ("killed", "caught by type check"):
+        if code == HARNESS_ERROR:
+            row.other += 1  # not a verdict: mutmut could not run the tests at all
+        elif status in ("killed", "caught by type check"):
             row.killed += 1
         elif status == "timeout":
             row.timeout += 1
@@ -157,18 +162,21 @@ def summarise(module: str, mutants_dir: Path, *, only: str = "") -> Row:
 
 
 def table(rows: list[Row]) -> str:
-    head = "| module | mutants | killed | survived | equivalent | timeout | no tests | % killed |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    head = (
+        "| module | mutants | killed | survived | equivalent | timeout | no tests | not run "
+        "| % killed |"
+    )
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         if not row.ran:
-            lines.append(f"| {row.module} | not run yet | | | | | | |")
+            lines.append(f"| {row.module} | not run yet | | | | | | | |")
             continue
         score = "n/a" if row.score is None else f"{row.score:.1f}%"
         if row.score is not None and row.score < TARGET:
             score += " (below 90)"
         lines.append(
             f"| {row.module} | {row.total} | {row.killed} | {row.survived} | {row.equivalent} "
-            f"| {row.timeout} | {row.no_tests} | {score} |"
+            f"| {row.timeout} | {row.no_tests} | {row.other} | {score} |"
         )
     return "\n".join(lines)
 
@@ -215,10 +223,11 @@ def readme(rows: list[Row]) -> str:
         "step door, `Step`, the session's verbs and `visible_to`; the filters are in",
         "`mutation/modules.py`), not field declarations or other models' display helpers.",
         "",
-        "% killed = (killed + timeout) / (mutants - equivalent). A mutant with no tests counts",
-        "as not killed. Equivalent mutants are listed in `mutation/equivalents/<module>.toml`",
-        "with a reason and the mutated line (an entry goes stale, and counts as a survivor",
-        "again, when the code under it changes).",
+        "% killed = (killed + timeout) / (mutants - equivalent). A mutant with no tests, or",
+        "not run (not checked yet, or mutmut's harness failed), counts as not killed.",
+        "Equivalent mutants are listed in `mutation/equivalents/<module>.toml` with a reason",
+        "and the mutated line (an entry goes stale, and counts as a survivor again, when the",
+        "code under it changes).",
         "",
         f"Measured on {today} at commit {_commit()}, mutmut {metadata.version('mutmut')}.",
         "",

@@ -39,7 +39,7 @@ MUTANTS = ROOT / "mutants"
 CACHE = ROOT / "mutation" / ".cache"
 MARKER = "deepthink-module.txt"  # which slot (a module, or "smoke") the current mutants/ is
 SMOKE = "smoke"
-SURVIVED_CODES = (0, 33)  # mutmut: survived, no tests
+SURVIVED_CODES = (0, 33, 255)  # mutmut: survived, no tests, harness failed (report.py)
 
 
 def slug(module: str) -> str:
@@ -83,6 +83,7 @@ def fast_env() -> dict[str, str]:
     """The fast suite's environment: embedded SQLite and the in-memory channel layer."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["DEEPTHINK_MUTATION"] = "1"  # plain test ids that resolve back (tests/conftest.py)
     return env
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -7,6 +9,15 @@ import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.exa_server import FakeExa
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """Under mutation testing (mutation/run.py sets DEEPTHINK_MUTATION), string parameters
+    get plain ids: mutmut re-runs tests by node id, and ids with quotes, escapes or brackets
+    do not resolve back to their test (pytest answers "not found"). Elsewhere, the default."""
+    if os.environ.get("DEEPTHINK_MUTATION") and isinstance(val, str):
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", val)[:40] or "empty"
+    return None
 
 
 @pytest.fixture(autouse=True)

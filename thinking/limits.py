@@ -82,14 +82,6 @@ def refuse_start(user: Any, *, minutes: float, team: Team | None = None) -> str:
     return refuse_team_start(team)
 
 
-def token_ceiling_for(team: Team | None, requested: int | None) -> int | None:
-    """A shared session may spend at most what is left of its team's monthly budget."""
-    if team is None or team.monthly_token_budget is None:
-        return requested
-    left = max(0, team.monthly_token_budget - team_tokens_this_month(team))
-    return left if requested is None else min(requested, left)
-
-
 class LimitRefused(Exception):
     """A start or resume refused by a limit; the message says why, in words for people."""
 

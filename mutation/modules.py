@@ -42,6 +42,12 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_teams.py",
         "tests/thinking/test_actions.py",
     ),
+    "thinking/budget.py": (
+        "tests/thinking/test_real_claude.py",
+        "tests/thinking/test_teams.py",
+        "tests/thinking/test_limits.py",
+        "tests/thinking/test_thinking_sessions.py",
+    ),
     # capabilities and request building
     "thinking/capabilities.py": (
         "tests/thinking/test_capabilities.py",

@@ -29,6 +29,8 @@ LIFECYCLE_TESTS = (
     "tests/thinking/test_worker.py",
     "tests/thinking/test_loop.py",
     "tests/thinking/test_promises.py",
+    "tests/thinking/test_steering.py",
+    "tests/thinking/test_consumers.py",
     "tests/test_authorization.py",
 )
 

@@ -9,8 +9,12 @@ row it shows, so a consumer drops what its page already has and never shows a ro
 
 from __future__ import annotations
 
+import collections
+import hashlib
+import re
+import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,7 +41,7 @@ from .presenters import (
     thought_page,
     thought_rows,
 )
-from .state import UpdateMessage, UpdatePart
+from .state import QuestionRows, SourceRows, UpdateMessage, UpdatePart
 
 # What one WebSocket message may carry. Rows are never split: a single row bigger than this
 # (a very long answer) goes alone, so a message is at most max(budget, one row).
@@ -80,16 +84,16 @@ def _owner_of(session: ThinkingSession) -> Any:
     return owner
 
 
+# The owner's controls in _header.html, between these marks.
+OWNER_ONLY = re.compile(r"<!--owner-only-->.*?<!--/owner-only-->", re.DOTALL)
+
+
 def render_header(session: ThinkingSession) -> UpdatePart:
-    """The header for each role: the owner's has Cancel, a teammate's does not."""
-    owner = _owner_of(session)
-    return {
-        "kind": "header",
-        "html": _render("_header.html", {**header_context(session, owner), "oob": True}),
-        "html_member": _render(
-            "_header.html", {**header_context(session, AnonymousUser()), "oob": True}
-        ),
-    }
+    """The header for each role: the owner's has Cancel, a teammate's does not. Rendered once
+    (the header is the costliest partial of a step: counts and a dozen fields), and the
+    teammate's is the owner's without the owner-only controls."""
+    html = _render("_header.html", {**header_context(session, _owner_of(session)), "oob": True})
+    return {"kind": "header", "html": html, "html_member": OWNER_ONLY.sub("", html)}
 
 
 def header_for(part: UpdatePart, owner: bool) -> str:
@@ -128,18 +132,56 @@ def _regions(
     return parts
 
 
+# --- what this process last sent a session's group -------------------------------------
+
+
+@dataclass
+class Sent:
+    """The newest source and the sub-question states the last message of a session took its
+    pages to, so the next one renders only what changed since, once for all of them."""
+
+    source: int
+    questions: dict[int, str]
+
+
+SENT_SESSIONS = 1024  # sessions remembered per process; a forgotten one starts over
+_sent: collections.OrderedDict[uuid.UUID, Sent] = collections.OrderedDict()
+_sent_lock = threading.Lock()
+
+
+def _last_sent(session_id: uuid.UUID) -> Sent | None:
+    with _sent_lock:
+        sent = _sent.get(session_id)
+        if sent is not None:
+            _sent.move_to_end(session_id)
+        return sent
+
+
+def _remember(session_id: uuid.UUID, sent: Sent) -> None:
+    with _sent_lock:
+        _sent[session_id] = sent
+        _sent.move_to_end(session_id)
+        while len(_sent) > SENT_SESSIONS:
+            _sent.popitem(last=False)
+
+
 def render_event(event: SessionEvent) -> UpdateMessage:
     """The group message for one event: what changed, never whole lists.
 
-    New sources and new sub-questions are flagged, not rendered: each consumer renders the
-    ones its page lacks (`sources_after`, `sub_question_changes`), so nothing is missed even
-    if an earlier message was. The rows of the sub-questions the new thoughts were on come
-    rendered, to patch in place.
+    New sources and changed sub-questions are rendered once here for every page, from what
+    this process last sent the group (`Sent`), and say what they start from; each consumer
+    keeps what its page lacks. A page behind that (it missed a message, or another process
+    sent one) reads its own (`sources_after`, `sub_question_changes`), so nothing is missed.
     """
     if event.live is not None:
         return render_live(event)
     session = ThinkingSession.objects.get(pk=event.session_id)
     numbers = source_numbers(session)
+    top = max(numbers, default=0)
+    sent = _last_sent(session.pk)
+    if sent is None:
+        # New to this process: what pages have now is the base (one read, once).
+        sent = Sent(top, sub_question_states(session.pk))
     parts: list[UpdatePart] = [render_header(session)]
     thoughts = list(
         session.thoughts.filter(sequence__in=event.thoughts)
@@ -151,14 +193,6 @@ def render_event(event: SessionEvent) -> UpdateMessage:
         # One event is one cycle: its parts show once, under its first thought.
         first = bool(visible) and thought is visible[0]
         parts.append(_thought_part(thought, numbers, show_parts=first, session=session))
-    # The sub-questions these thoughts were on may just have been explored: their rows, to
-    # patch in place (a consumer skips a row its page shows in that state already).
-    moved = {t.sub_question.pk: t.sub_question for t in visible if t.sub_question is not None}
-    for question in moved.values():
-        html = _render("_sub_question_row.html", {"q": question, "oob": True})
-        parts.append(
-            {"kind": "subq", "seq": question.pk, "state": question_state(question), "html": html}
-        )
     if len(visible) < len(thoughts):
         summary = {**notes_context(session), "oob": True}
         parts.append({"kind": "replace", "html": _render("_scratchpad_summary.html", summary)})
@@ -179,15 +213,95 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     parts += _regions(
         session, numbers, plan=event.plan or event.sources or finished, finished=finished
     )
+    message: UpdateMessage = {"type": "session.update", "parts": parts}
+    if event.sources or event.synthesis is not None or finished:
+        message["sources"] = _source_rows(session, sent.source, top)
+        sent = Sent(top, sent.questions)
+    # The sub-questions these thoughts were on may just have been explored.
+    if event.questions or any(t.sub_question_id is not None for t in visible):
+        message["questions"], states = _question_rows(session.pk, sent.questions)
+        sent = Sent(sent.source, states)
+    _remember(session.pk, sent)
+    return message
+
+
+def _source_rows(session: ThinkingSession, after: int, top: int) -> SourceRows:
+    """Every source numbered above `after` (at most LIVE_SOURCE_ROWS, the newest: a page
+    further behind reads its own), and the summary line if there are any."""
+    after = min(after, top)
+    after = max(after, top - LIVE_SOURCE_ROWS)
+    rows = list(Source.objects.filter(session=session, number__gt=after).order_by("number"))
+    summary = ""
+    if rows:
+        summary = _render(
+            "_sources_summary.html", {**sources_summary_context(session), "oob": True}
+        )
     return {
-        "type": "session.update",
-        "parts": parts,
-        "sources": bool(event.sources or event.synthesis is not None or finished),
-        "questions": event.questions,
+        "after": after,
+        "rows": [{"kind": "source", "seq": s.number, "html": _source_html(s)} for s in rows],
+        "summary": summary,
     }
 
 
+def _question_rows(
+    session_id: uuid.UUID, known: dict[int, str]
+) -> tuple[QuestionRows, dict[int, str]]:
+    """The sub-questions new or moved since the states `known`, and the states now."""
+    rows = SubQuestion.objects.filter(session_id=session_id).order_by()
+    values = list(rows.values_list("pk", "parent_id", "explored", "priority"))
+    parents = {pk: parent for pk, parent, _, _ in values}
+    states = {pk: question_state(explored, priority) for pk, _, explored, priority in values}
+    new = sorted(pk for pk in states if pk not in known)
+    moved = sorted(pk for pk in states if pk in known and known[pk] != states[pk])
+    wanted = SubQuestion.objects.in_bulk([*new, *moved]) if new or moved else {}
+    parts: list[UpdatePart] = [
+        {
+            "kind": "question",
+            "seq": pk,
+            "state": states[pk],
+            "html": _new_question_html(wanted[pk], parents),
+        }
+        for pk in new
+    ]
+    parts += [
+        {"kind": "subq", "seq": pk, "state": states[pk], "html": _question_row_html(wanted[pk])}
+        for pk in moved
+    ]
+    delta: QuestionRows = {
+        "before": states_digest(known),
+        "after": states_digest(states),
+        "rows": parts,
+    }
+    return delta, states
+
+
 # --- per-page deltas: new sources, moved sub-questions ----------------------------------
+
+
+# A live message carries at most this many new sources (a research wave finds ~30); a page
+# further behind reads its own, as after a gap.
+LIVE_SOURCE_ROWS = 100
+
+
+def _source_html(source: Source) -> str:
+    return _render("_source.html", {"s": source, "append_to": "source-list"})
+
+
+def _new_question_html(question: SubQuestion, parents: Mapping[int, int | None]) -> str:
+    context: dict[str, object] = {"node": {"question": question, "children": []}}
+    context["append_to"] = sub_question_slot(question, parents)
+    return _render("_sub_question.html", context)
+
+
+def _question_row_html(question: SubQuestion) -> str:
+    return _render("_sub_question_row.html", {"q": question, "oob": True})
+
+
+def states_digest(states: Mapping[int, str]) -> str:
+    """A short fingerprint of sub-question states: two pages with the same one show the
+    same rows in the same states. Stable across processes (not `hash`)."""
+    text = ";".join(f"{pk}:{states[pk]}" for pk in sorted(states))
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def sources_after(session_id: uuid.UUID, number: int) -> tuple[list[str], int]:
@@ -195,22 +309,22 @@ def sources_after(session_id: uuid.UUID, number: int) -> tuple[list[str], int]:
     Returns the HTML pieces and the highest number sent."""
     session = ThinkingSession.objects.get(pk=session_id)
     rows = list(Source.objects.filter(session_id=session_id, number__gt=number))
-    pieces = [_render("_source.html", {"s": s, "append_to": "source-list"}) for s in rows]
+    pieces = [_source_html(s) for s in rows]
     if rows:
         summary = {**sources_summary_context(session), "oob": True}
         pieces.append(_render("_sources_summary.html", summary))
     return pieces, max([number, *(s.number for s in rows)])
 
 
-def question_state(question: SubQuestion) -> str:
+def question_state(explored: bool, priority: int) -> str:
     """What a sub-question's row shows that can change: explored, and its priority (re-ranked)."""
-    return f"{int(question.explored)}:{question.priority}"
+    return f"{int(explored)}:{priority}"
 
 
 def sub_question_states(session_id: uuid.UUID) -> dict[int, str]:
     rows = SubQuestion.objects.filter(session_id=session_id).order_by()
     return {
-        pk: f"{int(explored)}:{priority}"
+        pk: question_state(explored, priority)
         for pk, explored, priority in rows.values_list("pk", "explored", "priority")
     }
 
@@ -240,14 +354,8 @@ def sub_question_changes(
         new = [pk for pk in states if pk not in known]
         moved = [pk for pk in states if pk in known and known[pk] != states[pk]]
     wanted = SubQuestion.objects.in_bulk([*new, *moved])
-    pieces = []
-    for pk in sorted(new):
-        question = wanted[pk]
-        context: dict[str, object] = {"node": {"question": question, "children": []}}
-        context["append_to"] = sub_question_slot(question, parents)
-        pieces.append(_render("_sub_question.html", context))
-    for pk in sorted(moved):
-        pieces.append(_render("_sub_question_row.html", {"q": wanted[pk], "oob": True}))
+    pieces = [_new_question_html(wanted[pk], parents) for pk in sorted(new)]
+    pieces += [_question_row_html(wanted[pk]) for pk in sorted(moved)]
     return pieces, states
 
 

@@ -13,6 +13,8 @@ from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 
+from config.hops import db_hop
+
 from .access import find_session_for
 from .broadcast import (
     PageMarks,
@@ -21,10 +23,11 @@ from .broadcast import (
     group_name,
     header_for,
     sources_after,
+    states_digest,
     sub_question_changes,
 )
 from .models import ThinkingSession
-from .state import UpdateMessage
+from .state import QuestionRows, SourceRows, UpdateMessage
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +85,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.source = 0  # highest source number the page has
         # Sub-question id -> its row's state (explored, priority), as the page shows it.
         self.questions: dict[int, str] = {}
+        self.questions_digest = states_digest(self.questions)
         self.owner = False
 
     async def connect(self) -> None:
@@ -122,6 +126,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.seen = {"thought": plan.thoughts, "synthesis": plan.syntheses}
         self.source = plan.source
         self.questions = plan.questions
+        self.questions_digest = states_digest(plan.questions)
 
     async def disconnect(self, code: int) -> None:
         if self.group:
@@ -136,7 +141,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def session_update(self, message: UpdateMessage) -> None:
         if time.monotonic() - self.checked_at >= settings.DEEPTHINK_WS_RECHECK_SECONDS:
             self.checked_at = time.monotonic()
-            allowed = await database_sync_to_async(still_allowed)(
+            allowed = await db_hop(still_allowed)(
                 self.scope.get("user"), self.session_key, self.session_id
             )
             if not allowed:
@@ -148,33 +153,48 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if part["kind"] == "header":
                 header = header_for(part, self.owner)  # last, after what it counts
                 continue
-            if part["kind"] == "subq":
-                # Only a row the page has, and not already in this state (no target, no swap).
-                if self.questions.get(part["seq"], part["state"]) == part["state"]:
-                    continue
-                self.questions[part["seq"]] = part["state"]
-                pieces.append(part["html"])
-                continue
             seen = self.seen.get(part["kind"])
             if seen is not None:
                 if part["seq"] in seen:
                     continue
                 seen.add(part["seq"])
             pieces.append(part["html"])
-        if message.get("sources"):
-            found, self.source = await database_sync_to_async(sources_after)(
-                self.session_id, self.source
-            )
-            pieces += found
-        if message.get("questions"):
-            changed, self.questions = await database_sync_to_async(sub_question_changes)(
-                self.session_id, self.questions
-            )
-            pieces += changed
+        if "sources" in message:
+            pieces += await self._new_sources(message["sources"])
+        if "questions" in message:
+            pieces += await self._changed_questions(message["questions"])
         if header is not None:
             pieces.append(header)
         for chunk in chunks(pieces):
             await self.send(text_data=chunk)
+
+    async def _new_sources(self, rows: SourceRows) -> list[str]:
+        """The rows the page lacks, from the message (rendered once for all pages); a page
+        behind where they start (it missed a message) reads its own."""
+        if self.source < rows["after"]:
+            found, self.source = await db_hop(sources_after)(self.session_id, self.source)
+            return found
+        pieces = [row["html"] for row in rows["rows"] if row["seq"] > self.source]
+        if pieces:
+            self.source = rows["rows"][-1]["seq"]
+            pieces.append(rows["summary"])
+        return pieces
+
+    async def _changed_questions(self, rows: QuestionRows) -> list[str]:
+        """The message's rows if the page is where they start; nothing if it is already where
+        they end (its catch-up read them); else the page reads its own changes."""
+        if self.questions_digest == rows["after"]:
+            return []
+        if self.questions_digest != rows["before"]:
+            changed, self.questions = await db_hop(sub_question_changes)(
+                self.session_id, self.questions
+            )
+            self.questions_digest = states_digest(self.questions)
+            return changed
+        for row in rows["rows"]:
+            self.questions[row["seq"]] = row["state"]
+        self.questions_digest = rows["after"]
+        return [row["html"] for row in rows["rows"]]
 
 
 class RefusingConsumer(AsyncWebsocketConsumer):

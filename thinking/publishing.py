@@ -16,12 +16,33 @@ from .events import Publish, SessionEvent
 from .live import publish_safely
 
 
+def covers(later: SessionEvent, earlier: SessionEvent) -> bool:
+    """Whether sending `later` shows everything `earlier` would, so `earlier` may be skipped
+    when both wait: a live event by the next live one; an event with no rows of its own
+    (the new sources of one search, the plan, the header) by one that re-renders at least
+    as much. New sources and sub-questions go out as all of them since the last message
+    (`broadcast.render_event`), so a skipped event's rows come with the next one."""
+    if earlier.live is not None:
+        return later.live is not None
+    if later.live is not None or earlier.thoughts or earlier.synthesis is not None:
+        return False
+    return (
+        earlier.checked in (None, later.checked)
+        and later.sources >= earlier.sources
+        and later.plan >= earlier.plan
+        and later.questions >= earlier.questions
+        and later.finished >= earlier.finished
+    )
+
+
 class SessionPublisher:
     """A `Publish` that returns at once; one task sends the events in the order given.
 
-    A live-reasoning event that another live event follows before it is sent is skipped:
-    the later one shows everything it showed. When more than `limit` events wait (the
-    renderer cannot keep up), the caller waits for room, so the queue stays bounded.
+    An event that the next waiting one covers (`covers`: a live-reasoning event followed by
+    another, the sources of one search followed by the next search's) is skipped: the later
+    one shows everything it showed. A burst, such as a research wave whose searches finish
+    together, is then one render and send. When more than `limit` events wait (the renderer
+    cannot keep up), the caller waits for room, so the queue stays bounded.
     """
 
     def __init__(self, publish: Publish, *, limit: int = 64) -> None:
@@ -49,8 +70,8 @@ class SessionPublisher:
                 event = self._pending.popleft()
                 if len(self._pending) < self._limit:
                     self._room.set()
-                if event.live is not None and self._pending and self._pending[0].live:
-                    continue  # superseded by the next live event
+                if self._pending and covers(self._pending[0], event):
+                    continue  # the next one shows all this one would
                 await publish_safely(self._publish, event)
             if self._closing:
                 return

@@ -56,8 +56,8 @@ class StartMessage(TypedDict):
 
 class UpdatePart(TypedDict):
     """One piece of a live update. `kind` is "replace" (an out-of-band swap), "header" (with
-    `html_member`, the teammate's variant), "subq" (with `state`), or a list kind
-    ("thought", "synthesis", ...) with `seq`, which a page shows once."""
+    `html_member`, the teammate's variant), or a row kind ("thought", "synthesis", "source",
+    "question", "subq") with `seq`, which a page shows once (sub-questions: with `state`)."""
 
     kind: str
     html: str
@@ -66,11 +66,30 @@ class UpdatePart(TypedDict):
     state: NotRequired[str]
 
 
+class SourceRows(TypedDict):
+    """The new sources, rendered once for every page of the group: every source numbered
+    above `after` (rows of kind "source", `seq` = number, in order), and the summary line."""
+
+    after: int
+    rows: list[UpdatePart]
+    summary: str
+
+
+class QuestionRows(TypedDict):
+    """The sub-questions that changed, rendered once for every page: new ones (kind
+    "question") and moved ones (kind "subq"), each with `seq` = id and `state`. They take a
+    page whose states digest to `before` to the states that digest to `after`."""
+
+    before: str
+    after: str
+    rows: list[UpdatePart]
+
+
 class UpdateMessage(TypedDict):
-    """`session.update` to a session's group: the parts, and whether the page should fetch
-    the sources and sub-questions it lacks."""
+    """`session.update` to a session's group: the parts, and the new sources and moved
+    sub-questions (a page behind what they start from reads its own)."""
 
     type: Literal["session.update"]
     parts: list[UpdatePart]
-    sources: NotRequired[bool]
-    questions: NotRequired[bool]
+    sources: NotRequired[SourceRows]
+    questions: NotRequired[QuestionRows]

@@ -319,3 +319,105 @@ async def test_a_live_message_carries_only_what_changed_whatever_the_sessions_le
     # The same step, 45 times the session: the message is the same size, give or take the
     # digits of the counts and ids in it.
     assert large < small * 1.1, sizes
+
+
+def store_step(session: ThinkingSession, numbers: range, *, explore: Any = None) -> None:
+    """What a step leaves for the pages: new sources; with `explore`, a thought on that
+    sub-question, which it explored and which got a follow-up."""
+    from thinking.models import Source, SubQuestion
+
+    for number in numbers:
+        Source.objects.create(
+            session=session, number=number, kind="web", title=f"Source {number}", key=f"k{number}"
+        )
+    if explore is not None:
+        Thought.objects.create(
+            session=session,
+            sequence=session.thoughts.count(),
+            text="On the sub-question [1].",
+            type="insight",
+            confidence=0.8,
+            time_offset_seconds=5,
+            sub_question=explore,
+        )
+        SubQuestion.objects.filter(pk=explore.pk).update(explored=True, answer="Found.")
+        SubQuestion.objects.create(session=session, text="A follow-up", priority=3, parent=explore)
+
+
+async def open_pages(session: ThinkingSession, cookie: str, count: int) -> list[Any]:
+    """Pages opened now, each caught up from nothing."""
+    pages = []
+    for _ in range(count):
+        page = Page()
+        comm = communicator(session.pk, cookie, marks=page.marks())  # no revision: all of it
+        assert (await comm.connect())[0]
+        await drain(comm, page, quiet=0.2)
+        assert page.errors == []
+        pages.append((comm, page))
+    return pages
+
+
+async def test_every_open_page_gets_each_new_source_once_and_in_order(
+    make_session: Any, alice: Any
+):
+    from thinking.broadcast import publish
+    from thinking.models import SubQuestion
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    question = await SubQuestion.objects.acreate(session=session, text="Why?", priority=5)
+    cookie = await login(alice)
+    [early] = await open_pages(session, cookie, 1)
+    # Sources stored by a worker that stopped before publishing them: the early page never
+    # hears of them, pages opened now have them from their catch-up.
+    await sync_to_async(store_step)(session, range(1, 4))
+    late = await open_pages(session, cookie, 5)
+    await publish(SessionEvent(session.pk, plan=True))  # the next worker's first event
+    await sync_to_async(store_step)(session, range(4, 7), explore=question)
+    thought = await session.thoughts.acount() - 1
+    await publish(SessionEvent(session.pk, thoughts=(thought,), sources=True, questions=True))
+
+    questions = sorted([pk async for pk in session.sub_questions.values_list("pk", flat=True)])
+    for comm, page in [early, *late]:
+        await drain(comm, page)
+        await comm.disconnect()
+        assert page.errors == []
+        assert page.sources == [1, 2, 3, 4, 5, 6]
+        assert sorted(page.questions) == questions and page.thoughts == [thought]
+
+
+async def test_one_step_costs_no_database_reads_per_open_page(make_session: Any, alice: Any):
+    """The step's new sources and sub-questions are rendered once for the group: pages that
+    are up to date only keep what they lack, so 50 pages cost what one does."""
+    from channels.layers import get_channel_layer
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    from config.hops import db_hop
+    from thinking.broadcast import group_name, publish, render_event
+    from thinking.models import SubQuestion
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    question = await SubQuestion.objects.acreate(session=session, text="Why?", priority=5)
+    await sync_to_async(store_step)(session, range(1, 3))
+    pages = await open_pages(session, await login(alice), 5)
+    await publish(SessionEvent(session.pk, plan=True))
+    for comm, page in pages:
+        await drain(comm, page, quiet=0.2)
+
+    await sync_to_async(store_step)(session, range(3, 5), explore=question)
+    thought = await session.thoughts.acount() - 1
+    event = SessionEvent(session.pk, thoughts=(thought,), sources=True, questions=True)
+    message = await db_hop(render_event)(event)
+    # The consumers' database work runs on this thread (SQLite: asgiref's one thread).
+    capture = await sync_to_async(lambda: CaptureQueriesContext(connections["default"]))()
+    await sync_to_async(capture.__enter__)()
+    await get_channel_layer().group_send(group_name(session.pk), message)
+    for comm, page in pages:
+        await drain(comm, page)
+        await comm.disconnect()
+    await sync_to_async(capture.__exit__)(None, None, None)
+
+    for _, page in pages:
+        assert page.errors == [] and page.sources == [1, 2, 3, 4]
+        assert len(page.questions) == 2 and page.thoughts == [thought]
+    assert [q["sql"] for q in capture.captured_queries] == []

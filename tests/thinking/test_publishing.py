@@ -91,3 +91,30 @@ async def test_the_queue_is_bounded_the_caller_waits_for_room():
     await asyncio.wait_for(blocked, timeout=1)
     await publish.aclose()
     assert [e.thoughts[0] for e in sent] == [0, 1, 2, 3, 4]
+
+
+async def test_a_burst_of_search_results_is_one_send_stored_steps_never_are_skipped():
+    """A research wave whose searches finish together: the sources events that wait behind
+    a send become one (each shows all new sources since the last send)."""
+    sent: list[SessionEvent] = []
+    gate = asyncio.Event()
+
+    async def slow_publish(event: SessionEvent) -> None:
+        await gate.wait()
+        sent.append(event)
+
+    publish = SessionPublisher(slow_publish)
+    await publish(stored(0))  # being sent while the searches finish
+    await asyncio.sleep(0)
+    searches = [SessionEvent(SESSION, sources=True) for _ in range(5)]
+    for event in (*searches[:3], stored(1), *searches[3:]):
+        await publish(event)
+    await publish(SessionEvent(SESSION, plan=True, sources=True))  # after the wave
+    gate.set()
+    await publish.aclose()
+    assert sent == [
+        stored(0),
+        searches[2],
+        stored(1),
+        SessionEvent(SESSION, plan=True, sources=True),
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from html.parser import HTMLParser
 from typing import Any
 
@@ -142,8 +143,13 @@ async def receive_until(comm: Any, page: Page, done: Any, timeout: float = 30) -
     raise AssertionError("the awaited frame never came")
 
 
-async def drain(comm: Any, page: Page, quiet: float = 0.5) -> None:
-    """Apply frames until none comes for `quiet` seconds."""
+async def drain(
+    comm: Any, page: Page, quiet: float = 0.5, until: Callable[[Page], bool] | None = None
+) -> None:
+    """Apply frames until `until(page)` holds (if given; a loaded machine can pause longer
+    than `quiet` between catch-up frames), then until none comes for `quiet` seconds."""
+    while until is not None and not until(page):
+        page.apply(await comm.receive_from(timeout=30))
     # receive_nothing, unlike a timed-out receive, leaves the consumer running.
     while not await comm.receive_nothing(timeout=quiet):
         page.apply(await comm.receive_from())

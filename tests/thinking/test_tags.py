@@ -227,6 +227,16 @@ def test_repeated_tags_multiple_gives_list():
     assert isinstance(result.nodes["step"], list)
 
 
+def test_repeated_tags_under_a_parent_by_dotted_path():
+    spec = (TagSpec("plan", children=(TagSpec("step", multiple=True),)), TagSpec("step"))
+    result = extract("<plan><step>a</step><step>b</step></plan><step>outside</step>", spec)
+    assert [n.text for n in result.get_all("plan.step")] == ["a", "b"]
+    assert [n.text for n in result.get_all("step")] == ["outside"]
+    assert [n.text for n in result.get_all("PLAN.Step")] == ["a", "b"]  # as tags match
+    assert result.get_all("review.step") == []  # no such parent
+    assert extract("<step>x</step>", spec).get_all("plan.step") == []
+
+
 def test_repeated_tags_not_multiple_first_wins():
     result = extract("<plan>first</plan><plan>second</plan>", (TagSpec("plan"),))
     assert result.get("plan").text == "first"
@@ -297,6 +307,52 @@ def test_comments_are_ignored():
     assert result.get("think.analysis") is None
 
 
+# Where a comment or CDATA section begins and ends decides which tags are real: one at the
+# very start, one right before a tag, several in a row, and unterminated ones (plain text,
+# which must not stop the other kind from being recognised).
+@pytest.mark.parametrize(
+    ("text", "thinking"),
+    [
+        ("<!-- <think>old</think> --><think>new</think>", "new"),
+        ("<!-- a --> <think>t <!-- </think> --> u</think>", "t  u"),
+        ("<!-- a --><think>right after a comment</think>", "right after a comment"),
+        ("<think>a <![CDATA[x]]> <b>mid</b> <![CDATA[y]]></think>", "a x <b>mid</b> y"),
+        ("<think>a <!-- b</think>", "a <!-- b"),
+        ("<think>a <!-- b --> c <!-- unterminated</think>", "a  c <!-- unterminated"),
+        ("<think><![CDATA[ never closed <!-- <x> --> done</think>", "<![CDATA[ never closed  done"),
+        ("<think><!-- never closed <![CDATA[<b>]]> done</think>", "<!-- never closed <b> done"),
+        (
+            "<think>a <![CDATA[ b <![CDATA[ c <!-- <think>p</think> --> d</think>",
+            "a <![CDATA[ b <![CDATA[ c  d",
+        ),
+        ("<think>a <!-- b <!-- c <![CDATA[<x>]]> d</think>", "a <!-- b <!-- c <x> d"),
+        ("<think>a <!-- x <!--> b <!-- c --> d</think>", "a  b  d"),  # ends at the first -->
+    ],
+    ids=[f"opaque{n}" for n in range(11)],
+)
+def test_comment_and_cdata_boundaries(text, thinking):
+    assert parse_structured(text, "standard").parts == {"thinking": thinking}
+
+
+# A code fence around the whole reply is dropped from an element left unclosed at the end,
+# but only a bare closing fence with nothing after it: the response's own code blocks stay.
+@pytest.mark.parametrize(
+    ("text", "response"),
+    [
+        ("```xml\n<interactive><response>Run:\n```sh\nls\n```\n```\n", "Run:\n```sh\nls\n```"),
+        (
+            "```xml\n<interactive><response>Run:\n```sh\nls\n```\nthat is it",
+            "Run:\n```sh\nls\n```\nthat is it",
+        ),
+        ("```\n<interactive><response>See:\n```python", "See:\n```python"),
+        ("```\n<interactive><response>Done.\n   ```  \n", "Done."),
+    ],
+    ids=[f"fence{n}" for n in range(4)],
+)
+def test_wrapping_code_fence_and_the_responses_own_code(text, response):
+    assert parse_structured(text, "standard").response == response
+
+
 def test_unknown_markup_inside_a_leaf_is_kept():
     reply = parse_structured("<interactive><response>Use <b>bold</b></response></interactive>")
     assert reply.response == "Use <b>bold</b>"
@@ -311,6 +367,8 @@ def test_self_closing_tag_is_empty():
     result = extract("<think/><plan />", (TagSpec("think"), TagSpec("plan", allow_empty=False)))
     assert result.get("think").text == ""
     assert result.errors == ["plan: empty content is not allowed"]
+    result = extract("<think/ >not inside<plan / >nor this", (TagSpec("think"), TagSpec("plan")))
+    assert (result.get("think").text, result.get("plan").text) == ("", "")
 
 
 def test_enhanced_think_without_parts_keeps_its_text():
@@ -318,14 +376,22 @@ def test_enhanced_think_without_parts_keeps_its_text():
     assert reply.parts == {"thinking": "just thinking"}
 
 
+def test_empty_think_is_a_part_in_standard_mode_only():
+    text = "<think></think><interactive><response>r</response></interactive>"
+    assert parse_structured(text, "standard").parts == {"thinking": ""}
+    assert parse_structured(text, "enhanced").parts == {}
+
+
 def test_own_text_of_a_parent_excludes_children():
     result = extract(
         "<think>intro<analysis>A</analysis>between<plan>P</plan>outro</think>", ENHANCED_SPEC
     )
     think = result.get("think")
+    assert (think.tag, think.span) == ("think", (0, 68))  # where it sits in the reply
     assert think.text == "intro\n\nbetween\n\noutro"
     assert think.raw == "intro<analysis>A</analysis>between<plan>P</plan>outro"
     assert think.get("plan").text == "P"
+    assert (think.get("plan").tag, think.get("plan").span) == ("plan", (41, 55))
 
 
 def test_stray_tags_without_their_wrapper():
@@ -527,6 +593,14 @@ def test_tagspec_refuses_bad_names_and_types():
     with pytest.raises(ValueError, match="supported_types"):
         TagSpec("x", supported_types=("date",))
     assert TagSpec("x", children=[TagSpec("y")]).children == (TagSpec("y"),)
+    # Type names are read case-insensitively, like the type attribute in a reply.
+    flag = TagSpec("flag", supported_types=["Boolean"])
+    result = extract("<flag>yes</flag>", (flag,))
+    assert (result.get("flag").type, result.get("flag").value, result.errors) == (
+        "boolean",
+        True,
+        [],
+    )
 
 
 # --------------------------------------------------------------------------- stop signal
@@ -558,10 +632,15 @@ def test_find_stop_signal_absent():
 
 
 def test_unknown_mode_and_custom_without_spec():
-    with pytest.raises(ValueError, match="unknown thinking mode"):
+    with pytest.raises(ValueError) as info:
         parse_structured("x", "fancy")
-    with pytest.raises(ValueError, match="custom mode needs a spec"):
+    assert (
+        str(info.value)
+        == "unknown thinking mode 'fancy' (expected one of standard, enhanced, custom)"
+    )
+    with pytest.raises(ValueError) as info:
         parse_structured("x", "custom")
+    assert str(info.value) == "custom mode needs a spec (see spec_from_json)"
 
 
 CUSTOM_JSON = json.dumps(

@@ -220,6 +220,33 @@ def test_missing_close_inside_a_closed_parent_stops_at_the_parent_close():
     assert node.closed is False
 
 
+# Which element a tag belongs to: the wrappers models drop or leave open must not pull in
+# their neighbours, and a tag mentioned inside another element is not a sibling.
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        ("<plan>p<think/>", {"plan": "p"}),
+        ("<think/><plan>p</plan>", {"plan": "p"}),
+        ("<analysis>x<think>y</think>", {"analysis": "x", "thinking": "y"}),
+        ("<analysis>x<think>y", {"analysis": "x", "thinking": "y"}),
+        (
+            "<think>I think <b>so\n<interactive><response>r</response>",
+            {"thinking": "I think <b>so"},
+        ),
+    ],
+    ids=[f"neighbours{n}" for n in range(5)],
+)
+def test_neighbouring_elements_stay_apart(text, parts):
+    assert parse_structured(text).parts == parts
+
+
+def test_a_tag_mentioned_inside_another_element_is_not_a_sibling():
+    spec = (TagSpec("note"), TagSpec("step", multiple=True))
+    result = extract("<note>see <step></note><step>real</step>", spec)
+    assert [n.text for n in result.get_all("step")] == ["real"]
+    assert result.get("note").text == "see <step>"
+
+
 def test_repeated_tags_multiple_gives_list():
     spec = (TagSpec("step", multiple=True),)
     result = extract("<step>one</step> and <step>two</step><step>three", spec)
@@ -366,6 +393,7 @@ def test_tags_wrapped_in_unknown_markup_are_found():
 def test_self_closing_tag_is_empty():
     result = extract("<think/><plan />", (TagSpec("think"), TagSpec("plan", allow_empty=False)))
     assert result.get("think").text == ""
+    assert (result.get("think").closed, result.get("think").span) == (True, (0, 8))
     assert result.errors == ["plan: empty content is not allowed"]
     result = extract("<think/ >not inside<plan / >nor this", (TagSpec("think"), TagSpec("plan")))
     assert (result.get("think").text, result.get("plan").text) == ("", "")
@@ -432,6 +460,18 @@ def test_input_is_truncated():
     assert result.errors == [f"input truncated to {MAX_INPUT_CHARS} characters"]
     assert result.get("think").closed is False
     assert len(result.get("think").text) == MAX_INPUT_CHARS - len("<think>")
+
+
+def test_input_of_exactly_the_limit_is_whole():
+    text = "<think>" + "x" * (MAX_INPUT_CHARS - len("<think></think>")) + "</think>"
+    result = extract(text, (TagSpec("think"),))
+    assert (result.truncated, result.errors, result.get("think").closed) == (False, [], True)
+
+
+def test_only_text_is_read():
+    with pytest.raises(TypeError) as info:
+        extract(b"<think>x</think>", (TagSpec("think"),))
+    assert str(info.value) == "text must be str, not bytes"
 
 
 def test_depth_is_bounded():
@@ -579,6 +619,18 @@ def test_validator_failures_and_exceptions_are_reported():
     assert result.errors == ["b: validator raised RuntimeError: bad"]
     result = extract("<a>twelve</a>", spec)
     assert result.errors == ["a: rejected by validator"]
+
+
+def test_every_problem_of_one_tag_is_reported():
+    spec = (TagSpec("x", supported_types=("string",), allow_empty=False),)
+    result = extract('<x type="json"></x>', spec)
+    assert result.errors == [
+        "x: type 'json' is not supported here",
+        "x: empty content is not allowed",
+    ]
+    assert (
+        result.get("x").error == "type 'json' is not supported here; empty content is not allowed"
+    )
 
 
 def test_required_and_empty():

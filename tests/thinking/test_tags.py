@@ -220,11 +220,48 @@ def test_missing_close_inside_a_closed_parent_stops_at_the_parent_close():
     assert node.closed is False
 
 
+# Which element a tag belongs to: the wrappers models drop or leave open must not pull in
+# their neighbours, and a tag mentioned inside another element is not a sibling.
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        ("<plan>p<think/>", {"plan": "p"}),
+        ("<think/><plan>p</plan>", {"plan": "p"}),
+        ("<analysis>x<think>y</think>", {"analysis": "x", "thinking": "y"}),
+        ("<analysis>x<think>y", {"analysis": "x", "thinking": "y"}),
+        (
+            "<think>I think <b>so\n<interactive><response>r</response>",
+            {"thinking": "I think <b>so"},
+        ),
+    ],
+    ids=[f"neighbours{n}" for n in range(5)],
+)
+def test_neighbouring_elements_stay_apart(text, parts):
+    assert parse_structured(text).parts == parts
+
+
+def test_a_tag_mentioned_inside_another_element_is_not_a_sibling():
+    spec = (TagSpec("note"), TagSpec("step", multiple=True))
+    result = extract("<note>see <step></note><step>real</step>", spec)
+    assert [n.text for n in result.get_all("step")] == ["real"]
+    assert result.get("note").text == "see <step>"
+
+
 def test_repeated_tags_multiple_gives_list():
     spec = (TagSpec("step", multiple=True),)
     result = extract("<step>one</step> and <step>two</step><step>three", spec)
     assert [n.text for n in result.get_all("step")] == ["one", "two", "three"]
     assert isinstance(result.nodes["step"], list)
+
+
+def test_repeated_tags_under_a_parent_by_dotted_path():
+    spec = (TagSpec("plan", children=(TagSpec("step", multiple=True),)), TagSpec("step"))
+    result = extract("<plan><step>a</step><step>b</step></plan><step>outside</step>", spec)
+    assert [n.text for n in result.get_all("plan.step")] == ["a", "b"]
+    assert [n.text for n in result.get_all("step")] == ["outside"]
+    assert [n.text for n in result.get_all("PLAN.Step")] == ["a", "b"]  # as tags match
+    assert result.get_all("review.step") == []  # no such parent
+    assert extract("<step>x</step>", spec).get_all("plan.step") == []
 
 
 def test_repeated_tags_not_multiple_first_wins():
@@ -297,6 +334,52 @@ def test_comments_are_ignored():
     assert result.get("think.analysis") is None
 
 
+# Where a comment or CDATA section begins and ends decides which tags are real: one at the
+# very start, one right before a tag, several in a row, and unterminated ones (plain text,
+# which must not stop the other kind from being recognised).
+@pytest.mark.parametrize(
+    ("text", "thinking"),
+    [
+        ("<!-- <think>old</think> --><think>new</think>", "new"),
+        ("<!-- a --> <think>t <!-- </think> --> u</think>", "t  u"),
+        ("<!-- a --><think>right after a comment</think>", "right after a comment"),
+        ("<think>a <![CDATA[x]]> <b>mid</b> <![CDATA[y]]></think>", "a x <b>mid</b> y"),
+        ("<think>a <!-- b</think>", "a <!-- b"),
+        ("<think>a <!-- b --> c <!-- unterminated</think>", "a  c <!-- unterminated"),
+        ("<think><![CDATA[ never closed <!-- <x> --> done</think>", "<![CDATA[ never closed  done"),
+        ("<think><!-- never closed <![CDATA[<b>]]> done</think>", "<!-- never closed <b> done"),
+        (
+            "<think>a <![CDATA[ b <![CDATA[ c <!-- <think>p</think> --> d</think>",
+            "a <![CDATA[ b <![CDATA[ c  d",
+        ),
+        ("<think>a <!-- b <!-- c <![CDATA[<x>]]> d</think>", "a <!-- b <!-- c <x> d"),
+        ("<think>a <!-- x <!--> b <!-- c --> d</think>", "a  b  d"),  # ends at the first -->
+    ],
+    ids=[f"opaque{n}" for n in range(11)],
+)
+def test_comment_and_cdata_boundaries(text, thinking):
+    assert parse_structured(text, "standard").parts == {"thinking": thinking}
+
+
+# A code fence around the whole reply is dropped from an element left unclosed at the end,
+# but only a bare closing fence with nothing after it: the response's own code blocks stay.
+@pytest.mark.parametrize(
+    ("text", "response"),
+    [
+        ("```xml\n<interactive><response>Run:\n```sh\nls\n```\n```\n", "Run:\n```sh\nls\n```"),
+        (
+            "```xml\n<interactive><response>Run:\n```sh\nls\n```\nthat is it",
+            "Run:\n```sh\nls\n```\nthat is it",
+        ),
+        ("```\n<interactive><response>See:\n```python", "See:\n```python"),
+        ("```\n<interactive><response>Done.\n   ```  \n", "Done."),
+    ],
+    ids=[f"fence{n}" for n in range(4)],
+)
+def test_wrapping_code_fence_and_the_responses_own_code(text, response):
+    assert parse_structured(text, "standard").response == response
+
+
 def test_unknown_markup_inside_a_leaf_is_kept():
     reply = parse_structured("<interactive><response>Use <b>bold</b></response></interactive>")
     assert reply.response == "Use <b>bold</b>"
@@ -310,7 +393,10 @@ def test_tags_wrapped_in_unknown_markup_are_found():
 def test_self_closing_tag_is_empty():
     result = extract("<think/><plan />", (TagSpec("think"), TagSpec("plan", allow_empty=False)))
     assert result.get("think").text == ""
+    assert (result.get("think").closed, result.get("think").span) == (True, (0, 8))
     assert result.errors == ["plan: empty content is not allowed"]
+    result = extract("<think/ >not inside<plan / >nor this", (TagSpec("think"), TagSpec("plan")))
+    assert (result.get("think").text, result.get("plan").text) == ("", "")
 
 
 def test_enhanced_think_without_parts_keeps_its_text():
@@ -318,14 +404,22 @@ def test_enhanced_think_without_parts_keeps_its_text():
     assert reply.parts == {"thinking": "just thinking"}
 
 
+def test_empty_think_is_a_part_in_standard_mode_only():
+    text = "<think></think><interactive><response>r</response></interactive>"
+    assert parse_structured(text, "standard").parts == {"thinking": ""}
+    assert parse_structured(text, "enhanced").parts == {}
+
+
 def test_own_text_of_a_parent_excludes_children():
     result = extract(
         "<think>intro<analysis>A</analysis>between<plan>P</plan>outro</think>", ENHANCED_SPEC
     )
     think = result.get("think")
+    assert (think.tag, think.span) == ("think", (0, 68))  # where it sits in the reply
     assert think.text == "intro\n\nbetween\n\noutro"
     assert think.raw == "intro<analysis>A</analysis>between<plan>P</plan>outro"
     assert think.get("plan").text == "P"
+    assert (think.get("plan").tag, think.get("plan").span) == ("plan", (41, 55))
 
 
 def test_stray_tags_without_their_wrapper():
@@ -366,6 +460,18 @@ def test_input_is_truncated():
     assert result.errors == [f"input truncated to {MAX_INPUT_CHARS} characters"]
     assert result.get("think").closed is False
     assert len(result.get("think").text) == MAX_INPUT_CHARS - len("<think>")
+
+
+def test_input_of_exactly_the_limit_is_whole():
+    text = "<think>" + "x" * (MAX_INPUT_CHARS - len("<think></think>")) + "</think>"
+    result = extract(text, (TagSpec("think"),))
+    assert (result.truncated, result.errors, result.get("think").closed) == (False, [], True)
+
+
+def test_only_text_is_read():
+    with pytest.raises(TypeError) as info:
+        extract(b"<think>x</think>", (TagSpec("think"),))
+    assert str(info.value) == "text must be str, not bytes"
 
 
 def test_depth_is_bounded():
@@ -439,28 +545,55 @@ def test_numbers(raw, expected):
     assert type(value) is type(expected)
 
 
+# The whole error an operator reads in the session's format errors: which tag, why, and a
+# preview of what the model wrote (cut at 40 characters).
 @pytest.mark.parametrize(
-    ("tag", "message"),
+    ("tag", "error"),
     [
-        ('<x type="boolean">maybe</x>', "cannot read 'maybe' as boolean"),
-        ('<x type="number">12abc</x>', "cannot read '12abc' as a number"),
-        ('<x type="number">1_000</x>', "as a number"),
-        ('<x type="number">nan</x>', "as a number"),
-        ('<x type="number">1e999</x>', "as a number"),
-        ('<x type="number">' + "9" * 5000 + "</x>", "too many digits"),
-        ('<x type="json">{"a": </x>', "invalid JSON"),
-        ('<x type="json">' + "[" * 100000 + "</x>", "invalid JSON"),
-        ('<x type="date">2024</x>', "unknown type 'date'"),
+        (
+            '<x type="boolean">maybe</x>',
+            "x: cannot read 'maybe' as boolean (true/false/yes/no/1/0)",
+        ),
+        (
+            '<x type="boolean">' + "y" * 40 + "</x>",
+            f"x: cannot read '{'y' * 40}' as boolean (true/false/yes/no/1/0)",
+        ),
+        (
+            '<x type="boolean">' + "y" * 41 + "</x>",
+            f"x: cannot read '{'y' * 40}…' as boolean (true/false/yes/no/1/0)",
+        ),
+        ('<x type="number">12abc</x>', "x: cannot read '12abc' as a number"),
+        ('<x type="number">1_000</x>', "x: cannot read '1_000' as a number"),
+        ('<x type="number">nan</x>', "x: cannot read 'nan' as a number"),
+        ('<x type="number">1e999</x>', "x: cannot read '1e999' as a number"),
+        (
+            '<x type="number">' + "9" * 5000 + "</x>",
+            f"x: number '{'9' * 40}…' has too many digits",
+        ),
+        (
+            '<x type="json">{"a": </x>',
+            "x: invalid JSON '{\"a\":': JSONDecodeError: Expecting value: line 1 column 6 (char 5)",
+        ),
+        (
+            '<x type="json">' + "[" * 100000 + "</x>",
+            f"x: invalid JSON '{'[' * 40}…': RecursionError: ",  # then Python's own wording
+        ),
+        (
+            '<x type="date">2024</x>',
+            "x: unknown type 'date' (known: string, boolean, number, json)",
+        ),
     ],
 )
-def test_conversion_failures_are_reported_not_raised(tag, message):
+def test_conversion_failures_are_reported_not_raised(tag, error):
     result = extract(tag, (TagSpec("x"),))
     node = result.get("x")
     assert node.value is None
-    assert message in node.error
     assert len(result.errors) == 1
-    assert result.errors[0].startswith("x: ")
-    assert message in result.errors[0]
+    if error.endswith(": "):
+        assert result.errors[0].startswith(error)
+    else:
+        assert result.errors == [error]
+    assert node.error == result.errors[0].removeprefix("x: ")
 
 
 def test_type_not_in_supported_types():
@@ -491,6 +624,18 @@ def test_validator_failures_and_exceptions_are_reported():
     assert result.errors == ["a: rejected by validator"]
 
 
+def test_every_problem_of_one_tag_is_reported():
+    spec = (TagSpec("x", supported_types=("string",), allow_empty=False),)
+    result = extract('<x type="json"></x>', spec)
+    assert result.errors == [
+        "x: type 'json' is not supported here",
+        "x: empty content is not allowed",
+    ]
+    assert (
+        result.get("x").error == "type 'json' is not supported here; empty content is not allowed"
+    )
+
+
 def test_required_and_empty():
     spec = (TagSpec("a", optional=False), TagSpec("b", allow_empty=False))
     result = extract("<b>  </b>", spec)
@@ -503,6 +648,14 @@ def test_tagspec_refuses_bad_names_and_types():
     with pytest.raises(ValueError, match="supported_types"):
         TagSpec("x", supported_types=("date",))
     assert TagSpec("x", children=[TagSpec("y")]).children == (TagSpec("y"),)
+    # Type names are read case-insensitively, like the type attribute in a reply.
+    flag = TagSpec("flag", supported_types=["Boolean"])
+    result = extract("<flag>yes</flag>", (flag,))
+    assert (result.get("flag").type, result.get("flag").value, result.errors) == (
+        "boolean",
+        True,
+        [],
+    )
 
 
 # --------------------------------------------------------------------------- stop signal
@@ -534,10 +687,15 @@ def test_find_stop_signal_absent():
 
 
 def test_unknown_mode_and_custom_without_spec():
-    with pytest.raises(ValueError, match="unknown thinking mode"):
+    with pytest.raises(ValueError) as info:
         parse_structured("x", "fancy")
-    with pytest.raises(ValueError, match="custom mode needs a spec"):
+    assert (
+        str(info.value)
+        == "unknown thinking mode 'fancy' (expected one of standard, enhanced, custom)"
+    )
+    with pytest.raises(ValueError) as info:
         parse_structured("x", "custom")
+    assert str(info.value) == "custom mode needs a spec (see spec_from_json)"
 
 
 CUSTOM_JSON = json.dumps(
@@ -602,6 +760,144 @@ def test_format_instructions_skeleton_parses_back(mode):
         assert "Tags that may appear more than once: hypothesis." in instructions
 
 
+# What the model is told, word for word: the format instructions go into its prompt.
+_CLOSING_RULE = (
+    "Close every tag you open. Write a literal less-than sign inside text as &lt; and an"
+    " ampersand as &amp;."
+)
+_STOP_RULE = "stop_signal: true when you are finished and need no further turn, otherwise false."
+
+
+def test_format_instructions_standard():
+    assert render_format_instructions("standard") == "\n".join(
+        [
+            "Format your whole reply with these XML tags, in this order:",
+            "",
+            "<think>Your private thinking, as much as you need</think>",
+            "<interactive>",
+            "<response>What the user should read</response>",
+            '<stop_signal type="boolean">false</stop_signal>',
+            "</interactive>",
+            "",
+            "Optional tags (leave out if there is nothing to say): think, stop_signal.",
+            "Typed tags, write a plain value of that type: stop_signal (boolean).",
+            _STOP_RULE,
+            _CLOSING_RULE,
+        ]
+    )
+
+
+def test_format_instructions_enhanced_is_the_default():
+    expected = "\n".join(
+        [
+            "Format your whole reply with these XML tags, in this order:",
+            "",
+            "<think>",
+            "<analysis>What is being asked, what you know, what is missing</analysis>",
+            "<plan>The steps you will take next and why</plan>",
+            "<reasoning>The chain of logic behind your conclusion</reasoning>",
+            "</think>",
+            "<interactive>",
+            "<response>What the user should read</response>",
+            '<stop_signal type="boolean">false</stop_signal>',
+            "</interactive>",
+            "",
+            "Optional tags (leave out if there is nothing to say): think, analysis, plan,"
+            " reasoning, stop_signal.",
+            "Typed tags, write a plain value of that type: stop_signal (boolean).",
+            _STOP_RULE,
+            _CLOSING_RULE,
+        ]
+    )
+    assert render_format_instructions("enhanced") == expected
+    assert render_format_instructions() == expected
+
+
+def test_format_instructions_custom_typed_optional_repeatable_nested():
+    custom = spec_from_json(
+        [
+            {
+                "tag": "think",
+                "children": [
+                    {"tag": "hypothesis", "multiple": True},
+                    {"tag": "confidence", "supported_types": ["number"], "optional": False},
+                    {"tag": "sources", "supported_types": ["json", "string"]},
+                    {"tag": "data", "supported_types": ["json", "number"], "multiple": True},
+                ],
+            },
+            {
+                "tag": "answer",
+                "optional": False,
+                "children": [
+                    {"tag": "response", "optional": False},
+                    {"tag": "stop_signal", "supported_types": ["boolean"]},
+                ],
+            },
+        ]
+    )
+    # A custom format has no built-in descriptions (not even for response): the model gets
+    # a placeholder of each tag's type; "string" is the default and needs no attribute.
+    assert render_format_instructions("custom", custom) == "\n".join(
+        [
+            "Format your whole reply with these XML tags, in this order:",
+            "",
+            "<think>",
+            "<hypothesis>…</hypothesis>",
+            '<confidence type="number">0</confidence>',
+            "<sources>…</sources>",
+            '<data type="json">{}</data>',
+            "</think>",
+            "<answer>",
+            "<response>…</response>",
+            '<stop_signal type="boolean">false</stop_signal>',
+            "</answer>",
+            "",
+            "Optional tags (leave out if there is nothing to say): think, hypothesis, sources,"
+            " data, stop_signal.",
+            "Tags that may appear more than once: hypothesis, data.",
+            "Typed tags, write a plain value of that type: confidence (number), data (json),"
+            " stop_signal (boolean).",
+            _STOP_RULE,
+            _CLOSING_RULE,
+        ]
+    )
+
+
+def test_format_instructions_custom_with_one_required_tag_says_only_what_applies():
+    custom = spec_from_json([{"tag": "answer", "optional": False}])
+    assert render_format_instructions("custom", custom) == "\n".join(
+        [
+            "Format your whole reply with these XML tags, in this order:",
+            "",
+            "<answer>…</answer>",
+            "",
+            _CLOSING_RULE,
+        ]
+    )
+
+
+def test_format_instructions_name_a_stop_signal_spelt_in_capitals():
+    custom = spec_from_json([{"tag": "Stop_Signal", "supported_types": ["boolean"]}])
+    instructions = render_format_instructions("custom", custom)
+    assert instructions.splitlines()[-2:] == [_STOP_RULE, _CLOSING_RULE]
+    assert parse_structured("<STOP_SIGNAL>true</STOP_SIGNAL>", "custom", custom).stop_signal
+
+
+def test_custom_spec_allow_empty_false_reports_an_empty_tag():
+    custom = spec_from_json([{"tag": "answer", "allow_empty": False}])
+    reply = parse_structured("<answer>  </answer>", "custom", custom)
+    assert (reply.parts, reply.errors) == ({"answer": ""}, ["answer: empty content is not allowed"])
+    for allowed in ({"allow_empty": True}, {}):  # allowed unless the operator says otherwise
+        custom = spec_from_json([{"tag": "answer", **allowed}])
+        assert parse_structured("<answer>  </answer>", "custom", custom).errors == []
+
+
+def test_custom_spec_tags_are_optional_unless_marked_required():
+    custom = spec_from_json([{"tag": "idea"}, {"tag": "answer", "optional": False}])
+    reply = parse_structured("nothing tagged", "custom", custom)
+    assert reply.errors == ["answer: required tag is missing"]
+
+
 # --------------------------------------------------------------------------- spec_from_json
 
 
@@ -621,44 +917,95 @@ def _nested(depth: int) -> list[dict]:
     return [spec]
 
 
+_TAG_NAME_RULE = "(a letter or _ then up to 63 letters, digits, _ . -)"
+
+
+# The whole message the operator reads when the custom format they configured is refused:
+# where the problem is, what was expected and what they wrote instead.
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ("{not json", "spec: not valid JSON"),
+        (
+            "{not json",
+            "spec: not valid JSON (Expecting property name enclosed in double quotes: line 1"
+            " column 2 (char 1))",
+        ),
         ({"tag": "x"}, "spec: expected an array of tag objects, got object"),
+        ("null", "spec: expected an array of tag objects, got null"),
         ([], "spec: needs at least one tag"),
         (["think"], "[0]: expected an object, got string"),
-        ([{"tag": "a", "colour": "red"}], "[0]: unknown key 'colour'"),
+        (
+            [{"tag": "a", "colour": "red"}],
+            "[0]: unknown key 'colour' (allowed: tag, optional, allow_empty, children,"
+            " supported_types, multiple)",
+        ),
         ([{"optional": True}], "[0].tag: required"),
         ([{"tag": 5}], "[0].tag: expected a string, got number"),
-        ([{"tag": "has space"}], "[0].tag: 'has space' is not a valid tag name"),
-        ([{"tag": "1abc"}], "[0].tag: '1abc' is not a valid tag name"),
-        ([{"tag": "x" * 65}], "is not a valid tag name"),
+        ([{"tag": None}], "[0].tag: expected a string, got null"),
+        ([{"tag": True}], "[0].tag: expected a string, got boolean"),
+        ([{"tag": ["think"]}], "[0].tag: expected a string, got array"),
+        ([{"tag": {"name": "think"}}], "[0].tag: expected a string, got object"),
+        # A Python caller handing over something JSON cannot hold sees its Python type.
+        ([{"tag": ("think",)}], "[0].tag: expected a string, got tuple"),
+        ([{"tag": "has space"}], f"[0].tag: 'has space' is not a valid tag name {_TAG_NAME_RULE}"),
+        ([{"tag": "1abc"}], f"[0].tag: '1abc' is not a valid tag name {_TAG_NAME_RULE}"),
+        (
+            [{"tag": "x" * 65}],
+            f"[0].tag: '{'x' * 40}…' is not a valid tag name {_TAG_NAME_RULE}",
+        ),
         (
             [{"tag": "t", "children": [{"tag": "a"}, {"tag": "A"}]}],
             "[0].children[1].tag: duplicate tag 'A' (also at [0].children[0])",
         ),
         ([{"tag": "a", "optional": "yes"}], "[0].optional: expected true or false, got string"),
+        (
+            [{"tag": "a", "allow_empty": "no"}],
+            "[0].allow_empty: expected true or false, got string",
+        ),
         ([{"tag": "a", "multiple": 1}], "[0].multiple: expected true or false, got number"),
-        ([{"tag": "a", "supported_types": []}], "[0].supported_types: expected a non-empty"),
-        ([{"tag": "a", "supported_types": ["date"]}], "[0].supported_types[0]: unknown type"),
+        (
+            [{"tag": "a", "supported_types": []}],
+            "[0].supported_types: expected a non-empty array of type names",
+        ),
+        (
+            [{"tag": "a", "supported_types": "json"}],
+            "[0].supported_types: expected a non-empty array of type names",
+        ),
+        (
+            [{"tag": "a", "supported_types": ["json", 5]}],
+            "[0].supported_types[1]: expected a string, got number",
+        ),
+        (
+            [{"tag": "a", "supported_types": ["date"]}],
+            "[0].supported_types[0]: unknown type 'date' (known: string, boolean, number, json)",
+        ),
         (
             [{"tag": "a", "supported_types": ["json", "json"]}],
-            "[0].supported_types[1]: duplicate type",
+            "[0].supported_types[1]: duplicate type 'json'",
         ),
-        ([{"tag": "a", "children": {"tag": "b"}}], "[0].children: expected an array"),
+        (
+            [{"tag": "a", "children": {"tag": "b"}}],
+            "[0].children: expected an array of tag objects, got object",
+        ),
         (
             [{"tag": "a", "children": [{"tag": "b"}, {"tag": "c", "children": [{"tg": "d"}]}]}],
-            "[0].children[1].children[0]: unknown key 'tg'",
+            "[0].children[1].children[0]: unknown key 'tg' (allowed: tag, optional, allow_empty,"
+            " children, supported_types, multiple)",
         ),
-        (_nested(MAX_DEPTH + 1), f"nested deeper than {MAX_DEPTH} levels"),
-        ([{"tag": f"t{n}"} for n in range(MAX_SPECS + 1)], f"[{MAX_SPECS}]: too many tags"),
+        (
+            _nested(MAX_DEPTH + 1),
+            "[0]" + ".children[0]" * MAX_DEPTH + f": nested deeper than {MAX_DEPTH} levels",
+        ),
+        (
+            [{"tag": f"t{n}"} for n in range(MAX_SPECS + 1)],
+            f"[{MAX_SPECS}]: too many tags (at most {MAX_SPECS} in a spec)",
+        ),
     ],
 )
 def test_spec_from_json_refusals(data, message):
     with pytest.raises(SpecError) as info:
         spec_from_json(data)
-    assert message in str(info.value)
+    assert str(info.value) == message
     assert isinstance(info.value, ValueError)
 
 

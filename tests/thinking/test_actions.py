@@ -4,14 +4,19 @@ what, and the doorbell and live update only after the commit."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import time_machine
 from django.db import transaction
+from django.template.loader import render_to_string
+from django.utils import timezone
 
 from thinking import actions
-from thinking.forms import StartSessionForm
-from thinking.models import IllegalTransition, Status, ThinkingSession
+from thinking.events import SessionEvent
+from thinking.forms import StartSessionForm, SteerForm
+from thinking.models import CompletionReason, IllegalTransition, Status, ThinkingSession, Thought
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,13 +53,37 @@ def test_a_stranger_cannot_steer(make_session: Any, bob: Any):
     assert not session.thoughts.exists()
 
 
+@pytest.mark.parametrize("status", [Status.CREATED, Status.THINKING, Status.PAUSED])
 def test_the_owner_cancels_and_every_page_hears_of_it(
+    make_session: Any, alice: Any, published: list, status: str
+):
+    now = timezone.now()
+    session = make_session(
+        status=status, active_seconds=3.0, running_since=now - timedelta(seconds=5)
+    )
+    with time_machine.travel(now, tick=False):
+        actions.cancel(session, user=alice)
+    stored = ThinkingSession.objects.get(pk=session.pk)
+    assert (stored.status, stored.completion_reason, stored.finished_at) == (
+        Status.CANCELLED,
+        CompletionReason.CANCELLED,
+        now,
+    )
+    assert stored.running_since is None, "the clock stopped: the admin shows no running time"
+    assert session.status == Status.CANCELLED, "the caller's copy is the stored one"
+    assert published == [SessionEvent(session.pk, finished=True)]
+
+
+def test_pausing_stops_the_session_and_every_page_hears_of_it(
     make_session: Any, alice: Any, published: list
 ):
-    session = make_session(status=Status.PAUSED)
-    actions.cancel(session, user=alice)
-    assert session.status == Status.CANCELLED
-    assert [e.finished for e in published] == [True]
+    session = make_session(status=Status.THINKING)
+    actions.pause(session, user=alice)
+    assert ThinkingSession.objects.get(pk=session.pk).status == Status.PAUSED
+    assert published == [SessionEvent(session.pk, finished=False)]
+    with pytest.raises(IllegalTransition, match=r"^Cannot pause a session that is paused\.$"):
+        actions.pause(session, user=alice)
+    assert len(published) == 1
 
 
 def test_resume_rings_the_doorbell_once_committed(
@@ -65,6 +94,19 @@ def test_resume_rings_the_doorbell_once_committed(
         actions.resume(session, user=alice)
         assert rang == [] and published == [], "nothing leaves before the commit"
     assert rang == [session.pk] and len(published) == 1
+
+
+def test_steering_a_session_cancelled_meanwhile_is_refused_and_the_card_says_it_ended(
+    make_session: Any, alice: Any, published: list
+):
+    session = make_session(status=Status.THINKING)  # the page was loaded while it thought
+    ThinkingSession.objects.filter(pk=session.pk).update(status=Status.CANCELLED)  # another tab
+    with pytest.raises(IllegalTransition, match=r"^Cannot steer a session that is cancelled\.$"):
+        actions.steer(session, user=alice, kind="hint", text="Too late")
+    assert not Thought.objects.exists() and published == []
+    # The steer card is re-rendered from the caller's copy: it must say the session ended.
+    card = render_to_string("thinking/_steer.html", {"session": session, "steer_form": SteerForm()})
+    assert "This session has ended." in card and "<form" not in card
 
 
 def test_a_rolled_back_steer_publishes_nothing(make_session: Any, alice: Any, published: list):

@@ -3,6 +3,7 @@ what, and the doorbell and live update only after the commit."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -13,7 +14,8 @@ from django.db import transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from thinking import actions
+from accounts.models import Membership, Role, Team
+from thinking import actions, followups
 from thinking.events import SessionEvent
 from thinking.forms import StartSessionForm, SteerForm
 from thinking.models import CompletionReason, IllegalTransition, Status, ThinkingSession, Thought
@@ -140,3 +142,80 @@ def test_start_refuses_without_a_model_provider(alice: Any, rang: list):
     form = StartSessionForm({"question": "Why is the sky blue?", "minutes": 1}, user=alice)
     assert actions.start(form, owner=alice) is None
     assert form.non_field_errors() and rang == []
+
+
+# --- who may do what to a session shared with a team -------------------------------------------
+
+REFUSALS = {
+    "pause": "You cannot pause this session.",
+    "resume": "You cannot resume this session.",
+    "steer": "You cannot steer this session.",
+    "extend": "Only the owner can give this session more time.",
+    "cancel": "Only the owner can cancel this session.",
+}
+
+
+def attempt(verb: str, session: ThinkingSession, user: Any) -> None:
+    """The verb as a person's request makes it; a refusal by the session's state (it is
+    thinking, so it cannot be resumed or extended) means the person was allowed to try."""
+    arguments: dict[str, Any] = {
+        "steer": {"kind": "hint", "text": "Look at whales"},
+        "extend": {"minutes": 1, "doorbell": False},
+    }.get(verb, {})
+    with contextlib.suppress(IllegalTransition, followups.CannotExtend):
+        getattr(actions, verb)(session, user=user, **arguments)
+
+
+@pytest.fixture
+def shared(make_session: Any, alice: Any, bob: Any, django_user_model: Any) -> dict[str, Any]:
+    """alice's session, shared with her team: carol is a member, dave owns the team, erin is
+    invited but has not accepted; bob is a stranger."""
+    team = Team.objects.create(name="Lab")
+    users = {"alice": alice, "bob": bob}
+    for name, role, accepted in [
+        ("alice", Role.MEMBER, True),
+        ("carol", Role.MEMBER, True),
+        ("dave", Role.OWNER, True),
+        ("erin", Role.OWNER, False),
+    ]:
+        users[name] = users.get(name) or django_user_model.objects.create_user(name)
+        Membership.objects.create(
+            team=team, user=users[name], role=role, accepted_at=timezone.now() if accepted else None
+        )
+    return {"users": users, "session": make_session(status=Status.THINKING, team=team)}
+
+
+@pytest.mark.parametrize(
+    ("who", "refused"),
+    [
+        ("alice", set()),
+        ("dave", {"cancel"}),  # the team's owner may spend on it, not end it
+        ("carol", {"extend", "cancel"}),
+        ("erin", set(REFUSALS)),  # an invitation shows nothing of the team
+        ("bob", set(REFUSALS)),
+    ],
+)
+def test_who_may_do_what_to_a_shared_session(
+    shared: dict[str, Any], rang: list, published: list, who: str, refused: set[str]
+):
+    session, user = shared["session"], shared["users"][who]
+    for verb, message in REFUSALS.items():
+        if verb in refused:
+            with pytest.raises(actions.NotAllowed) as refusal:
+                attempt(verb, session, user)
+            assert str(refusal.value) == message
+        else:
+            attempt(verb, session, user)
+    session.refresh_from_db()
+    # Paused and resumed by whoever may; ended only by the owner.
+    assert session.status == (Status.THINKING if "cancel" in refused else Status.CANCELLED)
+
+
+def test_only_the_owner_may_give_an_unshared_session_more_time(
+    make_session: Any, bob: Any, rang: list
+):
+    session = make_session(status=Status.COMPLETED, completion_reason=CompletionReason.BUDGET)
+    with pytest.raises(actions.NotAllowed, match=r"^Only the owner can give"):
+        actions.extend(session, user=bob, minutes=1)
+    session.refresh_from_db()
+    assert session.status == Status.COMPLETED and rang == []

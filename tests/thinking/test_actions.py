@@ -15,7 +15,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounts.models import Membership, Role, Team
-from thinking import actions, followups
+from thinking import actions, followups, limits
 from thinking.events import SessionEvent
 from thinking.forms import StartSessionForm, SteerForm
 from thinking.models import CompletionReason, IllegalTransition, Status, ThinkingSession, Thought
@@ -217,5 +217,134 @@ def test_only_the_owner_may_give_an_unshared_session_more_time(
     session = make_session(status=Status.COMPLETED, completion_reason=CompletionReason.BUDGET)
     with pytest.raises(actions.NotAllowed, match=r"^Only the owner can give"):
         actions.extend(session, user=bob, minutes=1)
+    session.refresh_from_db()
+    assert session.status == Status.COMPLETED and rang == []
+
+
+# --- resuming, starting and extending within the limits ---------------------------------------
+
+
+def test_a_resume_over_the_owners_limit_is_refused_and_nothing_rings(
+    make_session: Any, alice: Any, rang: list, published: list, settings: Any
+):
+    settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS = 1
+    make_session(status=Status.THINKING)
+    paused = make_session(status=Status.PAUSED)
+    with pytest.raises(limits.LimitRefused) as refusal:
+        actions.resume(paused, user=alice)
+    assert str(refusal.value).startswith("1 sessions of this owner are thinking; the limit is 1.")
+    paused.refresh_from_db()
+    assert paused.status == Status.PAUSED and rang == [] and published == []
+
+
+def test_a_start_over_the_limit_is_explained_on_the_form(
+    make_session: Any, alice: Any, rang: list, settings: Any
+):
+    settings.ANTHROPIC_API_KEY = "test-key"
+    settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS = 1
+    form = StartSessionForm({"question": "Why is the sky blue?", "minutes": 1}, user=alice)
+    here = actions.start(form, owner=alice, doorbell=False)  # run in this process: no doorbell
+    assert here is not None and rang == []
+
+    refused = StartSessionForm({"question": "And the sea?", "minutes": 1}, user=alice)
+    assert actions.start(refused, owner=alice) is None
+    assert refused.non_field_errors() == [
+        "You already have 1 sessions thinking; the limit is 1. Wait for one to finish, or "
+        "pause or cancel one."
+    ]
+    assert ThinkingSession.objects.count() == 1 and rang == []
+
+
+def test_the_teams_owner_extends_and_a_worker_is_rung_once_committed(
+    shared: dict[str, Any], rang: list, published: list
+):
+    session = shared["session"]
+    ThinkingSession.objects.filter(pk=session.pk).update(
+        status=Status.COMPLETED, completion_reason=CompletionReason.BUDGET, active_seconds=60
+    )
+    session.refresh_from_db()
+    with transaction.atomic():
+        actions.extend(session, user=shared["users"]["dave"], minutes=2)
+        assert rang == [] and published == [], "nothing leaves before the commit"
+    session.refresh_from_db()
+    assert (session.status, session.budget_seconds) == (Status.CREATED, 180)
+    assert rang == [session.pk] and len(published) == 1
+
+
+def test_an_extension_is_refused_by_state_first_then_by_the_limits(
+    make_session: Any, alice: Any, rang: list, settings: Any
+):
+    settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS = 1
+    running = make_session(status=Status.THINKING)
+    with pytest.raises(followups.CannotExtend) as state:
+        actions.extend(running, user=alice, minutes=1)
+    assert str(state.value) == "Only a completed session can think longer; this one is thinking."
+
+    done = make_session(status=Status.COMPLETED, completion_reason=CompletionReason.BUDGET)
+    with pytest.raises(limits.LimitRefused) as limit:
+        actions.extend(done, user=alice, minutes=1, doorbell=False)
+    assert str(limit.value).startswith("You already have 1 sessions thinking; the limit is 1.")
+    done.refresh_from_db()
+    assert done.status == Status.COMPLETED and rang == []
+
+
+# A start checked on its form, then refused by the atomic decision at the insert: what someone
+# else did in between (started a session, set the team's budget) is explained on the form.
+
+
+def test_a_start_that_lost_a_race_for_the_last_slot_is_explained_on_the_form(
+    make_session: Any, alice: Any, rang: list, settings: Any
+):
+    settings.ANTHROPIC_API_KEY = "test-key"
+    settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS = 1
+    form = StartSessionForm({"question": "Why is the sky blue?", "minutes": 1}, user=alice)
+    assert form.is_valid()  # checked while nothing ran
+    make_session(status=Status.THINKING)  # alice's other tab started one meanwhile
+    assert actions.start(form, owner=alice) is None
+    assert form.non_field_errors() == [
+        "You already have 1 sessions thinking; the limit is 1. Wait for one to finish, or "
+        "pause or cancel one."
+    ]
+    assert ThinkingSession.objects.count() == 1 and rang == []
+
+
+def test_a_start_after_the_team_budget_ran_out_meanwhile_is_explained_on_the_form(
+    alice: Any, rang: list, settings: Any
+):
+    settings.ANTHROPIC_API_KEY = "test-key"
+    team = Team.objects.create(name="Lab", monthly_token_budget=10_000)
+    Membership.objects.create(team=team, user=alice, role=Role.OWNER, accepted_at=timezone.now())
+    data = {"question": "Why is the sky blue?", "minutes": 1, "team": team.pk}
+    form = StartSessionForm(data, user=alice)
+    assert form.is_valid()
+    Team.objects.filter(pk=team.pk).update(monthly_token_budget=0)  # its owner lowered it meanwhile
+    assert actions.start(form, owner=alice) is None
+    assert form.non_field_errors() == [
+        "The team Lab has used or reserved all of its 0 tokens for this month (running sessions "
+        "hold their ceilings until they finish)."
+    ]
+    assert not ThinkingSession.objects.exists() and rang == []
+
+
+@pytest.mark.parametrize("meanwhile", [False, True])
+def test_an_extension_beyond_the_teams_budget_is_refused_in_words(
+    make_session: Any, alice: Any, rang: list, meanwhile: bool
+):
+    team = Team.objects.create(name="Lab", monthly_token_budget=None if meanwhile else 0)
+    Membership.objects.create(team=team, user=alice, role=Role.OWNER, accepted_at=timezone.now())
+    session = make_session(
+        status=Status.COMPLETED, completion_reason=CompletionReason.BUDGET, team=team
+    )
+    if meanwhile:  # the page was read before the team's owner set the budget
+        Team.objects.filter(pk=team.pk).update(monthly_token_budget=0)
+    with pytest.raises(limits.LimitRefused) as refusal:
+        actions.extend(session, user=alice, minutes=1)
+    assert str(refusal.value) == (
+        "The team Lab has used or reserved all of its 0 tokens for this month (running sessions "
+        "hold their ceilings until they finish)."
+        if meanwhile
+        else "The team Lab has used its 0 tokens for this month (running sessions count at "
+        "their ceilings until they finish)."
+    )
     session.refresh_from_db()
     assert session.status == Status.COMPLETED and rang == []

@@ -158,10 +158,11 @@ REFUSALS = {
 def attempt(verb: str, session: ThinkingSession, user: Any) -> None:
     """The verb as a person's request makes it; a refusal by the session's state (it is
     thinking, so it cannot be resumed or extended) means the person was allowed to try."""
-    arguments: dict[str, Any] = {
+    extra: dict[str, dict[str, Any]] = {
         "steer": {"kind": "hint", "text": "Look at whales"},
         "extend": {"minutes": 1, "doorbell": False},
-    }.get(verb, {})
+    }
+    arguments = extra.get(verb, {})
     with contextlib.suppress(IllegalTransition, followups.CannotExtend):
         getattr(actions, verb)(session, user=user, **arguments)
 

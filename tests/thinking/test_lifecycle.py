@@ -13,7 +13,7 @@ from research.web import WebResult
 from tests.fakes.anthropic_server import Reply
 from tests.helpers import WORKER, claim, run
 from thinking import evidence, parsing, steps, tools
-from thinking.models import LeaseLost, Status, Stopped, ThinkingSession
+from thinking.models import CompletionReason, LeaseLost, Status, Stopped, ThinkingSession
 from thinking.run import Clock, Meter
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,3 +162,18 @@ async def test_a_step_bumps_the_revision_and_counts_active_time_once(make_sessio
     assert session.active_seconds == pytest.approx(2.5)
     assert session.progress["message"] == "Hi"
     assert session.worker_id == "" and session.running_since is None
+
+
+async def test_a_failure_is_stored_in_words_capped_at_2000_characters(make_session: Any):
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    await claim(session)
+
+    failed = await steps.fail(
+        session.pk, worker_id=WORKER, meter=Meter(), message="e" * 2000 + " and the rest"
+    )
+
+    assert failed is not None
+    await session.arefresh_from_db()
+    assert (session.status, session.completion_reason) == (Status.FAILED, CompletionReason.ERROR)
+    assert session.error_message == "e" * 2000
+    assert session.finished_at is not None and session.worker_id == ""

@@ -13,7 +13,7 @@ from django.utils import timezone
 from tests.fakes.anthropic_server import Reply
 from thinking import loop
 from thinking.llm import LLM
-from thinking.models import IllegalTransition, Status, ThinkingSession
+from thinking.models import IllegalTransition, Status, ThinkingSession, Thought
 
 
 @pytest.mark.django_db
@@ -127,3 +127,36 @@ async def test_active_time_excludes_every_pause(fake_claude: Any, make_session: 
 
 async def _ignore(event: object) -> None:
     return None
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", [Status.COMPLETED, Status.FAILED, Status.CANCELLED])
+def test_a_finished_sessions_outcome_is_never_overwritten(make_session: Any, status: str):
+    """A late worker can neither complete nor fail a session that already ended: its answer,
+    error or cancel stays what people saw."""
+    session = make_session(status=status)
+    now = timezone.now()
+    shown = session.get_status_display().lower()
+    with pytest.raises(IllegalTransition) as failing:
+        session.fail(message="late error", now=now)
+    assert str(failing.value) == f"Cannot fail a session that is {shown}."
+    with pytest.raises(IllegalTransition) as completing:
+        session.complete(reason="budget", answer="late", confidence=0.5, now=now)
+    assert str(completing.value) == f"Cannot complete a session that is {shown}."
+    with pytest.raises(IllegalTransition) as beginning:
+        session.begin(now=now)
+    assert str(beginning.value) == f"Cannot begin a session that is {shown}."
+
+
+@pytest.mark.django_db
+def test_the_admin_names_a_session_by_the_first_80_characters_of_its_question(
+    client: Any, django_user_model: Any, make_session: Any
+):
+    question = "Why " + "x" * 75 + "YZ and what follows?"  # the 80th character is "Y"
+    session = make_session(question=question)
+    Thought.objects.create(
+        session=session, sequence=0, text="t", type="insight", confidence=0.5, time_offset_seconds=0
+    )
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw"))
+    page = client.get("/admin/thinking/thought/").content.decode()
+    assert question[:80] in page and question[:81] not in page

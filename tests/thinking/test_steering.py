@@ -8,8 +8,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.urls import reverse
 
-from tests.helpers import communicator, login, prompt_of, run
+from accounts.tokens import create_token
+from tests.helpers import add_thought, bearer, communicator, login, post, prompt_of, run
 from thinking.models import Status, SubQuestion, Thought
+
+SHOWN = ("sequence", "cycle", "type", "text", "confidence", "time_offset_seconds")
 
 
 def steer_url(session: Any) -> str:
@@ -120,4 +123,47 @@ async def test_steering_reaches_every_open_page(make_session: Any, alice: Any):
     await client.post(steer_url(session), {"kind": "question", "text": "Live question?"})
     frame = await comm.receive_from()
     assert "Live question?" in frame and 'id="thought-0"' in frame
+    await comm.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_persons_question_is_stored_as_theirs_and_queued_on_every_open_page(
+    make_session: Any, alice: Any
+):
+    """Through the API: the thought as the person's (type, text, full confidence, at the
+    session's clock to the hundredth, in the current cycle, next in sequence), the
+    sub-question it opens (top priority, "Asked by a person", theirs), and the live page
+    gets both: the thought and the queued question."""
+    session = await sync_to_async(make_session)(
+        status=Status.THINKING, active_seconds=12.3456, cycles=3
+    )
+    await add_thought(session, 0, "The model's first thought")
+    comm = communicator(session.pk, await login(alice), rev=1, marks={"t": 0})
+    assert (await comm.connect())[0]
+    api = bearer((await sync_to_async(create_token)(alice, "script"))[1])
+
+    response = await sync_to_async(post)(
+        api, f"/api/sessions/{session.pk}/steer", {"kind": "question", "text": "Do whales dream?"}
+    )
+
+    assert response.status_code == 201, response.content
+    assert response.json()["notice"] == "Added: it will be explored next."
+    thought = response.json()["thought"]
+    assert {key: thought[key] for key in SHOWN} == {
+        "sequence": 1,
+        "cycle": 3,
+        "type": "question",
+        "text": "Do whales dream?",
+        "confidence": 1.0,
+        "time_offset_seconds": 12.35,
+    }
+    listed = (await sync_to_async(api.get)(f"/api/sessions/{session.pk}/sub-questions")).json()
+    assert [(q["id"], q["text"], q["priority"], q["why"]) for q in listed] == [
+        (thought["sub_question_id"], "Do whales dream?", 10, "Asked by a person")
+    ]
+    assert await SubQuestion.objects.filter(added_by=alice).acount() == 1
+
+    frame = await comm.receive_from()
+    assert 'id="thought-1"' in frame and "Do whales dream?" in frame
+    assert "asked by a person" in frame, "the queued question is shown live"
     await comm.disconnect()

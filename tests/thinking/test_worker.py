@@ -154,3 +154,20 @@ async def test_the_worker_channel_runs_a_started_session(
         await asyncio.sleep(0.05)
     assert session.status == Status.COMPLETED
     assert not task.done(), "a bad message does not kill the worker"
+
+
+async def test_the_terminal_thinks_a_session_here_unless_a_worker_has_it(
+    fake_claude: Any, make_session: Any
+):
+    from thinking import actions
+
+    here = await new_session(make_session)
+    assert await actions.think_here(here, publish=_ignore) is True
+    await here.arefresh_from_db()
+    assert here.status == Status.COMPLETED and here.worker_id == ""
+
+    taken = await new_session(make_session)
+    assert await sync_to_async(ThinkingSession.claim)(taken.pk, worker_id="w1", lease_seconds=30)
+    assert await actions.think_here(taken, publish=_ignore) is False
+    await taken.arefresh_from_db()
+    assert (taken.status, taken.worker_id) == (Status.CREATED, "w1"), "left to its worker"

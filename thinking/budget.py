@@ -84,14 +84,15 @@ def reserve(
     until it commits. Raises BudgetExhausted when nothing is left."""
     if team is None:
         return tokens, dollars
-    if team.monthly_token_budget is None and team.monthly_cost_budget_usd is None:
-        return tokens, dollars
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("reserve() must run inside the transaction that creates the session")
     # An UPDATE takes the row lock on PostgreSQL and the write lock on SQLite, so the next
-    # reservation of this team waits until this session is stored.
+    # reservation of this team waits until this session is stored. Whether there is a budget
+    # is read after the lock: one set a moment ago applies to this start too.
     Team.objects.filter(pk=team.pk).update(name=F("name"))
     team = Team.objects.get(pk=team.pk)
+    if team.monthly_token_budget is None and team.monthly_cost_budget_usd is None:
+        return tokens, dollars
     used = committed_this_month(team)
     if team.monthly_token_budget is not None:
         left = team.monthly_token_budget - used.tokens

@@ -174,3 +174,19 @@ def test_a_shared_session_is_capped_by_what_is_left_of_the_team_budget(
     # Without its own ceiling a session reserves DEEPTHINK_TEAM_SESSION_SHARE (half) of what
     # is left, so a teammate can still start one alongside it.
     assert ThinkingSession.objects.get(question="Q?").token_ceiling == 2_500
+
+
+@pytest.mark.django_db
+def test_a_budget_set_a_moment_before_a_start_still_caps_it(team: Team, settings: Any):
+    """The start form read the team before its owner set a budget; the reservation, made
+    under the team's lock, must see the budget and cap the new session by it."""
+    from django.db import transaction
+
+    from thinking import budget
+
+    settings.DEEPTHINK_TEAM_SESSION_SHARE = 0.5
+    as_the_form_read_it = Team.objects.get(pk=team.pk)
+    Team.objects.filter(pk=team.pk).update(monthly_token_budget=8_000)
+    with transaction.atomic():
+        tokens, dollars = budget.reserve(as_the_form_read_it, tokens=None, dollars=None)
+    assert (tokens, dollars) == (4_000, None)

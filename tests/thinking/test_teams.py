@@ -190,3 +190,98 @@ def test_a_budget_set_a_moment_before_a_start_still_caps_it(team: Team, settings
     with transaction.atomic():
         tokens, dollars = budget.reserve(as_the_form_read_it, tokens=None, dollars=None)
     assert (tokens, dollars) == (4_000, None)
+
+
+def _reserve(team: Team, **asked: Any) -> Any:
+    from django.db import transaction
+
+    from thinking import budget
+
+    with transaction.atomic():
+        return budget.reserve(team, tokens=asked.get("tokens"), dollars=asked.get("dollars"))
+
+
+@pytest.mark.django_db
+def test_a_team_session_reserves_half_of_what_this_months_sessions_of_the_team_left(
+    team: Team, make_session: Any, bob: Any, settings: Any
+):
+    """Finished sessions count what they spent, running ones at least their ceilings; other
+    teams' sessions and last month's do not count."""
+    settings.DEEPTHINK_TEAM_SESSION_SHARE = 0.5
+    Team.objects.filter(pk=team.pk).update(monthly_token_budget=10_000)
+    make_session(team=team, status=Status.COMPLETED, input_tokens=2_000, output_tokens=1_000)
+    make_session(team=team, status=Status.THINKING, input_tokens=500, token_ceiling=2_000)
+    make_session(team=team, status=Status.THINKING)  # no ceiling, nothing spent yet
+    other = Team.objects.create(name="Other")
+    make_session(owner=bob, team=other, status=Status.COMPLETED, input_tokens=50_000)
+    last_month = make_session(team=team, status=Status.COMPLETED, input_tokens=50_000)
+    ThinkingSession.objects.filter(pk=last_month.pk).update(
+        created_at=limits.month_start() - timedelta(seconds=1)
+    )
+    # 10,000 - 3,000 - 2,000 = 5,000 left: half of it.
+    assert _reserve(team) == (2_500, None)
+    # Asked for less than is left: what was asked.
+    assert _reserve(team, tokens=1_000) == (1_000, None)
+
+
+@pytest.mark.django_db
+def test_the_last_token_and_the_last_cents_of_a_team_budget(
+    team: Team, make_session: Any, settings: Any
+):
+    from decimal import Decimal
+
+    from thinking.budget import BudgetExhausted
+
+    settings.DEEPTHINK_TEAM_SESSION_SHARE = 0.5
+    Team.objects.filter(pk=team.pk).update(monthly_token_budget=1_000)
+    running = make_session(team=team, status=Status.THINKING, token_ceiling=999)
+    assert _reserve(team) == (1, None), "one token left is one token, not refused"
+    ThinkingSession.objects.filter(pk=running.pk).update(token_ceiling=1_000)
+    with pytest.raises(BudgetExhausted) as refused:
+        _reserve(team)
+    assert refused.value.messages == [
+        "The team Lab has used or reserved all of its 1000 tokens for this month (running "
+        "sessions hold their ceilings until they finish)."
+    ]
+
+    Team.objects.filter(pk=team.pk).update(monthly_token_budget=None, monthly_cost_budget_usd=10)
+    ThinkingSession.objects.filter(pk=running.pk).update(max_cost_usd=Decimal("9.9997"))
+    make_session(team=team, status=Status.THINKING)  # no dollar ceiling, nothing spent
+    make_session(team=team, status=Status.COMPLETED)  # spent nothing
+    # $0.0003 left: half is $0.00015, rounded down to what can be promised.
+    assert _reserve(team) == (None, Decimal("0.0001"))
+    ThinkingSession.objects.filter(pk=running.pk).update(max_cost_usd=Decimal("9.5"))
+    assert _reserve(team) == (None, Decimal("0.25"))
+    ThinkingSession.objects.filter(pk=running.pk).update(max_cost_usd=Decimal("10"))
+    with pytest.raises(BudgetExhausted) as refused:
+        _reserve(team)
+    assert refused.value.messages == [
+        "The team Lab has used or reserved all of its $10.00 for this month (running "
+        "sessions hold their ceilings until they finish)."
+    ]
+    team.refresh_from_db()
+    assert limits.refuse_start(team.memberships.first().user, minutes=5, team=team) == (
+        "The team Lab has used its $10.00 for this month (running sessions count at their "
+        "ceilings until they finish)."
+    )
+
+
+@pytest.mark.django_db(transaction=True)  # no test-wide transaction around it
+def test_a_reservation_outside_the_starting_transaction_is_a_programming_error(team: Team):
+    from thinking import budget
+
+    with pytest.raises(RuntimeError) as error:
+        budget.reserve(team, tokens=None, dollars=None)
+    assert str(error.value) == "reserve() must run inside the transaction that creates the session"
+
+
+@pytest.mark.django_db
+def test_a_model_without_a_price_never_hits_a_dollar_ceiling(make_session: Any):
+    from decimal import Decimal
+
+    from thinking import budget
+
+    unpriced = make_session(model_id="a-local-model", max_cost_usd=Decimal("0.01"),
+                            input_tokens=10**9)  # fmt: skip
+    assert budget.session_cost(unpriced) is None
+    assert budget.over_cost_ceiling(unpriced) is False

@@ -56,7 +56,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_model_capabilities.py",
     ),
     # the tag extractor and reply parsing
-    "thinking/parsing.py": ("tests/thinking/test_parsing.py",),
+    "thinking/parsing.py": ("tests/thinking/test_parsing.py", "tests/thinking/test_seed_parts.py"),
     "thinking/tags.py": ("tests/thinking/test_tags.py", "tests/thinking/test_parsing.py"),
     # evidence and citations
     "thinking/evidence.py": (

@@ -230,12 +230,7 @@ def _source_rows(session: ThinkingSession, after: int, top: int) -> SourceRows:
     further behind reads its own), and the summary line if there are any."""
     after = min(after, top)
     after = max(after, top - LIVE_SOURCE_ROWS)
-    rows = list(Source.objects.filter(session=session, number__gt=after).order_by("number"))
-    summary = ""
-    if rows:
-        summary = _render(
-            "_sources_summary.html", {**sources_summary_context(session), "oob": True}
-        )
+    rows, summary = _sources_above(session, after)
     return {
         "after": after,
         "rows": [{"kind": "source", "seq": s.number, "html": _source_html(s)} for s in rows],
@@ -307,13 +302,19 @@ def states_digest(states: Mapping[int, str]) -> str:
 def sources_after(session_id: uuid.UUID, number: int) -> tuple[list[str], int]:
     """Sources numbered above `number`, one appendable row each, and the summary line.
     Returns the HTML pieces and the highest number sent."""
-    session = ThinkingSession.objects.get(pk=session_id)
-    rows = list(Source.objects.filter(session_id=session_id, number__gt=number))
-    pieces = [_source_html(s) for s in rows]
-    if rows:
-        summary = {**sources_summary_context(session), "oob": True}
-        pieces.append(_render("_sources_summary.html", summary))
+    rows, summary = _sources_above(ThinkingSession.objects.get(pk=session_id), number)
+    pieces = [_source_html(s) for s in rows] + ([summary] if rows else [])
     return pieces, max([number, *(s.number for s in rows)])
+
+
+def _sources_above(session: ThinkingSession, number: int) -> tuple[list[Source], str]:
+    """The session's sources numbered above `number`, in order, and the summary line ("" when
+    there are none): what both the group's rows and a page's own gap read send."""
+    rows = list(Source.objects.filter(session=session, number__gt=number).order_by("number"))
+    if not rows:
+        return rows, ""
+    context = {**sources_summary_context(session), "oob": True}
+    return rows, _render("_sources_summary.html", context)
 
 
 def question_state(explored: bool, priority: int) -> str:

@@ -20,7 +20,9 @@ import os
 import shutil
 import subprocess
 import sys
+from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any
 
 from mutation import report
 from mutation.modules import (
@@ -114,6 +116,7 @@ def retest_survivors(module: str) -> None:
 
 def child(module: str, workers: int, smoke: bool) -> None:
     """Inside the child process: mutmut with its configuration narrowed to one module."""
+    from mutmut import __main__ as mutmut_main
     from mutmut import configuration
     from mutmut.__main__ import cli
     from mutmut.workers import isolation
@@ -133,11 +136,28 @@ def child(module: str, workers: int, smoke: bool) -> None:
         only_mutate=[module],
         pytest_add_cli_args_test_selection=list(SMOKE_TESTS if smoke else MODULES[module]),
     )
-    # Named mutants are always run again: the smoke run measures afresh every time. A module
-    # with a mutant filter (mutation/modules.py) runs only those.
-    names = [SMOKE_MUTANTS] if smoke else list(ONLY.get(module, ()))
+    if smoke:
+        # Named mutants are always run again: the smoke run measures afresh every time.
+        cli.main(["run", "--max-children", str(workers), SMOKE_MUTANTS], prog_name="mutmut")
+        return
+    only = ONLY.get(module)
+    if only:
+        # mutmut re-runs every mutant named on its command line, so a module with a mutant
+        # filter (mutation/modules.py) would start over each time. The filter is applied to
+        # mutmut's own list instead, which keeps the run incremental.
+        collect = mutmut_main.collect_source_file_mutation_data
+
+        def only_filtered(*, mutant_names: tuple[str, ...] | list[str]) -> Any:
+            mutants, by_path = collect(mutant_names=mutant_names)
+            return [m for m in mutants if matches(m[1], only)], by_path
+
+        mutmut_main.collect_source_file_mutation_data = only_filtered
     # mutmut exits through SystemExit with its own status.
-    cli.main(["run", "--max-children", str(workers), *names], prog_name="mutmut")
+    cli.main(["run", "--max-children", str(workers)], prog_name="mutmut")
+
+
+def matches(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def main(argv: list[str] | None = None) -> int:

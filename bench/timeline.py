@@ -43,7 +43,6 @@ TARGETS = (
     ("research.web", "store_results", "storing steps (transactions)"),
     ("thinking.steps", "current_status", "reading state"),
     ("thinking.loop", "select_focus", "reading state"),
-    ("thinking.evidence", "best_sources", "reading state"),
     ("research.web", "cached_results", "reading state"),
     ("channels.db", "DatabaseSyncToAsync.__call__", "other database hops"),
 )

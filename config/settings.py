@@ -412,9 +412,8 @@ DEEPTHINK_CHECK_MAX_TOKENS = env_int("DEEPTHINK_CHECK_MAX_TOKENS", 1500, minimum
 DEEPTHINK_TOOLS = env_bool("DEEPTHINK_TOOLS", True)
 DEEPTHINK_THINK_TOOL = env_bool("DEEPTHINK_THINK_TOOL", True)
 DEEPTHINK_MAX_TOOL_ROUNDS = env_int("DEEPTHINK_MAX_TOOL_ROUNDS", 5, minimum=1)
-# Sources given to the model, best first; and a fresh plan for this many high-priority
-# sub-questions (priority >= DEEPTHINK_REPLAN_PRIORITY) when they become the focus.
-DEEPTHINK_EVIDENCE_SOURCES = env_int("DEEPTHINK_EVIDENCE_SOURCES", 12, minimum=1)
+# A fresh plan for this many high-priority sub-questions (priority >=
+# DEEPTHINK_REPLAN_PRIORITY) when they become the focus.
 DEEPTHINK_REPLANS = env_int("DEEPTHINK_REPLANS", 3, minimum=0)
 DEEPTHINK_REPLAN_PRIORITY = env_int("DEEPTHINK_REPLAN_PRIORITY", 8, minimum=1)
 

@@ -287,28 +287,6 @@ def evidence_pack(sources: Sequence[Source]) -> str:
     return EVIDENCE_PREAMBLE + "\n\n<evidence>\n" + "\n".join(blocks) + "\n</evidence>"
 
 
-def choose_sources(session_id: uuid.UUID, limit: int) -> list[Source]:
-    """The sources the model sees: the best scored of each kind, then by citation number,
-    so the evidence pack (and the prompt cache) stays stable as new sources arrive."""
-    rows = list(Source.objects.filter(session_id=session_id).order_by("number"))
-    if len(rows) <= limit:
-        return rows
-    # Scores are only comparable within a kind (web relevance vs. full-text rank), so each
-    # kind gets half the places, and a kind with fewer sources leaves its places to the other.
-    by_kind = {
-        kind: sorted((s for s in rows if s.kind == kind), key=lambda s: (-s.score, s.number))
-        for kind in (SourceKind.WEB, SourceKind.MEMORY)
-    }
-    half = limit // 2
-    web_places = max(half, limit - len(by_kind[SourceKind.MEMORY]))
-    chosen = by_kind[SourceKind.WEB][:web_places]
-    chosen += by_kind[SourceKind.MEMORY][: limit - len(chosen)]
-    return sorted(chosen, key=lambda s: s.number)
-
-
-best_sources = db_hop(choose_sources)  # for async code: one hop of its own
-
-
 def cited_numbers(text: str) -> list[int]:
     """Every cited number (all citation forms: thinking/citations.py)."""
     return citations.cited_numbers(text)

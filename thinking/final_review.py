@@ -66,22 +66,6 @@ class SubQuestionItem:
     answer: str = ""
 
 
-INSTRUCTIONS = """Original Question: {question}
-
-Your thinking time is over. Review the whole session below: every synthesis, the thoughts
-that mattered most, the sub-questions you explored and those you did not, and the questions
-that remained open. Give your final, comprehensive answer. Support claims with the sources,
-cited as [n]; cite only numbers that exist. Say plainly what stays uncertain.
-Format:
-
-ANSWER: [a comprehensive answer to the original question; paragraphs are fine]
-INSIGHTS:
-- [key insight]
-CONFIDENCE: [0.0-1.0]
-REMAINING:
-- [what is still uncertain]"""
-
-
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
@@ -107,9 +91,8 @@ def review_prompt(
     syntheses: Sequence[SynthesisItem],
     thoughts: Sequence[ThoughtItem],
     sub_questions: Sequence[SubQuestionItem],
-    evidence: str = "",
     budget_tokens: int,
-    log: Sequence[str] | None = None,
+    log: Sequence[str],
     logged_from_cycle: int | None = None,
     background: str = "",
 ) -> Prompt:
@@ -117,37 +100,19 @@ def review_prompt(
     longest clipped first if they would not fit); then the remaining questions, the
     sub-questions and as many of the best thoughts as fit.
 
-    With a session `log`, the prompt is the shared consolidation header and the log (the
-    cached prefix; the sources are in the log, so `evidence` is not repeated), then the
-    review and the task as the variable tail; thoughts from `logged_from_cycle` on are in
-    the log already and are not repeated."""
-    if log is not None:
-        base = prompts.final_prompt(
-            question=question,
-            recent=(),
-            explored=(),
-            syntheses=(),
-            log=log,
-            background=background,
-        )
-        stable, task, prefix = base.stable, base.variable, base.log
-        used = len(stable) + sum(len(block) + 2 for block in prefix) + len(task) + 2
-        budget = max(
-            budget_tokens * CHARS_PER_TOKEN - used,
-            budget_tokens * CHARS_PER_TOKEN // MIN_TAIL_SHARE,
-        )
-        budget -= 400  # headings and separators
-        if logged_from_cycle is not None:
-            thoughts = [t for t in thoughts if t.cycle < logged_from_cycle]
-    else:
-        # A follow-up's earlier session goes first, like in every other prompt (#19).
-        stable = (
-            prompts.background_block(background)
-            + INSTRUCTIONS.format(question=question)
-            + (f"\n\n{evidence}" if evidence else "")
-        )
-        task, prefix = "", ()
-        budget = budget_tokens * CHARS_PER_TOKEN - len(stable) - 400  # headings and separators
+    The prompt is the shared consolidation header and the session `log` (the cached prefix,
+    with the sources), then the review and the task as the variable tail; thoughts from
+    `logged_from_cycle` on are in the log already and are not repeated."""
+    base = prompts.final_prompt(question=question, log=log, background=background)
+    stable, task, prefix = base.stable, base.variable, base.log
+    used = len(stable) + sum(len(block) + 2 for block in prefix) + len(task) + 2
+    budget = max(
+        budget_tokens * CHARS_PER_TOKEN - used,
+        budget_tokens * CHARS_PER_TOKEN // MIN_TAIL_SHARE,
+    )
+    budget -= 400  # headings and separators
+    if logged_from_cycle is not None:
+        thoughts = [t for t in thoughts if t.cycle < logged_from_cycle]
     sections: list[str] = []
 
     # Every synthesis, in order; when they would not fit, each gets an equal share.
@@ -197,21 +162,13 @@ def review_prompt(
         chosen.append(thought)
         budget -= len(line) + 1
     chosen.sort(key=lambda t: t.sequence)
-    if log is not None:
-        title = (
-            f"Earlier thoughts that mattered most, no longer in the log above ({len(chosen)} "
-            f"of {len(thoughts)}: the most confident and the most recent, in order)"
-        )
-        empty = "(none: every thought is in the log above)"
-    else:
-        title = (
-            f"The thoughts that mattered most ({len(chosen)} of {len(thoughts)}: the most "
-            "confident and the most recent, in order)"
-        )
-        empty = "(none)"
+    title = (
+        f"Earlier thoughts that mattered most, no longer in the log above ({len(chosen)} "
+        f"of {len(thoughts)}: the most confident and the most recent, in order)"
+    )
+    empty = "(none: every thought is in the log above)"
     sections.append(f"{title}:\n" + ("\n".join(_thought_line(t) for t in chosen) or empty))
-    if task:
-        sections.append(task)
+    sections.append(task)
     return Prompt(stable, "\n\n".join(sections), tuple(prefix))
 
 
@@ -239,18 +196,16 @@ def gather(session: ThinkingSession) -> dict:
 async def final_prompt(
     session: ThinkingSession,
     *,
-    evidence: str,
     worker_id: str,
     publish: Publish,
-    log: Sequence[str] | None = None,
+    log: Sequence[str],
 ) -> Prompt:
-    """The final prompt for `session`, after its cached `log` when given; the review shows as
-    a `reflection` stage."""
+    """The final prompt for `session`, after its cached `log`; the review shows as a
+    `reflection` stage."""
     material = await db_hop(gather)(session)
     cycles = [t.cycle for t in material["thoughts"]]
     prompt = review_prompt(
         question=session.question,
-        evidence=evidence,
         budget_tokens=settings.DEEPTHINK_FINAL_PROMPT_TOKENS,
         log=log,
         logged_from_cycle=transcript.epoch_start_for(max(cycles, default=0)),

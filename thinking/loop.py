@@ -59,29 +59,10 @@ __all__ = ["Focus", "LeaseLost", "Meter", "Run", "Stopped", "deliberate", "run_s
 
 logger = logging.getLogger(__name__)
 
-RECENT_THOUGHTS = 8
-SYNTHESIS_THOUGHTS = 20
-
-
 # --- reading ---------------------------------------------------------------------------
 
 
-MODEL_TYPES = ("exploration", "critique", "connection", "insight")
 RECENT_HINTS = 5
-
-
-def _recent(session: ThinkingSession, count: int) -> list[prompts.ThoughtLine]:
-    rows = list(session.thoughts.filter(type__in=MODEL_TYPES).order_by("-sequence")[:count])
-    return [prompts.ThoughtLine(t.type, t.text, t.confidence) for t in reversed(rows)]
-
-
-def _explored(session: ThinkingSession) -> list[tuple[str, str]]:
-    return [(q.text, q.answer) for q in session.sub_questions.filter(explored=True).order_by("id")]
-
-
-def _latest_synthesis_text(session: ThinkingSession) -> str:
-    latest = session.syntheses.order_by("-sequence").first()
-    return latest.text if latest else ""
 
 
 @db_hop
@@ -131,18 +112,16 @@ async def generate_thoughts(
     await stages.enter(
         session.pk, "analysis", message, worker_id=run.worker_id, publish=run.publish
     )
-    recent, understanding, sources, hints, log, pack = await db_hop(
+    # The log carries the sources, earlier cycles and syntheses: nothing else is read.
+    known_sources, hints, log = await db_hop(
         lambda: (
-            _recent(session, RECENT_THOUGHTS),
-            _latest_synthesis_text(session),
-            list(session.sources.order_by("number")),
+            session.sources.count(),
             list(
                 session.thoughts.filter(type=ThoughtType.HINT)
                 .order_by("-sequence")
                 .values_list("text", flat=True)[:RECENT_HINTS]
             ),
             transcript.session_log(session),
-            evidence.choose_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES),
         )
     )()
     mode, spec = _reading_mode(session)
@@ -151,14 +130,11 @@ async def generate_thoughts(
         question=session.question,
         focus=focus.text,
         background=session.parent_context,
-        recent=recent,
-        understanding=understanding,
         reply_format=prompts.thought_format(mode, spec),
-        evidence=evidence.evidence_pack(pack),
         tool_guidance=tools.THINK_TOOL_GUIDANCE
         if any(t["name"] == "think" for t in offered)
         else "",
-        known_sources=len(sources),
+        known_sources=known_sources,
         hints=list(reversed(hints)),
         log=log,
     )
@@ -261,19 +237,9 @@ async def generate_questions(
     focus: Focus,
     run: Run,
 ) -> tuple[ThinkingSession, SessionEvent]:
-    recent, existing, log = await db_hop(
-        lambda: (
-            _recent(session, RECENT_THOUGHTS),
-            list(session.sub_questions.values_list("text", flat=True)),
-            transcript.session_log(session),
-        )
-    )()
+    log = await db_hop(transcript.session_log)(session)
     prompt = prompts.questions_prompt(
-        question=session.question,
-        recent=recent,
-        existing=existing,
-        log=log,
-        background=session.parent_context,
+        question=session.question, log=log, background=session.parent_context
     )
     reply = await ask(
         session=session,
@@ -296,35 +262,19 @@ async def synthesise(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A periodic synthesis, or with `final=True` the final answer that completes the session."""
 
-    def gather() -> tuple[list, list, str, tuple[str, ...], list]:
-        return (
-            _recent(session, SYNTHESIS_THOUGHTS),
-            _explored(session),
-            _latest_synthesis_text(session),
-            transcript.session_log(session),
-            evidence.choose_sources(session.pk, settings.DEEPTHINK_EVIDENCE_SOURCES),
-        )
-
     if not final:  # the final answer's stages come with its review (thinking.final_review)
         message = "Consolidating the understanding so far"
         await stages.enter(
             session.pk, "synthesis", message, worker_id=run.worker_id, publish=run.publish
         )
-    recent, explored, previous, log, best = await db_hop(gather)()
-    pack = evidence.evidence_pack(best)
+    log = await db_hop(transcript.session_log)(session)
     if final:  # the final answer reviews the whole session, after the cached log
         prompt = await final_review.final_prompt(
-            session, evidence=pack, log=log, worker_id=run.worker_id, publish=run.publish
+            session, log=log, worker_id=run.worker_id, publish=run.publish
         )
     else:
         prompt = prompts.synthesis_prompt(
-            question=session.question,
-            background=session.parent_context,
-            recent=recent,
-            explored=explored,
-            previous=previous,
-            evidence=pack,
-            log=log,
+            question=session.question, log=log, background=session.parent_context
         )
     purpose = "final" if final else "synthesis"
     reply = await ask(

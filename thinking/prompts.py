@@ -8,9 +8,6 @@ server works (several lack tool_choice). Each prompt is laid out for the prompt 
     log      the session so far (transcript.session_log): append-only blocks, so each call
              repeats the previous call's blocks exactly and adds new ones at the end
     variable the moving part, last and short (the focus, people's hints, the task)
-
-Without a log (older callers) the variable part carries recent thoughts and the evidence
-sits in the stable part, as before.
 """
 
 from __future__ import annotations
@@ -49,12 +46,6 @@ class Prompt:
 LOG_INTRO = "The session so far, oldest first:"
 
 
-def _thought_lines(thoughts: Sequence[ThoughtLine]) -> str:
-    if not thoughts:
-        return "(none yet)"
-    return "\n".join(f"- [{t.type}, {t.confidence:.2f}] {t.text}" for t in thoughts)
-
-
 def _list(items: Sequence[str], empty: str = "(none yet)") -> str:
     return "\n".join(f"- {item}" for item in items) if items else empty
 
@@ -80,69 +71,10 @@ final answer and more thinking would add little; otherwise false."""
 
 
 def background_block(background: str) -> str:
-    """A follow-up's earlier session, as the first block of a prompt's stable part."""
-    return _background(background)
-
-
-def _background(background: str) -> str:
     """A follow-up's parent (answer, last synthesis): first in the stable, cached prefix."""
     if not background:
         return ""
     return f"<earlier_session>\n{background}\n</earlier_session>\n\n"
-
-
-def _evidence(evidence: str) -> str:
-    return f"\n\n{evidence}" if evidence else ""
-
-
-def thoughts_prompt(
-    *,
-    question: str,
-    focus: str,
-    recent: Sequence[ThoughtLine],
-    understanding: str,
-    reply_format: str = "",
-    evidence: str = "",
-    tool_guidance: str = "",
-    known_sources: int = 0,
-    hints: Sequence[str] = (),
-    log: Sequence[str] | None = None,
-    background: str = "",
-) -> Prompt:
-    if log is not None:
-        return _thoughts_with_log(
-            question=question,
-            focus=focus,
-            reply_format=reply_format,
-            tool_guidance=tool_guidance,
-            known_sources=known_sources,
-            hints=hints,
-            log=log,
-            background=background,
-        )
-    guidance = f"\n\n{tool_guidance}" if tool_guidance else ""
-    stable = f"""{_background(background)}Question: {question}
-
-Each turn you get a current focus. Generate 3-5 distinct thoughts about it. Do not repeat
-earlier thoughts; build on them, challenge them or connect them. Where a thought rests on a
-source, cite it as [n].{guidance}
-
-{reply_format or "Format:\n" + THOUGHT_LINES}{_evidence(evidence)}"""
-    sources_line = f"\nSources found so far: {known_sources}." if known_sources else ""
-    guidance = ""
-    if hints:
-        # The person watching steers the session; their words guide, they do not replace it.
-        guidance = "\n\nGuidance from the person watching (take it into account):\n" + _list(hints)
-    variable = f"""Current focus: {focus}{sources_line}{guidance}
-
-Current understanding:
-{understanding or "(no synthesis yet)"}
-
-Recent thoughts:
-{_thought_lines(recent)}
-
-Now write your thoughts about the current focus."""
-    return Prompt(stable, variable)
 
 
 def _hints(hints: Sequence[str]) -> str:
@@ -152,19 +84,24 @@ def _hints(hints: Sequence[str]) -> str:
     return "\n\nGuidance from the person watching (take it into account):\n" + _list(hints)
 
 
-def _thoughts_with_log(
+def _blocks(log: Sequence[str]) -> tuple[str, ...]:
+    return tuple(log) or ("(nothing yet)",)
+
+
+def thoughts_prompt(
     *,
     question: str,
     focus: str,
-    reply_format: str,
-    tool_guidance: str,
-    known_sources: int,
-    hints: Sequence[str],
     log: Sequence[str],
+    reply_format: str = "",
+    tool_guidance: str = "",
+    known_sources: int = 0,
+    hints: Sequence[str] = (),
     background: str = "",
 ) -> Prompt:
+    """A thought cycle. The log carries the sources, earlier cycles and syntheses."""
     guidance = f"\n\n{tool_guidance}" if tool_guidance else ""
-    stable = f"""{_background(background)}Question: {question}
+    stable = f"""{background_block(background)}Question: {question}
 
 Each turn you get a current focus. Generate 3-5 distinct thoughts about it. Do not repeat
 earlier thoughts; build on them, challenge them or connect them. Where a thought rests on a
@@ -177,19 +114,12 @@ source, cite it as [n].{guidance}
     variable = f"""Current focus: {focus}{sources_line}{_hints(hints)}
 
 Now write your thoughts about the current focus."""
-    return Prompt(stable, variable, tuple(log) or ("(nothing yet)",))
+    return Prompt(stable, variable, _blocks(log))
 
 
-def questions_prompt(
-    *,
-    question: str,
-    recent: Sequence[ThoughtLine],
-    existing: Sequence[str],
-    log: Sequence[str] | None = None,
-    background: str = "",
-) -> Prompt:
-    if log is not None:
-        stable = f"""{_background(background)}Original Question: {question}
+def questions_prompt(*, question: str, log: Sequence[str], background: str = "") -> Prompt:
+    """New sub-questions; the log lists the ones already added."""
+    stable = f"""{background_block(background)}Original Question: {question}
 
 From the session so far, find new questions that would help answer the original question.
 Give at most 3, none that is already among the sub-questions added.
@@ -201,30 +131,14 @@ WHY: [explanation]
 ---
 
 {LOG_INTRO}"""
-        variable = "Now give the new questions, judged by the latest thoughts above."
-        return Prompt(stable, variable, tuple(log) or ("(nothing yet)",))
-    stable = f"""{_background(background)}Original Question: {question}
-
-From the recent thoughts, find new questions that would help answer the original question.
-Give at most 3, none that is already on the list.
-
-Format:
-QUESTION: [question text]
-PRIORITY: [1-10]
-WHY: [explanation]
----"""
-    variable = f"""Recent thoughts:
-{_thought_lines(recent)}
-
-Sub-questions already on the list (do not repeat them):
-{_list(existing)}"""
-    return Prompt(stable, variable)
+    variable = "Now give the new questions, judged by the latest thoughts above."
+    return Prompt(stable, variable, _blocks(log))
 
 
 def _consolidation_header(question: str, background: str = "") -> str:
     """Shared by syntheses and the final answer, so the final answer reads the syntheses'
     cached prefix; the task at the end says which one is wanted."""
-    return f"""{_background(background)}Original Question: {question}
+    return f"""{background_block(background)}Original Question: {question}
 
 From time to time you consolidate the session so far: a synthesis of your current
 understanding, and at the end your final answer. Support claims with the sources, cited as
@@ -242,81 +156,15 @@ REMAINING:
 {LOG_INTRO}"""
 
 
-def synthesis_prompt(
-    *,
-    question: str,
-    recent: Sequence[ThoughtLine],
-    explored: Sequence[tuple[str, str]],
-    previous: str,
-    evidence: str = "",
-    log: Sequence[str] | None = None,
-    background: str = "",
-) -> Prompt:
-    if log is not None:
-        variable = """Now synthesize your current understanding of everything above, in the
+def synthesis_prompt(*, question: str, log: Sequence[str], background: str = "") -> Prompt:
+    variable = """Now synthesize your current understanding of everything above, in the
 format given, with LABEL = SYNTHESIS (the reply begins with "SYNTHESIS:")."""
-        header = _consolidation_header(question, background)
-        return Prompt(header, variable, tuple(log) or ("(nothing yet)",))
-    stable = f"""{_background(background)}Original Question: {question}
-
-Synthesize your current understanding from the material below. Cite sources as [n].
-Format:
-
-SYNTHESIS: [summary of understanding]
-INSIGHTS:
-- [key insight 1]
-- [key insight 2]
-CONFIDENCE: [0.0-1.0]
-REMAINING:
-- [unanswered question 1]
-- [unanswered question 2]{_evidence(evidence)}"""
-    explored_lines = _list([f"{q} -> {a}" if a else q for q, a in explored])
-    variable = f"""Previous synthesis:
-{previous or "(none yet)"}
-
-Thoughts so far (last {len(recent)}):
-{_thought_lines(recent)}
-
-Sub-questions explored:
-{explored_lines}"""
-    return Prompt(stable, variable)
+    return Prompt(_consolidation_header(question, background), variable, _blocks(log))
 
 
-def final_prompt(
-    *,
-    question: str,
-    recent: Sequence[ThoughtLine],
-    explored: Sequence[tuple[str, str]],
-    syntheses: Sequence[str],
-    evidence: str = "",
-    log: Sequence[str] | None = None,
-    background: str = "",
-) -> Prompt:
-    if log is not None:
-        variable = """Your thinking time is over. Review everything above and give your final,
+def final_prompt(*, question: str, log: Sequence[str], background: str = "") -> Prompt:
+    """The final answer's header and task; thinking.final_review puts its review between."""
+    variable = """Your thinking time is over. Review everything above and give your final,
 comprehensive answer to the original question (paragraphs are fine), in the format given,
 with LABEL = ANSWER (the reply begins with "ANSWER:")."""
-        header = _consolidation_header(question, background)
-        return Prompt(header, variable, tuple(log) or ("(nothing yet)",))
-    stable = f"""{_background(background)}Original Question: {question}
-
-Your thinking time is over. Review everything below and give your final, comprehensive
-answer. Support claims with the sources, cited as [n]; cite only numbers that exist.
-Format:
-
-ANSWER: [a comprehensive answer to the original question; paragraphs are fine]
-INSIGHTS:
-- [key insight]
-CONFIDENCE: [0.0-1.0]
-REMAINING:
-- [what is still uncertain]{_evidence(evidence)}"""
-    explored_lines = _list([f"{q} -> {a}" if a else q for q, a in explored])
-    variable = f"""Syntheses along the way:
-{_list(syntheses)}
-
-Most important recent thoughts:
-{_thought_lines(recent)}
-
-Sub-questions explored:
-{explored_lines}"""
-    return Prompt(stable, variable)
+    return Prompt(_consolidation_header(question, background), variable, _blocks(log))

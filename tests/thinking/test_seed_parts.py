@@ -45,7 +45,7 @@ def long_session() -> dict[str, Any]:
 def test_the_final_prompt_reviews_the_whole_session_within_its_budget():
     budget = 6000
     prompt = final_review.review_prompt(
-        question="What drives it?", evidence="", budget_tokens=budget, **long_session()
+        question="What drives it?", budget_tokens=budget, log=(), **long_session()
     )
 
     text = prompt.text
@@ -59,9 +59,7 @@ def test_the_final_prompt_reviews_the_whole_session_within_its_budget():
 
 
 def test_a_tight_budget_still_carries_every_synthesis():
-    prompt = final_review.review_prompt(
-        question="Q?", evidence="", budget_tokens=2500, **long_session()
-    )
+    prompt = final_review.review_prompt(question="Q?", budget_tokens=2500, log=(), **long_session())
     assert all(f"SYNTHESIS-{n}:" in prompt.text for n in range(6))
     assert final_review.estimate_tokens(prompt.text) <= 2500
 
@@ -82,9 +80,7 @@ def test_the_final_review_follows_the_cached_session_log():
         **material,
     )  # fmt: skip
 
-    synthesis = prompts.synthesis_prompt(
-        question="What drives it?", recent=[], explored=[], previous="", log=log
-    )
+    synthesis = prompts.synthesis_prompt(question="What drives it?", log=log)
     assert (prompt.stable, prompt.log) == (synthesis.stable, synthesis.log), "a shared prefix"
     assert "EARLY-KEY: the mechanism is feedback." in prompt.variable
     assert all(f"SYNTHESIS-{n}:" in prompt.variable for n in range(6))

@@ -84,7 +84,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "thinking/models.py": LIFECYCLE_TESTS,
     "thinking/steps.py": LOOP_TESTS,
     # the loop (the longest runs)
-    "thinking/prompts.py": LOOP_TESTS,
+    "thinking/prompts.py": ("tests/thinking/test_prompts.py", *LOOP_TESTS),
     "thinking/loop.py": LOOP_TESTS,
 }
 

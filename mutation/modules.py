@@ -75,6 +75,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_evidence_blocks.py",
     ),
     "thinking/planner.py": (
+        "tests/thinking/test_planner.py",
         "tests/thinking/test_research.py",
         "tests/thinking/test_promises.py",
         "tests/thinking/test_seed_loop.py",

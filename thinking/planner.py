@@ -15,23 +15,19 @@ MAX_STEPS = 8
 MAX_QUERIES = 4
 MAX_TERMS = 8
 
+# Common words that are never key terms. Words shorter than three letters need no entry:
+# key_terms never takes them.
 STOPWORDS = frozenset(
     [
-        "a",
         "about",
         "above",
         "after",
         "again",
         "against",
         "all",
-        "am",
-        "an",
         "and",
         "any",
         "are",
-        "as",
-        "at",
-        "be",
         "because",
         "been",
         "before",
@@ -40,11 +36,9 @@ STOPWORDS = frozenset(
         "between",
         "both",
         "but",
-        "by",
         "can",
         "could",
         "did",
-        "do",
         "does",
         "doing",
         "down",
@@ -58,7 +52,6 @@ STOPWORDS = frozenset(
         "has",
         "have",
         "having",
-        "he",
         "her",
         "here",
         "hers",
@@ -67,30 +60,19 @@ STOPWORDS = frozenset(
         "himself",
         "his",
         "how",
-        "i",
-        "if",
-        "in",
         "into",
-        "is",
-        "it",
         "its",
         "itself",
         "just",
-        "me",
         "more",
         "most",
-        "my",
         "myself",
-        "no",
         "nor",
         "not",
         "now",
-        "of",
         "off",
-        "on",
         "once",
         "only",
-        "or",
         "other",
         "our",
         "ours",
@@ -101,7 +83,6 @@ STOPWORDS = frozenset(
         "same",
         "she",
         "should",
-        "so",
         "some",
         "such",
         "than",
@@ -118,14 +99,11 @@ STOPWORDS = frozenset(
         "this",
         "those",
         "through",
-        "to",
         "too",
         "under",
         "until",
-        "up",
         "very",
         "was",
-        "we",
         "were",
         "what",
         "when",
@@ -143,9 +121,6 @@ STOPWORDS = frozenset(
         "yours",
         "yourself",
         "yourselves",
-        "does",
-        "do",
-        "is",
         "really",
         "much",
         "many",
@@ -199,7 +174,8 @@ MEMORY QUERIES:
 
 
 _SECTION = re.compile(
-    r"^[ \t*#_]*(PLAN|TERMS|WEB[ _]QUERIES|MEMORY[ _]QUERIES)[ \t*_]*:[ \t]*(.*)$",
+    # "**Terms:** a, b" as well as "TERMS: a, b": emphasis may close after the colon.
+    r"^[ \t*#_]*(PLAN|TERMS|WEB[ _]QUERIES|MEMORY[ _]QUERIES)[ \t*_]*:[ \t*_]*(.*)$",
     re.IGNORECASE | re.MULTILINE,
 )
 
@@ -236,11 +212,11 @@ def parse_plan(text: str) -> Plan | None:
 
 
 def key_terms(text: str, limit: int = 6) -> list[str]:
-    """Content words in order of appearance, without repeats."""
+    """Content words (three letters or more) in order of appearance, without repeats."""
     seen: list[str] = []
     for word in re.findall(r"[A-Za-z][A-Za-z0-9'-]{2,}", text):
         lower = word.lower().strip("'-")
-        if lower not in STOPWORDS and lower not in seen:
+        if len(lower) >= 3 and lower not in STOPWORDS and lower not in seen:
             seen.append(lower)
     return seen[:limit]
 

@@ -70,6 +70,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_rendering.py",
     ),
     "thinking/tools.py": (
+        "tests/thinking/test_tools.py",
         "tests/thinking/test_research.py",
         "tests/thinking/test_promises.py",
         "tests/thinking/test_evidence_blocks.py",

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db.models import Max
+
 from .evidence import evidence_pack
 from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought
 
@@ -43,23 +45,28 @@ def epoch_start_for(last_cycle: int) -> int:
 def session_log(session: ThinkingSession) -> tuple[str, ...]:
     """The session's events so far as prompt blocks, oldest first (synchronous ORM)."""
     events: list[_Event] = []
+    # Only the current epoch's thoughts are read: every call of a long session would
+    # otherwise load all of them (hundreds of rows per call after an hour) to keep a few.
+    model_thoughts = Thought.objects.filter(session=session, type__in=MODEL_TYPES)
+    last_cycle = model_thoughts.aggregate(last=Max("cycle"))["last"] or 0
+    epoch_start = epoch_start_for(last_cycle)
     thoughts = list(
-        Thought.objects.filter(session=session, type__in=MODEL_TYPES)
+        model_thoughts.filter(cycle__gte=epoch_start)
         .select_related("sub_question")
         .order_by("sequence")
     )
     cycles: dict[int, list[Thought]] = {}
     for thought in thoughts:
         cycles.setdefault(thought.cycle, []).append(thought)
-    epoch_start = epoch_start_for(max(cycles, default=0))
-    syntheses = list(Synthesis.objects.filter(session=session).order_by("sequence"))
+    all_syntheses = Synthesis.objects.filter(session=session)
     if epoch_start:
-        first = min(cycles[c][0].created_at for c in cycles if c >= epoch_start)
-        carried = [s for s in syntheses if s.created_at < first][-1:]
-        syntheses = carried + [s for s in syntheses if s.created_at >= first]
+        # The latest synthesis before the epoch carries the earlier ones forward.
+        first = min(rows[0].created_at for rows in cycles.values())
+        carried = list(all_syntheses.filter(created_at__lt=first).order_by("-sequence")[:1])
+        syntheses = carried + list(all_syntheses.filter(created_at__gte=first).order_by("sequence"))
+    else:
+        syntheses = list(all_syntheses.order_by("sequence"))
     for cycle, rows in cycles.items():
-        if cycle < epoch_start:
-            continue
         sub = rows[0].sub_question
         focus = sub.text if sub is not None else session.question
         events.append(_Event(rows[0].created_at, 2, _cycle_block(cycle, focus, rows)))

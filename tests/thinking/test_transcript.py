@@ -1,0 +1,120 @@
+"""The session log every model call carries (thinking/transcript.py): what happened, in the
+order it happened, as blocks that never change once written, so that the prompt cache reads
+all but the newest blocks. A long session starts a new epoch every EPOCH_CYCLES cycles: the
+log then carries the latest synthesis from before the epoch and only the epoch's cycles."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from thinking import transcript
+from thinking.models import Source, SubQuestion, Synthesis, Thought
+
+pytestmark = pytest.mark.django_db
+
+START = timezone.now() - timedelta(days=1)
+
+
+def at(minute: int) -> Any:
+    return START + timedelta(minutes=minute)
+
+
+def stamp(model: Any, pk: int, minute: int) -> None:
+    model.objects.filter(pk=pk).update(created_at=at(minute))
+
+
+def add_cycle(session: Any, cycle: int, minute: int, *, sub: SubQuestion | None = None) -> None:
+    for n in range(2):
+        thought = Thought.objects.create(
+            session=session,
+            sequence=cycle * 10 + n,
+            cycle=cycle,
+            text=f"thought {cycle}.{n}",
+            type="insight" if n else "exploration",
+            confidence=0.5,
+            time_offset_seconds=float(minute),
+            sub_question=sub,
+        )
+        stamp(Thought, thought.pk, minute)
+
+
+def add_synthesis(session: Any, sequence: int, minute: int) -> None:
+    synthesis = Synthesis.objects.create(
+        session=session, sequence=sequence, text=f"understanding {sequence}", confidence=0.6,
+        time_offset_seconds=float(minute),
+    )  # fmt: skip
+    stamp(Synthesis, synthesis.pk, minute)
+
+
+def test_a_short_session_is_logged_in_order(make_session: Any):
+    session = make_session(question="Why is the sky blue?")
+    for number in (1, 2):
+        source = Source.objects.create(
+            session=session, number=number, kind="web", title=f"S{number}", url=f"https://e.com/{number}",
+            snippet=f"passage {number}", key=f"k{number}",
+        )  # fmt: skip
+        stamp(Source, source.pk, 0)
+    sub = SubQuestion.objects.create(session=session, text="What about sunsets?", priority=7)
+    stamp(SubQuestion, sub.pk, 2)
+    add_cycle(session, 0, 1)
+    add_cycle(session, 1, 3, sub=sub)
+    add_synthesis(session, 0, 4)
+    # A hint from the person watching is not the model's thought: not in the log.
+    Thought.objects.create(
+        session=session, sequence=99, text="mind the ocean", type="hint", confidence=1.0,
+        time_offset_seconds=5.0,
+    )  # fmt: skip
+
+    log = transcript.session_log(session)
+
+    assert len(log) == 5
+    assert log[0].count("<source ") == 2, "one research batch, one block"
+    assert 'title="S1"' in log[0] and 'title="S2"' in log[0]
+    assert log[1] == (
+        "Cycle 1, focus: Why is the sky blue?\n"
+        "- [exploration, 0.50] thought 0.0\n- [insight, 0.50] thought 0.1"
+    )
+    assert log[2] == "Sub-questions added:\n- What about sunsets? (priority 7)"
+    assert log[3].startswith("Cycle 2, focus: What about sunsets?\n")
+    assert log[4] == "Synthesis 0 (confidence 0.60):\nunderstanding 0"
+    assert "mind the ocean" not in "".join(log)
+
+
+def test_a_long_session_logs_only_the_current_epoch_and_the_synthesis_before_it(
+    make_session: Any,
+):
+    session = make_session()
+    epoch = transcript.EPOCH_CYCLES
+    for cycle in range(epoch + 3):
+        add_cycle(session, cycle, minute=cycle * 2)
+        if cycle % 10 == 9:
+            add_synthesis(session, cycle // 10, minute=cycle * 2 + 1)
+    # Syntheses 0, 1 and 2 came before the epoch's first cycle; 3 after it.
+    add_synthesis(session, 3, minute=(epoch + 1) * 2 + 1)
+
+    log = transcript.session_log(session)
+
+    assert log[0] == "Synthesis 2 (confidence 0.60):\nunderstanding 2", "carries the rest"
+    cycles = [block.split(",")[0] for block in log if block.startswith("Cycle ")]
+    assert cycles == [f"Cycle {n}" for n in range(epoch + 1, epoch + 4)]
+    assert "Synthesis 3 (confidence 0.60):\nunderstanding 3" in log
+    assert not any(f"understanding {n}" in block for n in (0, 1) for block in log)
+    assert transcript.epoch_start_for(epoch + 2) == epoch
+
+
+def test_the_log_only_grows_while_an_epoch_lasts(make_session: Any):
+    """What the prompt cache needs: each call's log begins with the previous call's blocks."""
+    session = make_session()
+    before = transcript.session_log(session)
+    for cycle in range(6):
+        add_cycle(session, cycle, minute=cycle)
+        if cycle == 3:
+            add_synthesis(session, 0, minute=cycle)
+        now = transcript.session_log(session)
+        assert now[: len(before)] == before
+        assert len(now) > len(before)
+        before = now

@@ -135,7 +135,7 @@ async def generate_thoughts(
         lambda: (
             _recent(session, RECENT_THOUGHTS),
             _latest_synthesis_text(session),
-            list(session.sources.order_by("number")),
+            session.sources.count(),
             list(
                 session.thoughts.filter(type=ThoughtType.HINT)
                 .order_by("-sequence")
@@ -158,7 +158,7 @@ async def generate_thoughts(
         tool_guidance=tools.THINK_TOOL_GUIDANCE
         if any(t["name"] == "think" for t in offered)
         else "",
-        known_sources=len(sources),
+        known_sources=sources,
         hints=list(reversed(hints)),
         log=log,
     )

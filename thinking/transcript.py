@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db.models import Max
+
 from .evidence import evidence_pack
 from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought
 
@@ -43,23 +45,25 @@ def epoch_start_for(last_cycle: int) -> int:
 def session_log(session: ThinkingSession) -> tuple[str, ...]:
     """The session's events so far as prompt blocks, oldest first (synchronous ORM)."""
     events: list[_Event] = []
-    thoughts = list(
-        Thought.objects.filter(session=session, type__in=MODEL_TYPES)
-        .select_related("sub_question")
-        .order_by("sequence")
-    )
+    model_thoughts = Thought.objects.filter(session=session, type__in=MODEL_TYPES)
+    last_cycle = model_thoughts.aggregate(last=Max("cycle"))["last"] or 0
+    epoch_start = epoch_start_for(last_cycle)
+    # Only this epoch's rows: every call of a session reads the log, and reading all of a
+    # long session's thoughts each time made every call's work (and the peak memory of
+    # the database threads, which the allocator keeps) grow with the session.
+    thoughts = model_thoughts.filter(cycle__gte=epoch_start).select_related("sub_question")
     cycles: dict[int, list[Thought]] = {}
-    for thought in thoughts:
+    for thought in thoughts.order_by("sequence"):
         cycles.setdefault(thought.cycle, []).append(thought)
-    epoch_start = epoch_start_for(max(cycles, default=0))
-    syntheses = list(Synthesis.objects.filter(session=session).order_by("sequence"))
-    if epoch_start:
-        first = min(cycles[c][0].created_at for c in cycles if c >= epoch_start)
-        carried = [s for s in syntheses if s.created_at < first][-1:]
-        syntheses = carried + [s for s in syntheses if s.created_at >= first]
+    all_syntheses = Synthesis.objects.filter(session=session).order_by("sequence")
+    if epoch_start and cycles:
+        # The latest synthesis before this epoch carries the earlier ones forward.
+        first = min(rows[0].created_at for rows in cycles.values())
+        carried = all_syntheses.filter(created_at__lt=first).last()
+        syntheses = [*([carried] if carried else []), *all_syntheses.filter(created_at__gte=first)]
+    else:
+        syntheses = list(all_syntheses)
     for cycle, rows in cycles.items():
-        if cycle < epoch_start:
-            continue
         sub = rows[0].sub_question
         focus = sub.text if sub is not None else session.question
         events.append(_Event(rows[0].created_at, 2, _cycle_block(cycle, focus, rows)))

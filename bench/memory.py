@@ -1,5 +1,5 @@
 """What resident memory is made of, for benchmark 9: Python's own heap against the C
-allocator's, and (opt-in, `BENCH_TRACEMALLOC=1`) which lines of code hold what grew.
+allocator's, and (opt-in, `BENCH_TRACEMALLOC=N` frames) which lines of code hold what grew.
 
 Resident memory rising can be Python objects kept alive (a leak of ours) or glibc's malloc
 keeping freed memory in per-thread arenas (the process asked for it once, it is reused, not
@@ -111,25 +111,27 @@ def heap_now() -> dict[str, float]:
     return now
 
 
-def tracing() -> bool:
-    return os.environ.get("BENCH_TRACEMALLOC", "").strip() not in ("", "0")
+def traced_frames() -> int:
+    """`BENCH_TRACEMALLOC=N`: trace N frames per allocation (1, by line, is the cheapest;
+    more for the tracebacks); 0 or unset: off."""
+    value = os.environ.get("BENCH_TRACEMALLOC", "").strip()
+    return int(value) if value.isdigit() else 0
 
 
 class HeapDiff:
-    """With `BENCH_TRACEMALLOC=1`: tracemalloc from `start()`, a snapshot and live objects by
+    """With `BENCH_TRACEMALLOC=N`: tracemalloc from `start()`, a snapshot and live objects by
     type at `mark()`, and at `finish()` what grew since the mark, by line of code. Tracing
-    slows the run several times over: its timings are not the benchmark's."""
+    slows the run many times over (20 times with 12 frames): its timings are not the benchmark's."""
 
-    def __init__(self, top: int = 15, frames: int = 12) -> None:
+    def __init__(self, top: int = 15) -> None:
         self.top = top
-        self.frames = frames
         self.marked: tracemalloc.Snapshot | None = None
         self.types: Counter[str] = Counter()
         self.traced_at_mark = 0
 
     def start(self) -> None:
-        if tracing():
-            tracemalloc.start(self.frames)
+        if frames := traced_frames():
+            tracemalloc.start(frames)
 
     @staticmethod
     def _types() -> Counter[str]:
@@ -152,7 +154,10 @@ class HeapDiff:
     def finish(self) -> dict[str, Any]:
         """What grew between the mark and now: traced bytes, the top lines and tracebacks,
         and the object types whose count changed most."""
-        if not tracemalloc.is_tracing() or self.marked is None:
+        if not tracemalloc.is_tracing():
+            return {}
+        if self.marked is None:  # the session ended before its middle was seen
+            tracemalloc.stop()
             return {}
         types = self._types()
         snapshot = self._snapshot()

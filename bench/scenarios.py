@@ -1048,12 +1048,10 @@ async def memory(setup: Setup) -> dict[str, Any]:
         want = done * quarter / 4
         marks[f"{quarter}/4"] = next((mb for c, mb, _ in samples if c >= want), samples[-1][1])
     half = [(c, mb, h) for c, mb, h in samples if c >= done / 2]
-    slope = 0.0
-    heap_slope: dict[str, float] = {}
-    if len(half) >= 2 and half[-1][0] > half[0][0]:
-        per_100 = 100 / (half[-1][0] - half[0][0])
-        slope = per_100 * (half[-1][1] - half[0][1])
-        heap_slope = {k: round(per_100 * (v - half[0][2][k]), 1) for k, v in half[-1][2].items()}
+    slope, heap_slope = _per_100_cycles(half)
+    # The final answer reviews the whole session once (a peak of its own, not growth per
+    # cycle): the slope over the thought cycles alone leaves it out.
+    cycles_slope, _ = _per_100_cycles([row for row in half if row[0] < done])
     gc.collect()
     details = {
         "cycles": done,
@@ -1064,6 +1062,7 @@ async def memory(setup: Setup) -> dict[str, Any]:
         "rss_mb_peak": round(peak.peak, 1),
         "rss_mb_at": {k: round(v, 1) for k, v in marks.items()},
         "second_half_mb_per_100_cycles": round(slope, 2),
+        "second_half_mb_per_100_cycles_before_final": round(cycles_slope, 2),
         "second_half_heap_per_100_cycles": heap_slope,
         "after_session": {"rss_mb": round(rss_mb(), 1), **heap_now()},
         "tracemalloc": diff,
@@ -1073,10 +1072,23 @@ async def memory(setup: Setup) -> dict[str, Any]:
         f"{done} cycles in {runs[0].wall:.0f} s: resident "
         + " / ".join(f"{v:.0f}" for v in marks.values())
         + f" MB at each quarter (+{peak.peak - peak.before:.0f} MB peak); "
-        f"second half {slope:+.1f} MB per 100 cycles"
+        f"second half {slope:+.1f} MB per 100 cycles ({cycles_slope:+.1f} before the final answer)"
     )
     figures = [figure("9. memory, compressed long session", slope, shown)]
     return {"figures": figures, "details": details}
+
+
+def _per_100_cycles(
+    rows: list[tuple[int, float, dict[str, float]]],
+) -> tuple[float, dict[str, float]]:
+    """Resident memory's change per 100 cycles from the first row to the last, and the heap
+    figures' (`bench/memory.py`)."""
+    if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
+        return 0.0, {}
+    per_100 = 100 / (rows[-1][0] - rows[0][0])
+    first, last = rows[0][2], rows[-1][2]
+    heap = {k: round(per_100 * (v - first[k]), 1) for k, v in last.items() if k in first}
+    return per_100 * (rows[-1][1] - rows[0][1]), heap
 
 
 def _db_threads() -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import cProfile
+import gc
 import os
 import re
 import signal
@@ -39,6 +40,7 @@ from .harness import (
     percentile,
     run_supervised,
 )
+from .memory import HeapDiff, heap_now
 from .profiling import (
     Occupancy,
     PeakRSS,
@@ -999,25 +1001,38 @@ async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float]:
 async def memory(setup: Setup) -> dict[str, Any]:
     """A compressed long session (no model latency, a synthesis every 10 s of active time):
     resident memory against cycles, to see whether it keeps growing. A 2-hour session at
-    ~20 s a model call is ~240 cycles."""
-    cycles = 20 if setup.quick else 240
+    ~20 s a model call is ~240 cycles (`BENCH_MEMORY_CYCLES` for a longer one). Beside
+    resident memory, Python's heap and the C allocator's (`bench/memory.py`), to tell
+    objects kept alive from memory the allocator keeps; `BENCH_TRACEMALLOC=1` adds what
+    grew between the middle and the end, by line of code."""
+    cycles = 20 if setup.quick else int(os.environ.get("BENCH_MEMORY_CYCLES") or 240)
     setup.fakes.reset()
     setup.fakes.configure(delay=0.0, exa_delay=0.0, cycles=cycles)
     user = await _new_user(f"memory-{setup.run_id}")
     runs = await _new_sessions(user, [f"{setup.run_id}-m-0"], synthesis_seconds=10.0)
     session_id = runs[0].id
-    samples: list[tuple[int, float]] = []
+    samples: list[tuple[int, float, dict[str, float]]] = []
+    heap = HeapDiff()
+    diff: dict[str, Any] = {}
 
     async def sample() -> None:
+        nonlocal diff
         from thinking.models import ThinkingSession
 
         def cycles_now() -> int:
             return ThinkingSession.objects.filter(pk=session_id).values_list("cycles", flat=True)[0]
 
         while True:
-            samples.append((await sync_to_async(cycles_now)(), rss_mb()))
+            done = await sync_to_async(cycles_now)()
+            samples.append((done, rss_mb(), heap_now()))
+            # Snapshots while the session still runs, so its live state counts as kept.
+            if heap.marked is None and done >= cycles // 2:
+                heap.mark()
+            elif not diff and done >= cycles - 1:
+                diff = heap.finish()
             await asyncio.sleep(0.5)
 
+    heap.start()
     async with PeakRSS() as peak:
         sampler = asyncio.create_task(sample())
         try:
@@ -1025,33 +1040,61 @@ async def memory(setup: Setup) -> dict[str, Any]:
         finally:
             sampler.cancel()
             await asyncio.gather(sampler, return_exceptions=True)
+    diff = diff or heap.finish()
     done = samples[-1][0] if samples else 0
     # Resident memory at each quarter of the run, by cycles completed.
     marks = {}
     for quarter in (1, 2, 3, 4):
         want = done * quarter / 4
-        marks[f"{quarter}/4"] = next((mb for c, mb in samples if c >= want), samples[-1][1])
-    half = [(c, mb) for c, mb in samples if c >= done / 2]
-    slope = 0.0
-    if len(half) >= 2 and half[-1][0] > half[0][0]:
-        slope = 100 * (half[-1][1] - half[0][1]) / (half[-1][0] - half[0][0])
+        marks[f"{quarter}/4"] = next((mb for c, mb, _ in samples if c >= want), samples[-1][1])
+    half = [(c, mb, h) for c, mb, h in samples if c >= done / 2]
+    slope, heap_slope = _per_100_cycles(half)
+    # The final answer reviews the whole session once (a peak of its own, not growth per
+    # cycle): the slope over the thought cycles alone leaves it out.
+    cycles_slope, _ = _per_100_cycles([row for row in half if row[0] < done])
+    gc.collect()
     details = {
         "cycles": done,
         "wall_s": round(runs[0].wall, 1),
+        "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX", ""),
+        "db_threads": _db_threads(),
         "rss_mb_before": round(peak.before, 1),
         "rss_mb_peak": round(peak.peak, 1),
         "rss_mb_at": {k: round(v, 1) for k, v in marks.items()},
         "second_half_mb_per_100_cycles": round(slope, 2),
-        "samples": [(c, round(mb, 1)) for c, mb in samples],
+        "second_half_mb_per_100_cycles_before_final": round(cycles_slope, 2),
+        "second_half_heap_per_100_cycles": heap_slope,
+        "after_session": {"rss_mb": round(rss_mb(), 1), **heap_now()},
+        "tracemalloc": diff,
+        "samples": [(c, round(mb, 1), h) for c, mb, h in samples],
     }
     shown = (
         f"{done} cycles in {runs[0].wall:.0f} s: resident "
         + " / ".join(f"{v:.0f}" for v in marks.values())
         + f" MB at each quarter (+{peak.peak - peak.before:.0f} MB peak); "
-        f"second half {slope:+.1f} MB per 100 cycles"
+        f"second half {slope:+.1f} MB per 100 cycles ({cycles_slope:+.1f} before the final answer)"
     )
     figures = [figure("9. memory, compressed long session", slope, shown)]
     return {"figures": figures, "details": details}
+
+
+def _per_100_cycles(
+    rows: list[tuple[int, float, dict[str, float]]],
+) -> tuple[float, dict[str, float]]:
+    """Resident memory's change per 100 cycles from the first row to the last, and the heap
+    figures' (`bench/memory.py`)."""
+    if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
+        return 0.0, {}
+    per_100 = 100 / (rows[-1][0] - rows[0][0])
+    first, last = rows[0][2], rows[-1][2]
+    heap = {k: round(per_100 * (v - first[k]), 1) for k, v in last.items() if k in first}
+    return per_100 * (rows[-1][1] - rows[0][1]), heap
+
+
+def _db_threads() -> int:
+    from django.conf import settings
+
+    return settings.DEEPTHINK_DB_THREADS
 
 
 SCENARIOS = {

@@ -45,27 +45,24 @@ def epoch_start_for(last_cycle: int) -> int:
 def session_log(session: ThinkingSession) -> tuple[str, ...]:
     """The session's events so far as prompt blocks, oldest first (synchronous ORM)."""
     events: list[_Event] = []
-    # Only the current epoch's thoughts are read: every call of a long session would
-    # otherwise load all of them (hundreds of rows per call after an hour) to keep a few.
     model_thoughts = Thought.objects.filter(session=session, type__in=MODEL_TYPES)
     last_cycle = model_thoughts.aggregate(last=Max("cycle"))["last"] or 0
     epoch_start = epoch_start_for(last_cycle)
-    thoughts = list(
-        model_thoughts.filter(cycle__gte=epoch_start)
-        .select_related("sub_question")
-        .order_by("sequence")
-    )
+    # Only this epoch's rows: every call of a session reads the log, and reading all of a
+    # long session's thoughts each time made every call's work (and the peak memory of
+    # the database threads, which the allocator keeps) grow with the session.
+    thoughts = model_thoughts.filter(cycle__gte=epoch_start).select_related("sub_question")
     cycles: dict[int, list[Thought]] = {}
-    for thought in thoughts:
+    for thought in thoughts.order_by("sequence"):
         cycles.setdefault(thought.cycle, []).append(thought)
-    all_syntheses = Synthesis.objects.filter(session=session)
-    if epoch_start:
-        # The latest synthesis before the epoch carries the earlier ones forward.
+    all_syntheses = Synthesis.objects.filter(session=session).order_by("sequence")
+    if epoch_start and cycles:
+        # The latest synthesis before this epoch carries the earlier ones forward.
         first = min(rows[0].created_at for rows in cycles.values())
-        carried = list(all_syntheses.filter(created_at__lt=first).order_by("-sequence")[:1])
-        syntheses = carried + list(all_syntheses.filter(created_at__gte=first).order_by("sequence"))
+        carried = all_syntheses.filter(created_at__lt=first).last()
+        syntheses = [*([carried] if carried else []), *all_syntheses.filter(created_at__gte=first)]
     else:
-        syntheses = list(all_syntheses.order_by("sequence"))
+        syntheses = list(all_syntheses)
     for cycle, rows in cycles.items():
         sub = rows[0].sub_question
         focus = sub.text if sub is not None else session.question

@@ -41,6 +41,7 @@ MUTANTS = ROOT / "mutants"
 CACHE = ROOT / "mutation" / ".cache"
 MARKER = "deepthink-module.txt"  # which slot (a module, or "smoke") the current mutants/ is
 SMOKE = "smoke"
+ATTEMPTS = int(os.environ.get("MUTATE_ATTEMPTS", 3))  # a module's run, when mutmut stops
 SURVIVED_CODES = (0, 33, 255)  # mutmut: survived, no tests, harness failed (report.py)
 
 
@@ -96,7 +97,16 @@ def run_module(module: str, *, workers: int, smoke: bool = False) -> int:
     if smoke:
         command.append("--smoke")
     print(f"\n== mutmut on {module} (tests: {', '.join(tests)})", flush=True)
-    return subprocess.call(command, cwd=ROOT, env=fast_env())  # noqa: S603
+    code = subprocess.call(command, cwd=ROOT, env=fast_env())  # noqa: S603
+    for _ in range(ATTEMPTS - 1):
+        if code == 0:
+            break
+        # mutmut gives up on a module when one unmutated test fails while it records which
+        # tests reach which function; a session test with a tight real-time budget can, on a
+        # loaded machine. The run is incremental, so trying again loses nothing.
+        print(f"== mutmut stopped ({code}); trying {module} again", flush=True)
+        code = subprocess.call(command, cwd=ROOT, env=fast_env())  # noqa: S603
+    return code
 
 
 def retest_survivors(module: str) -> None:

@@ -285,3 +285,20 @@ def test_a_model_without_a_price_never_hits_a_dollar_ceiling(make_session: Any):
                             input_tokens=10**9)  # fmt: skip
     assert budget.session_cost(unpriced) is None
     assert budget.over_cost_ceiling(unpriced) is False
+
+
+@pytest.mark.django_db
+def test_a_session_that_has_spent_exactly_its_dollar_ceiling_stops(make_session: Any):
+    """The ceiling is what a person agreed to spend: reaching it is the end, not a cent more."""
+    from decimal import Decimal
+
+    from thinking import budget
+
+    # claude-sonnet-4 input is $3 per million tokens.
+    at_ceiling = make_session(model_id="claude-sonnet-4", max_cost_usd=Decimal("3.00"),
+                              input_tokens=1_000_000)  # fmt: skip
+    below = make_session(model_id="claude-sonnet-4", max_cost_usd=Decimal("3.00"),
+                         input_tokens=999_999)  # fmt: skip
+    assert budget.session_cost(at_ceiling) == Decimal("3.0")
+    assert budget.over_cost_ceiling(at_ceiling) is True
+    assert budget.over_cost_ceiling(below) is False

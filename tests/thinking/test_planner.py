@@ -187,3 +187,11 @@ def test_a_plan_is_stored_from_its_first_step():
         "note": "n",
         "current": 0,
     }
+
+
+def test_the_fallback_searches_the_first_four_key_terms_once_there_are_two():
+    two = planner.heuristic_plan("Why sky blue?")
+    assert two.web_queries == ["Why sky blue?", "sky blue"]
+    many = planner.heuristic_plan("alpha bravo charlie delta echo foxtrot golf")
+    assert many.web_queries[1] == "alpha bravo charlie delta"
+    assert many.memory_queries == ["alpha bravo charlie delta echo foxtrot"]

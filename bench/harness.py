@@ -331,6 +331,7 @@ async def run_supervised(
     finally:
         beat.cancel()
         await asyncio.gather(beat, return_exceptions=True)
+        await supervisor.aclose()  # the client pools its sessions shared
     failed = [r for r in runs if r.status != "completed"]
     if failed:
         raise RuntimeError(

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import re
+import threading
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -234,10 +235,81 @@ def _to_result(result: Any, *, query: str) -> WebResult | None:
     )
 
 
+# A worker's shared Exa client carries every session's searches at once (a burst of sessions
+# each searching 3 queries in parallel): the Anthropic SDK's pool size, not httpx's default
+# of 100 connections (20 kept alive), which would queue them where per-session clients did not.
+SHARED_POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+
+
+class _SharedExa(AsyncExa):
+    """exa-py's client with a pool sized for many sessions, built (like exa-py's own, on
+    first request) on the event loop that uses it, and refusing any other loop."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        running = asyncio.get_running_loop()
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=self.headers,
+                timeout=self.timeout,
+                limits=SHARED_POOL_LIMITS,
+            )
+            self._loop = running
+        elif self._loop is not running:
+            raise RuntimeError("A shared web-search client belongs to one event loop")
+        return self._client
+
+
+class SharedWebClient:
+    """One Exa client, and so one connection pool, for all the sessions of a worker.
+
+    `web_search()` hands each session its own `WebSearch` (timeout, result limits, cache
+    time read from the settings as it starts; the cache scope is passed per search) on the
+    shared pool. exa-py builds its HTTP client on the first request, so `web_search()` may
+    be called from a database thread; the client then belongs to the event loop of that
+    first request. `aclose()` when the worker stops."""
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple[str, str, float], _SharedExa] = {}
+        # web_search() runs in database hops, several threads at once on PostgreSQL.
+        self._lock = threading.Lock()
+
+    def web_search(self) -> WebSearch:
+        """A session's WebSearch on the shared pool (ResearchError when not configured).
+        Its `aclose()` leaves the pool open."""
+        settings_ = WebSearch.settings_kwargs()
+        key = (settings_["api_key"], settings_["base_url"], settings_["timeout"])
+        if not key[0]:
+            raise ResearchError(NOT_CONFIGURED, kind="not_configured")
+        with self._lock:
+            exa = self._clients.get(key)
+            if exa is None:
+                exa = self._clients[key] = _SharedExa(
+                    api_key=key[0], api_base=_api_base(key[1]), timeout=key[2]
+                )
+        return WebSearch(**settings_, exa=exa)
+
+    async def aclose(self) -> None:
+        """Close the pool(s); a later `web_search()` builds a new one."""
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for exa in clients:
+            await exa.aclose()
+
+
+def _api_base(base_url: str) -> str:
+    # exa-py joins base URL and path by plain concatenation: no trailing slash.
+    return (base_url or DEFAULT_BASE_URL).rstrip("/")
+
+
 class WebSearch:
     """Exa search with one retry, readable errors and a cache. Create one per event loop
     (its HTTP client belongs to the loop that first uses it) and close it with `aclose()`,
-    or use it as `async with WebSearch.from_settings() as web:`."""
+    or use it as `async with WebSearch.from_settings() as web:`; or, in a worker, one per
+    session from a `SharedWebClient` (then `aclose()` leaves the shared pool open)."""
 
     def __init__(
         self,
@@ -249,6 +321,7 @@ class WebSearch:
         cache_seconds: float = 24 * 3600,
         retry_base_seconds: float = 1.0,
         text_chars: int = TEXT_CHARS,
+        exa: AsyncExa | None = None,
     ) -> None:
         if not api_key:
             raise ResearchError(NOT_CONFIGURED, kind="not_configured")
@@ -259,29 +332,39 @@ class WebSearch:
         self.contents: ContentsOptions = {**CONTENTS}
         if text_chars > 0:
             self.contents["text"] = {"max_characters": text_chars}
-        # exa-py joins base URL and path by plain concatenation: no trailing slash.
-        self._exa = AsyncExa(
-            api_key=api_key, api_base=(base_url or DEFAULT_BASE_URL).rstrip("/"), timeout=timeout
+        self._owns_exa = exa is None
+        self._exa = (
+            exa
+            if exa is not None
+            else AsyncExa(api_key=api_key, api_base=_api_base(base_url), timeout=timeout)
         )
 
     @staticmethod
     def is_configured() -> bool:
         return bool(getattr(settings, "EXA_API_KEY", ""))
 
+    @staticmethod
+    def settings_kwargs() -> dict[str, Any]:
+        """The constructor's arguments as the settings give them."""
+        return {
+            "api_key": getattr(settings, "EXA_API_KEY", ""),
+            "base_url": getattr(settings, "EXA_BASE_URL", ""),
+            "timeout": float(getattr(settings, "DEEPTHINK_RESEARCH_TIMEOUT_SECONDS", 20.0)),
+            "max_items_per_source": int(
+                getattr(settings, "DEEPTHINK_WEB_MAX_ITEMS_PER_SOURCE", 10)
+            ),
+            "cache_seconds": float(getattr(settings, "DEEPTHINK_SEARCH_CACHE_SECONDS", 24 * 3600)),
+            "retry_base_seconds": float(getattr(settings, "DEEPTHINK_RETRY_BASE_SECONDS", 1.0)),
+            "text_chars": int(getattr(settings, "DEEPTHINK_WEB_TEXT_CHARS", TEXT_CHARS)),
+        }
+
     @classmethod
     def from_settings(cls) -> WebSearch:
-        return cls(
-            api_key=getattr(settings, "EXA_API_KEY", ""),
-            base_url=getattr(settings, "EXA_BASE_URL", ""),
-            timeout=float(getattr(settings, "DEEPTHINK_RESEARCH_TIMEOUT_SECONDS", 20.0)),
-            max_items_per_source=int(getattr(settings, "DEEPTHINK_WEB_MAX_ITEMS_PER_SOURCE", 10)),
-            cache_seconds=float(getattr(settings, "DEEPTHINK_SEARCH_CACHE_SECONDS", 24 * 3600)),
-            retry_base_seconds=float(getattr(settings, "DEEPTHINK_RETRY_BASE_SECONDS", 1.0)),
-            text_chars=int(getattr(settings, "DEEPTHINK_WEB_TEXT_CHARS", TEXT_CHARS)),
-        )
+        return cls(**cls.settings_kwargs())
 
     async def aclose(self) -> None:
-        await self._exa.aclose()
+        if self._owns_exa:
+            await self._exa.aclose()
 
     async def __aenter__(self) -> Self:
         return self

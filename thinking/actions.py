@@ -159,4 +159,6 @@ async def think_here(session: ThinkingSession, *, publish: Publish) -> bool:
         await supervisor.wait_idle()
     finally:
         heartbeat.cancel()
+        # Nothing left to stop unless interrupted; either way its client pools are closed.
+        await supervisor.shutdown()
     return True

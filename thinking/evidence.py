@@ -43,12 +43,20 @@ class Research:
     web_off: bool = False  # the person turned web search off for this session
 
     @classmethod
-    def for_session(cls, session: ThinkingSession) -> Research:
+    def for_session(
+        cls,
+        session: ThinkingSession,
+        *,
+        web_search: Callable[[], WebSearch] | None = None,
+    ) -> Research:
         """The owner's knowledge and their teams'; web results cached for the session's team
-        (so teammates re-running a question do not pay twice), else for the owner."""
+        (so teammates re-running a question do not pay twice), else for the owner.
+        `web_search` makes the session's web search (a worker's lends its shared pool; by
+        default a client of its own)."""
         # Research or web off for this session (seed 003's switches): no web client at all.
         wanted = session.research_enabled and session.web_enabled
-        web = WebSearch.from_settings() if wanted and WebSearch.is_configured() else None
+        make = web_search or WebSearch.from_settings
+        web = make() if wanted and WebSearch.is_configured() else None
         scope = f"team:{session.team_id}" if session.team_id else f"user:{session.owner_id}"
         return cls(
             owner_ids=[session.owner_id],

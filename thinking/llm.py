@@ -178,8 +178,19 @@ def describe_error(error: Exception) -> LLMError:
     return LLMError("The model call failed unexpectedly.", kind="unexpected")
 
 
+def _new_client(api_key: str, base_url: str) -> anthropic.AsyncAnthropic:
+    # ~30 ms of CPU (mostly the TLS context of its httpx pool): a worker builds one.
+    return anthropic.AsyncAnthropic(
+        # Local servers (Ollama, vLLM) need no key, but the SDK insists on one.
+        api_key=api_key or "no-key-needed",
+        base_url=base_url or None,
+    )
+
+
 class LLM:
-    """A streaming client for one model. Create one per event loop and close it."""
+    """A streaming client for one model. Create one per event loop and close it; or, in a
+    worker, one per session from a `SharedModelClient`, which lends them its one connection
+    pool (then `close()` leaves the pool open for the other sessions)."""
 
     def __init__(
         self,
@@ -191,6 +202,7 @@ class LLM:
         base_url: str = "",
         stream_retries: int = 3,
         retry_base_seconds: float = 1.0,
+        client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
         if not (api_key or base_url):
             raise LLMNotConfigured()
@@ -200,14 +212,13 @@ class LLM:
         self.max_tokens = max_tokens
         self.stream_retries = stream_retries
         self.retry_base_seconds = retry_base_seconds
-        self._client = anthropic.AsyncAnthropic(
-            # Local servers (Ollama, vLLM) need no key, but the SDK insists on one.
-            api_key=api_key or "no-key-needed",
-            base_url=base_url or None,
-        )
+        self._owns_client = client is None
+        self._client = client if client is not None else _new_client(api_key, base_url)
 
     @classmethod
-    def from_settings(cls) -> LLM:
+    def from_settings(cls, *, client: anthropic.AsyncAnthropic | None = None) -> LLM:
+        """A client for the configured model; on `client`'s pool when given (borrowed: the
+        caller closes it), else on its own."""
         return cls(
             model=settings.DEEPTHINK_MODEL,
             fast_model=settings.DEEPTHINK_FAST_MODEL,
@@ -216,10 +227,12 @@ class LLM:
             base_url=settings.ANTHROPIC_BASE_URL,
             stream_retries=settings.DEEPTHINK_STREAM_RETRIES,
             retry_base_seconds=settings.DEEPTHINK_RETRY_BASE_SECONDS,
+            client=client,
         )
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._owns_client:
+            await self._client.close()
 
     async def capabilities(self, model: str | None = None) -> Capabilities:
         """From the Models API when the server has it (cached); else the built-in table."""
@@ -412,6 +425,42 @@ class LLM:
             thinking_mode=thinking_mode,
             duration_ms=round((time.monotonic() - started) * 1000),
         )
+
+
+class SharedModelClient:
+    """One Anthropic client, and so one connection pool, for all the sessions of a worker.
+
+    Building a client costs ~30 ms of CPU; with 50-100 sessions starting at once that was
+    seconds before any model call, and no session reused another's connections. `llm()`
+    hands each session its own `LLM` (model ids, limits and retry settings read from the
+    settings as it starts) on the shared pool. The pool is built on first use and belongs to
+    that event loop (httpx connections cannot move between loops); `aclose()` when the worker
+    stops. One client per (key, base URL), so a change of provider settings gets its own."""
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple[str, str], anthropic.AsyncAnthropic] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def llm(self) -> LLM:
+        """A session's LLM on the shared pool. Call on the worker's event loop; raises
+        LLMNotConfigured without a provider. Its `close()` leaves the pool open."""
+        key = (settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL)
+        if not any(key):
+            raise LLMNotConfigured()
+        running = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not running:
+            raise RuntimeError("A SharedModelClient belongs to the event loop that built it")
+        client = self._clients.get(key)
+        if client is None:
+            self._loop = running
+            client = self._clients[key] = _new_client(*key)
+        return LLM.from_settings(client=client)
+
+    async def aclose(self) -> None:
+        """Close the pool(s); a later `llm()` builds a new one."""
+        clients, self._clients, self._loop = list(self._clients.values()), {}, None
+        for client in clients:
+            await client.close()
 
 
 CACHE: CacheControlEphemeralParam = {"type": "ephemeral"}

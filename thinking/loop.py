@@ -16,11 +16,13 @@ import asyncio
 import dataclasses
 import logging
 import uuid
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db.models import F
 
 from config.hops import db_hop
+from research.web import WebSearch
 
 from . import (
     budget,
@@ -454,11 +456,14 @@ async def run_session(
     publish: Publish,
     worker_id: str,
     clock: Clock | None = None,
+    web_search: Callable[[], WebSearch] | None = None,
 ) -> str | None:
     """Run a claimed session until it completes, pauses, is cancelled or fails.
 
     Returns the status it stopped in, or None if it was not runnable or the lease was lost.
-    Everything stored before an error stays stored.
+    Everything stored before an error stays stored. The caller closes `llm`; the session's
+    web search (from `web_search`, e.g. a worker's shared pool; by default a client of its
+    own) is closed here.
     """
     clock = clock or Clock()
     meter = Meter(clock)
@@ -466,7 +471,7 @@ async def run_session(
     if session is None:
         return None
     await publish_safely(publish, SessionEvent(session.pk))
-    research = await db_hop(evidence.Research.for_session)(session)
+    research = await db_hop(evidence.Research.for_session)(session, web_search=web_search)
     run = Run(
         llm=llm, research=research, publish=publish, worker_id=worker_id, meter=meter, clock=clock
     )

@@ -27,10 +27,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from config.hops import db_hop
+from research.web import SharedWebClient
 
 from . import broadcast, loop, notify, steps
 from .events import Publish, SessionEvent
-from .llm import LLM, LLMError
+from .llm import LLMError, SharedModelClient
 from .models import ThinkingSession
 from .publishing import SessionPublisher
 from .run import Clock, Meter
@@ -46,21 +47,25 @@ def new_worker_id(prefix: str = "worker") -> str:
 
 
 class Supervisor:
-    """Claims, runs and keeps alive the sessions of one worker process."""
+    """Claims, runs and keeps alive the sessions of one worker process.
+
+    Its sessions share one model client and one web-search client (one connection pool
+    each, built on first use on this supervisor's event loop): `aclose()` (or `shutdown()`)
+    closes them."""
 
     def __init__(
         self,
         *,
         worker_id: str | None = None,
         capacity: int | None = None,
-        llm_factory: Callable[[], LLM] = LLM.from_settings,
         publish: Publish = broadcast.publish,
         sweeping: bool = True,
         clock: Clock | None = None,
     ) -> None:
         self.worker_id = worker_id or new_worker_id()
         self.capacity = capacity or settings.DEEPTHINK_WORKER_CAPACITY
-        self.llm_factory = llm_factory
+        self.model_client = SharedModelClient()
+        self.web_client = SharedWebClient()
         self.publish = publish
         self.sweeping = sweeping
         self.clock = clock  # the sessions' clock (tests hand in a frozen one)
@@ -91,7 +96,7 @@ class Supervisor:
         publish = SessionPublisher(self.publish)
         try:
             try:
-                llm = self.llm_factory()
+                llm = self.model_client.llm()
             except LLMError as error:
                 failed = await steps.fail(
                     session_id, worker_id=self.worker_id, meter=Meter(), message=str(error)
@@ -99,16 +104,15 @@ class Supervisor:
                 if failed is not None:
                     await self.publish(SessionEvent(session_id, finished=True))
                 return None
-            try:
-                return await loop.run_session(
-                    session_id,
-                    llm=llm,
-                    publish=publish,
-                    worker_id=self.worker_id,
-                    clock=self.clock,
-                )
-            finally:
-                await llm.close()
+            # The LLM and the web search only borrow the shared pools: nothing to close here.
+            return await loop.run_session(
+                session_id,
+                llm=llm,
+                publish=publish,
+                worker_id=self.worker_id,
+                clock=self.clock,
+                web_search=self.web_client.web_search,
+            )
         except Exception:
             logger.exception("Session %s crashed its task", session_id)
             return None
@@ -180,7 +184,16 @@ class Supervisor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.aclose()
         return stopped
+
+    async def aclose(self) -> None:
+        """Close the clients the sessions shared (when this worker stops; tests, the CLI).
+        Sessions started afterwards build new ones."""
+        try:
+            await self.model_client.aclose()
+        finally:
+            await self.web_client.aclose()
 
     async def wait_idle(self) -> None:
         """Wait until every running session's task has finished (tests, the CLI)."""

@@ -85,6 +85,8 @@ class FakeServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
+        # TCP connections accepted since start (clients that pool reuse theirs).
+        self.connections_opened = 0
         self._server: FakeHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -138,9 +140,16 @@ class FakeServer:
         finally:
             self.stop()
 
+    @property
+    def open_connections(self) -> int:
+        """Client connections still open (kept alive between requests, or in one)."""
+        with self._lock:
+            return len(self._connections)
+
     def _track(self, conn: socket.socket, *, add: bool) -> None:
         with self._lock:
             if add:
                 self._connections.add(conn)
+                self.connections_opened += 1
             else:
                 self._connections.discard(conn)

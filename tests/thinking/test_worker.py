@@ -26,6 +26,15 @@ async def new_session(make_session: Any, **fields: Any) -> ThinkingSession:
     return await sync_to_async(make_session)(**fields)
 
 
+async def _wait_until(condition: Any) -> bool:
+    """Poll a condition another thread makes true (the fakes' handler threads)."""
+    for _ in range(200):
+        if condition():
+            return True
+        await asyncio.sleep(0.02)
+    return condition()
+
+
 async def test_the_sweeper_starts_a_session_whose_start_message_was_lost(
     fake_claude: Any, make_session: Any
 ):
@@ -165,9 +174,34 @@ async def test_the_terminal_thinks_a_session_here_unless_a_worker_has_it(
     assert await actions.think_here(here, publish=_ignore) is True
     await here.arefresh_from_db()
     assert here.status == Status.COMPLETED and here.worker_id == ""
+    assert await _wait_until(lambda: fake_claude.open_connections == 0), "its client closed"
 
     taken = await new_session(make_session)
     assert await sync_to_async(ThinkingSession.claim)(taken.pk, worker_id="w1", lease_seconds=30)
     assert await actions.think_here(taken, publish=_ignore) is False
     await taken.arefresh_from_db()
     assert (taken.status, taken.worker_id) == (Status.CREATED, "w1"), "left to its worker"
+
+
+async def test_a_workers_sessions_share_its_connections_which_it_closes_when_it_stops(
+    fake_claude: Any, fake_exa: Any, make_session: Any
+):
+    questions = [f"Question number {n}?" for n in range(4)]
+    sessions = [await new_session(make_session, question=q, plan={}) for q in questions]
+    supervisor = Supervisor(worker_id="w8", publish=_ignore)
+    # One after another: each session finds the connections the one before left open.
+    for session in sessions:
+        assert await supervisor.start(session.pk)
+        await supervisor.wait_idle()
+
+    statuses = {s async for s in ThinkingSession.objects.values_list("status", flat=True)}
+    assert statuses == {Status.COMPLETED}
+    assert len(fake_claude.requests) > len(sessions) and len(fake_exa.searches) >= len(sessions)
+    # A client per session opened one connection per session at least.
+    assert fake_claude.connections_opened < len(sessions)
+    assert fake_exa.connections_opened < len(sessions)
+    assert fake_claude.open_connections > 0, "kept open for the next session"
+
+    await supervisor.shutdown()
+    assert await _wait_until(lambda: fake_claude.open_connections == 0)
+    assert await _wait_until(lambda: fake_exa.open_connections == 0)

@@ -46,10 +46,6 @@ class Prompt:
 LOG_INTRO = "The session so far, oldest first:"
 
 
-def _list(items: Sequence[str], empty: str = "(none yet)") -> str:
-    return "\n".join(f"- {item}" for item in items) if items else empty
-
-
 THOUGHT_LINES = """THOUGHT: [your thought]
 TYPE: [exploration/critique/connection/insight]
 CONFIDENCE: [0.0-1.0]
@@ -81,7 +77,8 @@ def _hints(hints: Sequence[str]) -> str:
     if not hints:
         return ""
     # The person watching steers the session; their words guide, they do not replace it.
-    return "\n\nGuidance from the person watching (take it into account):\n" + _list(hints)
+    lines = "\n".join(f"- {hint}" for hint in hints)
+    return f"\n\nGuidance from the person watching (take it into account):\n{lines}"
 
 
 def _blocks(log: Sequence[str]) -> tuple[str, ...]:

@@ -120,6 +120,31 @@ WHY: no priority given"""
     assert parsing.parse_rankings("no blocks at all", known=[1]) == []
 
 
+def test_a_ranking_block_that_cannot_be_used_does_not_end_the_reading():
+    reply = (
+        """QUESTION_ID: 3
+WHY: no priority
+---
+QUESTION_ID: 99
+PRIORITY: 4
+---
+QUESTION_ID: 4
+PRIORITY: 6
+---
+QUESTION_ID: 4
+PRIORITY: 2
+---
+QUESTION_ID: 5
+PRIORITY: 7
+WHY: """
+        + "w" * 600
+    )
+    rankings = parsing.parse_rankings(reply, known=[3, 4, 5])
+    assert [(r.question_id, r.priority) for r in rankings] == [(4, 6), (5, 7)]
+    assert rankings[0].why == "", "a ranking without a reason has none"
+    assert rankings[1].why == "w" * 500, "a reason is cut at 500 characters"
+
+
 # --- 9: the trend in the seed's words -------------------------------------------------------
 
 

@@ -195,3 +195,18 @@ def test_the_fallback_searches_the_first_four_key_terms_once_there_are_two():
     many = planner.heuristic_plan("alpha bravo charlie delta echo foxtrot golf")
     assert many.web_queries[1] == "alpha bravo charlie delta"
     assert many.memory_queries == ["alpha bravo charlie delta echo foxtrot"]
+
+
+def test_terms_and_queries_keep_their_own_letters_and_empty_terms_are_dropped():
+    reply = 'PLAN:\n1. Image it\nTERMS: X, [], MAX-X, [X-ray]\nWEB QUERIES:\n- "X-ray imaging MAX"'
+    plan = planner.parse_plan(reply)
+
+    assert plan is not None
+    assert plan.terms == ["X", "MAX-X", "X-ray"]
+    assert plan.web_queries == ["X-ray imaging MAX"]
+
+
+def test_a_plan_without_terms_has_none():
+    plan = planner.parse_plan("PLAN:\n1. Look\nWEB QUERIES:\n- sky")
+    assert plan is not None
+    assert plan.terms == []

@@ -194,7 +194,9 @@ def _commit() -> str:
         return result.stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
+    # The file this report writes is not a change to what was measured.
+    changed = git("status", "--porcelain", "--", ".", ":(exclude)mutation/README.md")
+    return commit + (" (with uncommitted changes)" if changed else "")
 
 
 def readme(rows: list[Row]) -> str:

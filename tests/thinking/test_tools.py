@@ -6,9 +6,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+from asgiref.sync import sync_to_async
+
+from research.knowledge import add_item
+from tests.helpers import WORKER, claim
 from thinking import tools
 from thinking.evidence import Research
-from thinking.models import Source, SourceKind
+from thinking.models import Source, SourceKind, ThinkingSession
 
 NO_WEB = Research(owner_ids=[1], scope="user:1", web=None)
 
@@ -165,3 +170,43 @@ def test_sources_found_again_are_named_by_their_numbers():
     )
     text = tools.format_sources([source(7)], found_again=[2])
     assert text.endswith("</evidence>\n\nAlso found again, already numbered: [2].")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_search_returns_five_sources_unless_asked_within_the_providers_maximum(
+    fake_exa: Any, make_session: Any, alice: Any
+):
+    @sync_to_async
+    def knowledge() -> tuple[ThinkingSession, Research]:
+        for topic, count in (("fern", 8), ("cactus", 3), ("moss", 3), ("orchid", 45)):
+            for n in range(count):
+                add_item(owner=alice, title=f"{topic} note {n}", body=f"{topic} grows {n} ways")
+        session = make_session()
+        return session, Research.for_session(session)
+
+    session, research = await knowledge()
+    await claim(session)
+
+    async def found(name: str, query: str, **arguments: Any) -> int:
+        outcome = await tools.run_tool(
+            name,
+            {"query": query, **arguments},
+            session_id=session.pk,
+            research=research,
+            worker_id=WORKER,
+        )
+        assert not outcome.is_error, outcome.content
+        return len(outcome.sources)
+
+    try:
+        assert await found("memory_search", "fern grows") == 5  # unasked: five
+        assert await found("memory_search", "cactus grows", max_results=1) == 1
+        assert await found("memory_search", "moss grows", max_results=0) == 1  # at least one
+        assert await found("memory_search", "orchid grows", max_results=100) == 40  # its cap
+        assert await found("web_search", "orchid care", max_results=99) > 0
+        assert await found("web_search", "fern care") > 0
+    finally:
+        await research.close()
+    # The web provider was asked for its cap of ten, and for five when unasked.
+    asked = [r.body["numResults"] for r in fake_exa.searches]
+    assert asked == [10, 5]

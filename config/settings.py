@@ -161,14 +161,17 @@ TEMPLATES = [
     },
 ]
 
-# Database: SQLite file under the project unless DATABASE_URL is given.
+# Database: SQLite file under the project unless DATABASE_URL names another database
+# (a sqlite:/// URL is the embedded database at that path, with the same options).
 DATABASE_URL = env_str("DATABASE_URL")
+_DATABASE = dj_database_url.parse(DATABASE_URL, conn_max_age=0) if DATABASE_URL else None
+_SQLITE = _DATABASE is None or _DATABASE["ENGINE"] == "django.db.backends.sqlite3"
 # Database hops of the thinking worker run on a bounded thread pool of this size, so
 # different sessions' hops run side by side (config/hops.py). SQLite takes one writer at a
 # time, so there one thread serialises the hops instead of making writers wait on the lock.
-DEEPTHINK_DB_THREADS = env_int("DEEPTHINK_DB_THREADS", 8 if DATABASE_URL else 1, minimum=1)
-if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+DEEPTHINK_DB_THREADS = env_int("DEEPTHINK_DB_THREADS", 1 if _SQLITE else 8, minimum=1)
+if _DATABASE is not None and not _SQLITE:
+    DATABASES = {"default": _DATABASE}
     # PostgreSQL through psycopg's pool: a hop borrows an open connection and gives it back
     # (Django's close at the end of a hop returns it), instead of connecting each time. The
     # pool pings a connection before lending it (CONN_HEALTH_CHECKS), so one broken by a
@@ -185,7 +188,11 @@ if DATABASE_URL:
         "max_idle": 300.0,
     }
 else:
-    SQLITE_PATH = Path(env_str("SQLITE_PATH") or BASE_DIR / "db" / "deepthink.sqlite3")
+    SQLITE_PATH = Path(
+        (_DATABASE or {}).get("NAME")
+        or env_str("SQLITE_PATH")
+        or BASE_DIR / "db" / "deepthink.sqlite3"
+    )
     SQLITE_PATH.parent.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {

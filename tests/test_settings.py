@@ -51,3 +51,30 @@ def test_no_environment_at_all_gives_the_embedded_defaults():
     result = load_settings()
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
+
+
+def test_a_sqlite_database_url_is_the_embedded_database_at_that_path(tmp_path: Path):
+    path = tmp_path / "elsewhere.sqlite3"
+    code = (
+        "import django; django.setup(); from django.db import connection; "
+        "from django.conf import settings; connection.ensure_connection(); "
+        "print(connection.vendor, settings.DATABASES['default']['NAME'], "
+        "settings.DEEPTHINK_DB_THREADS, "
+        "connection.cursor().execute('PRAGMA journal_mode').fetchone()[0])"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPTHINK_", "DATABASE_"))}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={
+            **clean,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DATABASE_URL": f"sqlite:///{path}",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    # SQLite's own options (one hop thread, WAL), not PostgreSQL's pool.
+    assert result.stdout.split() == ["sqlite", str(path), "1", "wal"]

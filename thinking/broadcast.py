@@ -189,10 +189,13 @@ def render_event(event: SessionEvent) -> UpdateMessage:
         .order_by("sequence")
     )
     visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]
+    # A cycle's parts show once, under its first thought (as on a reload); an event may carry
+    # several cycles when the publisher sent steps that waited together as one.
+    opens = {row["thought"].pk for row in thought_rows(visible) if row["show_parts"]}
     for thought in thoughts:
-        # One event is one cycle: its parts show once, under its first thought.
-        first = bool(visible) and thought is visible[0]
-        parts.append(_thought_part(thought, numbers, show_parts=first, session=session))
+        parts.append(
+            _thought_part(thought, numbers, show_parts=thought.pk in opens, session=session)
+        )
     if len(visible) < len(thoughts):
         summary = {**notes_context(session), "oob": True}
         parts.append({"kind": "replace", "html": _render("_scratchpad_summary.html", summary)})

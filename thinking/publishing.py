@@ -16,33 +16,40 @@ from .events import Publish, SessionEvent
 from .live import publish_safely
 
 
-def covers(later: SessionEvent, earlier: SessionEvent) -> bool:
-    """Whether sending `later` shows everything `earlier` would, so `earlier` may be skipped
-    when both wait: a live event by the next live one; an event with no rows of its own
-    (the new sources of one search, the plan, the header) by one that re-renders at least
-    as much. New sources and sub-questions go out as all of them since the last message
-    (`broadcast.render_event`), so a skipped event's rows come with the next one."""
-    if earlier.live is not None:
-        return later.live is not None
-    if later.live is not None or earlier.thoughts or earlier.synthesis is not None:
-        return False
-    return (
-        earlier.checked in (None, later.checked)
-        and later.sources >= earlier.sources
-        and later.plan >= earlier.plan
-        and later.questions >= earlier.questions
-        and later.finished >= earlier.finished
+def merge(earlier: SessionEvent, later: SessionEvent) -> SessionEvent | None:
+    """One event that shows everything both would, or None when they must go out apart.
+
+    A live event is replaced by the next live one (it shows more of the same reasoning);
+    stored steps that wait together become one render and send: their thoughts in order and
+    the union of what else changed. New sources and sub-questions go out as all of them since
+    the last message (`broadcast.render_event`), so nothing of either is lost. Two syntheses,
+    or two different citation checks, stay apart (a message carries one of each)."""
+    if earlier.live is not None or later.live is not None:
+        return later if earlier.live is not None and later.live is not None else None
+    if earlier.synthesis is not None and later.synthesis is not None:
+        return None
+    if None not in (earlier.checked, later.checked) and earlier.checked != later.checked:
+        return None
+    return SessionEvent(
+        later.session_id,
+        thoughts=earlier.thoughts + later.thoughts,
+        synthesis=earlier.synthesis if earlier.synthesis is not None else later.synthesis,
+        questions=earlier.questions or later.questions,
+        finished=earlier.finished or later.finished,
+        sources=earlier.sources or later.sources,
+        plan=earlier.plan or later.plan,
+        checked=earlier.checked if earlier.checked is not None else later.checked,
     )
 
 
 class SessionPublisher:
     """A `Publish` that returns at once; one task sends the events in the order given.
 
-    An event that the next waiting one covers (`covers`: a live-reasoning event followed by
-    another, the sources of one search followed by the next search's) is skipped: the later
-    one shows everything it showed. A burst, such as a research wave whose searches finish
-    together, is then one render and send. When more than `limit` events wait (the renderer
-    cannot keep up), the caller waits for room, so the queue stays bounded.
+    Events that wait together are sent as one where they can be (`merge`: a live-reasoning
+    event followed by another, the sources of one search and the next search's, the steps
+    several sessions' worth of load left waiting): one render and send instead of one each,
+    so a renderer that falls behind catches up instead of falling further behind. When more
+    than `limit` events wait, the caller waits for room, so the queue stays bounded.
     """
 
     def __init__(self, publish: Publish, *, limit: int = 64) -> None:
@@ -68,10 +75,10 @@ class SessionPublisher:
         while True:
             while self._pending:
                 event = self._pending.popleft()
-                if len(self._pending) < self._limit:
-                    self._room.set()
-                if self._pending and covers(self._pending[0], event):
-                    continue  # the next one shows all this one would
+                while self._pending and (both := merge(event, self._pending[0])) is not None:
+                    self._pending.popleft()
+                    event = both
+                self._room.set()
                 await publish_safely(self._publish, event)
             if self._closing:
                 return

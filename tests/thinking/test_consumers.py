@@ -421,3 +421,31 @@ async def test_one_step_costs_no_database_reads_per_open_page(make_session: Any,
         assert page.errors == [] and page.sources == [1, 2, 3, 4]
         assert len(page.questions) == 2 and page.thoughts == [thought]
     assert [q["sql"] for q in capture.captured_queries] == []
+
+
+async def test_two_cycles_sent_as_one_message_show_their_parts_as_a_reload_does(
+    make_session: Any, client: Any, alice: Any
+):
+    """Steps that waited together behind a slow send go out as one message (publishing.py):
+    each cycle's parts still show under its own first thought."""
+    from thinking.broadcast import render_event
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    for sequence, cycle in ((1, 1), (2, 1), (3, 2), (4, 2)):
+        await Thought.objects.acreate(
+            session=session,
+            sequence=sequence,
+            cycle=cycle,
+            text=f"Thought {sequence}",
+            type="insight",
+            confidence=0.7,
+            parts={"reasoning": f"Why {sequence}"},
+            time_offset_seconds=sequence,
+        )
+    message = await sync_to_async(render_event)(SessionEvent(session.pk, thoughts=(1, 2, 3, 4)))
+    live = "".join(part["html"] for part in message["parts"] if part.get("kind") == "thought")
+    await sync_to_async(client.force_login)(alice)
+    page = (await sync_to_async(client.get)(f"/sessions/{session.pk}/")).content.decode()
+    opened = re.compile(r'id="parts-(\d+)"')
+    assert opened.findall(live) == ["1", "3"]
+    assert opened.findall(page) == opened.findall(live)

@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 from thinking.events import LiveStep, SessionEvent
-from thinking.publishing import SessionPublisher
+from thinking.publishing import SessionPublisher, merge
 
 SESSION = uuid.uuid4()
 
@@ -31,10 +31,12 @@ async def test_a_slow_render_does_not_hold_up_the_loop_and_order_is_kept():
     publish = SessionPublisher(slow_publish)
     for n in range(5):
         await asyncio.wait_for(publish(stored(n)), timeout=1)  # returns at once
+        await asyncio.sleep(0)
     assert sent == []
     gate.set()
     await publish.aclose()
-    assert [e.thoughts for e in sent] == [(0,), (1,), (2,), (3,), (4,)]
+    # The steps that waited behind the slow send go out together, in order.
+    assert [e.thoughts for e in sent] == [(0,), (1, 2, 3, 4)]
 
 
 async def test_a_failed_publish_does_not_stop_later_ones():
@@ -48,6 +50,7 @@ async def test_a_failed_publish_does_not_stop_later_ones():
     publish = SessionPublisher(flaky)
     for n in range(3):
         await publish(stored(n))
+        await asyncio.sleep(0)  # each is sent before the next comes
     await publish.aclose()
     assert [e.thoughts for e in sent] == [(0,), (2,)]
 
@@ -79,23 +82,27 @@ async def test_the_queue_is_bounded_the_caller_waits_for_room():
         await gate.wait()
         sent.append(event)
 
+    def synthesis(n: int) -> SessionEvent:
+        return SessionEvent(SESSION, synthesis=n)  # two never go out as one
+
     publish = SessionPublisher(slow_publish, limit=3)
-    for n in range(4):  # one being sent, three waiting
-        await publish(stored(n))
-    await asyncio.sleep(0)
-    blocked = asyncio.create_task(publish(stored(4)))
+    await publish(synthesis(0))
+    await asyncio.sleep(0)  # being sent
+    for n in range(1, 4):  # three waiting
+        await publish(synthesis(n))
+    blocked = asyncio.create_task(publish(synthesis(4)))
     await asyncio.sleep(0.05)
     assert not blocked.done()
     assert publish.pending == 3
     gate.set()
     await asyncio.wait_for(blocked, timeout=1)
     await publish.aclose()
-    assert [e.thoughts[0] for e in sent] == [0, 1, 2, 3, 4]
+    assert [e.synthesis for e in sent] == [0, 1, 2, 3, 4]
 
 
 async def test_a_burst_of_search_results_is_one_send_stored_steps_never_are_skipped():
-    """A research wave whose searches finish together: the sources events that wait behind
-    a send become one (each shows all new sources since the last send)."""
+    """A research wave whose searches finish together: the events that wait behind a send
+    become one (each sources event shows all new sources since the last send)."""
     sent: list[SessionEvent] = []
     gate = asyncio.Event()
 
@@ -112,9 +119,24 @@ async def test_a_burst_of_search_results_is_one_send_stored_steps_never_are_skip
     await publish(SessionEvent(SESSION, plan=True, sources=True))  # after the wave
     gate.set()
     await publish.aclose()
-    assert sent == [
-        stored(0),
-        searches[2],
-        stored(1),
-        SessionEvent(SESSION, plan=True, sources=True),
-    ]
+    assert sent == [stored(0), SessionEvent(SESSION, thoughts=(1,), plan=True, sources=True)]
+
+
+def test_what_waits_together_is_sent_as_one_unless_it_cannot_be():
+    synthesis = SessionEvent(SESSION, synthesis=4, questions=True)
+    checked = SessionEvent(SESSION, checked=3)
+    assert merge(stored(1), stored(2)) == SessionEvent(SESSION, thoughts=(1, 2))
+    assert merge(synthesis, checked) == SessionEvent(
+        SESSION, synthesis=4, questions=True, checked=3
+    )
+    assert merge(checked, SessionEvent(SESSION, thoughts=(5,), finished=True)) == SessionEvent(
+        SESSION, thoughts=(5,), checked=3, finished=True
+    )
+    assert merge(checked, SessionEvent(SESSION, checked=3)) == checked
+    # A message carries one new synthesis and one citation check.
+    assert merge(synthesis, SessionEvent(SESSION, synthesis=5)) is None
+    assert merge(checked, SessionEvent(SESSION, checked=4)) is None
+    # Live reasoning is replaced by more of it, and never merged with a stored step.
+    assert merge(live("a"), live("ab")) == live("ab")
+    assert merge(live("a"), stored(1)) is None
+    assert merge(stored(1), live("a")) is None

@@ -13,7 +13,7 @@ from research.knowledge import add_item
 from tests.helpers import WORKER, claim
 from thinking import tools
 from thinking.evidence import Research
-from thinking.models import Source, SourceKind, ThinkingSession
+from thinking.models import LeaseLost, Source, SourceKind, ThinkingSession
 
 NO_WEB = Research(owner_ids=[1], scope="user:1", web=None)
 
@@ -205,8 +205,56 @@ async def test_a_search_returns_five_sources_unless_asked_within_the_providers_m
         assert await found("memory_search", "orchid grows", max_results=100) == 40  # its cap
         assert await found("web_search", "orchid care", max_results=99) > 0
         assert await found("web_search", "fern care") > 0
+        # Three letters are a query; a long one is clipped to 400 characters.
+        assert await found("memory_search", "fer") >= 0
+        assert await found("web_search", "fern " + "x" * 500) > 0
+        # The same search again finds only what is already numbered, and says so.
+        again = await tools.run_tool(
+            "memory_search",
+            {"query": "fern grows"},
+            session_id=session.pk,
+            research=research,
+            worker_id=WORKER,
+        )
     finally:
         await research.close()
+    assert again.sources == ()
+    assert again.content == (
+        "No new sources. Found again, already numbered: [1], [2], [3], [4], [5]. "
+        "Cite them by those numbers."
+    )
     # The web provider was asked for its cap of ten, and for five when unasked.
-    asked = [r.body["numResults"] for r in fake_exa.searches]
-    assert asked == [10, 5]
+    asked = [(r.body["query"][:20], r.body["numResults"]) for r in fake_exa.searches]
+    assert asked == [("orchid care", 10), ("fern care", 5), ("fern " + "x" * 15, 5)]
+    assert len(fake_exa.searches[-1].body["query"]) == 400
+    # Each source says which tool found it.
+    found_by = {
+        kind: {
+            f async for f in session.sources.filter(kind=kind).values_list("found_by", flat=True)
+        }
+        for kind in ("memory", "web")
+    }
+    assert found_by == {"memory": {"memory_search"}, "web": {"web_search"}}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_search_by_a_worker_that_lost_the_lease_stores_nothing(
+    make_session: Any, alice: Any
+):
+    @sync_to_async
+    def knowledge() -> tuple[ThinkingSession, Research]:
+        add_item(owner=alice, title="Fern note", body="fern grows in shade")
+        session = make_session()
+        return session, Research.for_session(session)
+
+    session, research = await knowledge()
+    await claim(session, "another-worker")  # the session moved on to another worker
+    with pytest.raises(LeaseLost):
+        await tools.run_tool(
+            "memory_search",
+            {"query": "fern grows"},
+            session_id=session.pk,
+            research=research,
+            worker_id=WORKER,
+        )
+    assert not await session.sources.aexists()

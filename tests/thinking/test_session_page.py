@@ -422,3 +422,53 @@ def test_the_page_clock_knows_when_to_stop(alice_client: Any, make_session: Any)
     ThinkingSession.objects.filter(pk=session.pk).update(waiting_since=now - timedelta(seconds=1))
     header = re.search(r'<section id="session-header"[^>]*>', page_of(alice_client, session))[0]
     assert 'data-ticking="0"' in header
+
+
+# -- the header's counts ----------------------------------------------------------------------
+
+
+def test_the_header_counts_this_sessions_rows_only(alice_client: Any, make_session: Any):
+    from thinking.models import CitationCheck, Synthesis
+
+    def fill(session: ThinkingSession, thoughts: int, questions: int, verdicts: list[str]) -> None:
+        for n in range(thoughts):
+            Thought.objects.create(
+                session=session,
+                sequence=n,
+                text="t",
+                type="insight",
+                confidence=0.5,
+                time_offset_seconds=n,
+            )
+        for n in range(questions):
+            SubQuestion.objects.create(session=session, text=f"q{n}", priority=5)
+        synthesis = Synthesis.objects.create(
+            session=session, sequence=0, text="s", confidence=0.5, time_offset_seconds=1
+        )
+        for n, verdict in enumerate(verdicts):
+            CitationCheck.objects.create(
+                synthesis=synthesis, claim=f"c{n}", number=1, occurrence=n, verdict=verdict
+            )
+
+    session = make_session(status=Status.THINKING)
+    other = make_session(status=Status.THINKING)
+    fill(session, 3, 2, ["supported", "supported", "unsupported", "unchecked"])
+    fill(other, 7, 5, ["partial"])
+    assert presenters.header_counts(session) == {
+        "thoughts": 3,
+        "sub_questions": 2,
+        "syntheses": 1,
+        "supported": 2,
+        "partial": 0,
+        "unsupported": 1,
+        "unchecked": 1,
+    }
+    header = page_of(alice_client, session)
+    header = header[header.index('id="session-header"') : header.index("</section>")]
+    stats = dict(re.findall(r"<dt>([\w -]+)</dt><dd>(\d+)</dd>", header))
+    assert stats == {"Thoughts": "3", "Sub-questions": "2", "Syntheses": "1"}
+    assert re.search(r"2 ✓</span> · .*0 ≈</span> · .*1 ✗</span> · .*1 \?</span>", header)
+    # A session with nothing yet counts zeros, and no verdicts line.
+    empty = make_session(status=Status.THINKING)
+    assert set(presenters.header_counts(empty).values()) == {0}
+    assert "Citations checked" not in page_of(alice_client, empty)

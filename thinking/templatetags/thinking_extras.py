@@ -17,7 +17,6 @@ from thinking.citations import (
     MARKS,
     check_map,
     find_citations,
-    session_counts,
     unsupported_in_answer,
 )
 from thinking.models import SubQuestion
@@ -214,11 +213,6 @@ def cited_checked(synthesis: Any, numbers: Container[int] | None) -> SafeString:
 def final_synthesis(session: Any) -> Any:
     """The synthesis that is the session's final answer, if any."""
     return session.syntheses.filter(is_final=True).order_by("-sequence").first()
-
-
-@register.simple_tag
-def citation_counts(session: Any) -> dict[str, int]:
-    return session_counts(session)
 
 
 @register.simple_tag(name="reference_summary")

@@ -112,6 +112,12 @@ def _count(value: object, default: int, maximum: int) -> int:
     return max(1, min(maximum, value)) if isinstance(value, int) else default
 
 
+def _step(value: object) -> int | None:
+    """A plan step (or step count) the model reported: 1 to 50, larger ones clamped; else
+    none (0, negative, not a whole number)."""
+    return min(value, 50) if isinstance(value, int) and value > 0 else None
+
+
 def format_sources(sources: list[Source], *, found_again: Sequence[int] = ()) -> str:
     again = ", ".join(f"[{n}]" for n in found_again)
     if not sources:
@@ -166,8 +172,8 @@ async def run_tool(
             _text(args.get("message"), 300),
             label=_text(args.get("label"), 80),
             by="model",
-            plan_step=_count(args.get("plan_step"), 0, 50) if args.get("plan_step") else None,
-            total_steps=_count(args.get("total_steps"), 0, 50) if args.get("total_steps") else None,
+            plan_step=_step(args.get("plan_step")),
+            total_steps=_step(args.get("total_steps")),
             confidence=_text(args.get("confidence"), 40),
             metadata=stages.clean_metadata(args.get("metadata")),
         )

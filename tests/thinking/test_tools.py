@@ -258,3 +258,52 @@ async def test_a_search_by_a_worker_that_lost_the_lease_stores_nothing(
             worker_id=WORKER,
         )
     assert not await session.sources.aexists()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_progress_report_is_stored_clipped_and_shown(make_session: Any):
+    session = await sync_to_async(make_session)(plan={"steps": ["a", "b", "c"], "current": 0})
+    await claim(session)
+
+    async def report(arguments: dict[str, Any]) -> tools.ToolOutcome:
+        return await tools.run_tool(
+            "progress", arguments, session_id=session.pk, research=NO_WEB, worker_id=WORKER
+        )
+
+    outcome = await report(
+        {
+            "stage": "analysis",
+            "message": "m" * 400,
+            "label": "  Weighing\\n the  evidence " + "l" * 100,
+            "plan_step": 2,
+            "total_steps": 99,
+            "confidence": "c" * 50,
+            "metadata": {"sources": 3},
+        }
+    )
+    assert (outcome.content, outcome.is_error) == ("Shown.", False)
+    assert outcome.progress is not None
+    shown = {key: value for key, value in outcome.progress.items() if key != "at"}
+    assert shown == {
+        "stage": "analysis",
+        "label": ("Weighing\\n the evidence " + "l" * 100)[:80],
+        "message": "m" * 300,
+        "by": "model",
+        "plan_step": 2,
+        "total_steps": 50,
+        "confidence": "c" * 40,
+        "metadata": {"sources": "3"},
+    }
+    await session.arefresh_from_db()
+    assert session.progress == outcome.progress  # the line the page shows
+    assert session.plan["current"] == 1  # the checklist moved to the reported step
+
+    # Junk is dropped, not stored: an unknown stage is a note, odd step numbers are none.
+    for steps in (0, -3, "2", 1.5, None):
+        odd = await report({"stage": "lunch", "message": "x", "plan_step": steps})
+        assert odd.progress is not None
+        assert odd.progress["stage"] == "note" and "plan_step" not in odd.progress
+        assert "total_steps" not in odd.progress and "confidence" not in odd.progress
+    assert (await report({"plan_step": 1, "total_steps": 1})).progress is not None
+    await session.arefresh_from_db()
+    assert session.progress["plan_step"] == session.progress["total_steps"] == 1

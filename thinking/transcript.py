@@ -11,8 +11,10 @@ synthesis carries the earlier ones forward), which keeps the prompt bounded.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Max
 
@@ -32,7 +34,7 @@ class _Event:
     text: str
 
 
-def _cycle_block(cycle: int, focus: str, thoughts: list[Thought]) -> str:
+def _cycle_block(cycle: int, focus: str, thoughts: list[Any]) -> str:
     lines = "\n".join(f"- [{t.type}, {t.confidence:.2f}] {t.text}" for t in thoughts)
     return f"Cycle {cycle + 1}, focus: {focus}\n{lines}"
 
@@ -43,7 +45,11 @@ def epoch_start_for(last_cycle: int) -> int:
 
 
 def session_log(session: ThinkingSession) -> tuple[str, ...]:
-    """The session's events so far as prompt blocks, oldest first (synchronous ORM)."""
+    """The session's events so far as prompt blocks, oldest first (synchronous ORM).
+
+    Every model call reads it, so thoughts, syntheses and sub-questions are read as rows of
+    the few columns it writes, not model instances (their JSON fields were most of the
+    cost)."""
     events: list[_Event] = []
     model_thoughts = Thought.objects.filter(session=session, type__in=MODEL_TYPES)
     last_cycle = model_thoughts.aggregate(last=Max("cycle"))["last"] or 0
@@ -51,11 +57,21 @@ def session_log(session: ThinkingSession) -> tuple[str, ...]:
     # Only this epoch's rows: every call of a session reads the log, and reading all of a
     # long session's thoughts each time made every call's work (and the peak memory of
     # the database threads, which the allocator keeps) grow with the session.
-    thoughts = model_thoughts.filter(cycle__gte=epoch_start).select_related("sub_question")
-    cycles: dict[int, list[Thought]] = {}
-    for thought in thoughts.order_by("sequence"):
+    thoughts = (
+        model_thoughts.filter(cycle__gte=epoch_start)
+        .order_by("sequence")
+        .values_list(
+            "cycle", "type", "confidence", "text", "created_at", "sub_question__text", named=True
+        )
+    )
+    cycles: dict[int, list[Any]] = {}
+    for thought in thoughts:
         cycles.setdefault(thought.cycle, []).append(thought)
-    all_syntheses = Synthesis.objects.filter(session=session).order_by("sequence")
+    all_syntheses = (
+        Synthesis.objects.filter(session=session)
+        .order_by("sequence")
+        .values_list("sequence", "is_final", "confidence", "text", "created_at", named=True)
+    )
     if epoch_start and cycles:
         # The latest synthesis before this epoch carries the earlier ones forward.
         first = min(rows[0].created_at for rows in cycles.values())
@@ -64,8 +80,8 @@ def session_log(session: ThinkingSession) -> tuple[str, ...]:
     else:
         syntheses = list(all_syntheses)
     for cycle, rows in cycles.items():
-        sub = rows[0].sub_question
-        focus = sub.text if sub is not None else session.question
+        focus = rows[0].sub_question__text
+        focus = session.question if focus is None else focus
         events.append(_Event(rows[0].created_at, 2, _cycle_block(cycle, focus, rows)))
     for synthesis in syntheses:
         label = "Final answer" if synthesis.is_final else f"Synthesis {synthesis.sequence}"
@@ -76,7 +92,11 @@ def session_log(session: ThinkingSession) -> tuple[str, ...]:
     for batch in _batches(sources, [e.at for e in events]):
         events.append(_Event(batch[0].created_at, 0, evidence_pack(batch)))
     questions = list(
-        SubQuestion.objects.filter(session=session).order_by("created_at", "id")[:MAX_SUB_QUESTIONS]
+        SubQuestion.objects.filter(session=session)
+        .order_by("created_at", "id")
+        .values_list("text", "priority", "initial_priority", "created_at", named=True)[
+            :MAX_SUB_QUESTIONS
+        ]
     )
     for batch in _batches(questions, [e.at for e in events]):
         # The priority it was added with: re-ranking (rerank.py) must not rewrite a block.
@@ -86,18 +106,19 @@ def session_log(session: ThinkingSession) -> tuple[str, ...]:
     return tuple(e.text for e in events)
 
 
-def _added_priority(question: SubQuestion) -> int:
+def _added_priority(question: Any) -> int:
     return question.priority if question.initial_priority is None else question.initial_priority
 
 
-def _batches(rows: list, boundaries: list[datetime]) -> list[list]:
+def _batches(rows: list[Any], boundaries: list[datetime]) -> list[list[Any]]:
     """Split rows (in creation order) wherever another event happened between two of them."""
-    batches: list[list] = []
+    batches: list[list[Any]] = []
     marks = sorted(boundaries)
     for row in rows:
         if batches:
-            previous = batches[-1][-1].created_at
-            if not any(previous < mark <= row.created_at for mark in marks):
+            # The first event after the previous row: does it come before this one?
+            after = bisect.bisect_right(marks, batches[-1][-1].created_at)
+            if after == len(marks) or marks[after] > row.created_at:
                 batches[-1].append(row)
                 continue
         batches.append([row])

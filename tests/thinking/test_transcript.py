@@ -10,7 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.db.models.signals import post_init
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from thinking import transcript
@@ -186,7 +188,8 @@ def test_a_long_sessions_log_is_its_current_epoch(make_session: Any) -> None:
 def test_reading_the_log_builds_only_the_current_epochs_rows(make_session: Any) -> None:
     """Every call of a session reads the log: what it loads must not grow with the session
     (loading every thought each time made each call's work, and the memory the worker's
-    database threads keep, grow with the session's length)."""
+    database threads keep, grow with the session's length), and it reads rows of the columns
+    it writes, not model instances (their JSON fields were most of a call's reading)."""
     session = long_session(make_session)
     built: Counter[str] = Counter()
 
@@ -195,9 +198,14 @@ def test_reading_the_log_builds_only_the_current_epochs_rows(make_session: Any) 
 
     post_init.connect(count)
     try:
-        transcript.session_log(session)
+        with CaptureQueriesContext(connection) as queries:
+            log = transcript.session_log(session)
     finally:
         post_init.disconnect(count)
 
-    assert built["Thought"] == 2 * 5, "the five cycles of the current epoch"
-    assert built["Synthesis"] == 2, "the carried synthesis and the epoch's own"
+    assert log[1] == cycle_block(2 * transcript.EPOCH_CYCLES)
+    assert built["Thought"] == built["Synthesis"] == built["SubQuestion"] == 0
+    [thoughts] = [
+        q["sql"] for q in queries.captured_queries if '"thinking_thought"."text"' in q["sql"]
+    ]
+    assert f'"thinking_thought"."cycle" >= {2 * transcript.EPOCH_CYCLES}' in thoughts

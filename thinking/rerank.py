@@ -91,20 +91,27 @@ def due(session: ThinkingSession, *, source_count: int, open_count: int) -> bool
     )
 
 
+def _open_questions(session: ThinkingSession) -> Any:
+    return session.sub_questions.filter(explored=False, added_by__isnull=True)
+
+
+def _counts(session: ThinkingSession) -> tuple[int, int]:
+    """What decides whether a re-ranking is due: open model-asked questions, sources. Read
+    every cycle, so only counted; the material is read when one is due."""
+    return _open_questions(session).count(), session.sources.count()
+
+
 def _material(session: ThinkingSession) -> dict[str, Any]:
-    open_questions = [
-        OpenQuestion(q.pk, q.text, q.priority)
-        for q in session.sub_questions.filter(explored=False, added_by__isnull=True).order_by(
-            "-priority", "created_at"
-        )[:MAX_QUESTIONS]
-    ]
-    latest = session.syntheses.order_by("-sequence").first()
-    recent = list(session.thoughts.filter(type__in=MODEL_TYPES).order_by("-sequence")[:8])
+    rows = _open_questions(session).order_by("-priority", "created_at")[:MAX_QUESTIONS]
+    latest = session.syntheses.order_by("-sequence").values_list("text", flat=True).first()
+    recent = session.thoughts.filter(type__in=MODEL_TYPES).order_by("-sequence")[:8]
+    lines = list(recent.values_list("type", "text", "confidence"))
     return {
-        "open_questions": open_questions,
-        "understanding": latest.text if latest else "",
-        "recent": [prompts.ThoughtLine(t.type, t.text, t.confidence) for t in reversed(recent)],
-        "source_count": session.sources.count(),
+        "open_questions": [
+            OpenQuestion(*row) for row in rows.values_list("pk", "text", "priority")
+        ],
+        "understanding": latest or "",
+        "recent": [prompts.ThoughtLine(*line) for line in reversed(lines)],
     }
 
 
@@ -170,10 +177,12 @@ def _store(
 async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession:
     """Re-rank when due; returns the session as stored. A failed call skips this round (the
     priorities stay as they were) and never stops the thinking."""
+    open_count, source_count = await db_hop(_counts)(session)
+    if not due(session, source_count=source_count, open_count=open_count):
+        return session
     material = await db_hop(_material)(session)
     open_questions = material.pop("open_questions")
-    source_count = material.pop("source_count")
-    if not due(session, source_count=source_count, open_count=len(open_questions)):
+    if len(open_questions) < 2:  # explored in between
         return session
     enter = partial(stages.enter, worker_id=run.worker_id, publish=run.publish)
     count = len(open_questions)

@@ -433,6 +433,11 @@ def test_stray_tags_without_their_wrapper():
     assert "interactive: required tag is missing" in reply.errors
 
 
+def test_an_unclosed_stray_tag_ends_where_the_next_stray_tag_opens():
+    reply = parse_structured("<analysis>A</analysis><response>R<stop_signal>true</stop_signal>")
+    assert (reply.response, reply.stop_signal) == ("R", True)
+
+
 def test_unclosed_interactive_keeps_its_children():
     reply = parse_structured("<interactive><response>R</response><stop_signal>no</stop_signal>")
     assert (reply.response, reply.stop_signal, reply.errors) == ("R", False, [])

@@ -395,3 +395,67 @@ async def test_a_source_without_a_stored_passage_is_unchecked_without_asking():
     run = await citations.judge([claim], {1: ("Reef", "  ")}, llm=None, main_model="m")  # type: ignore[arg-type]
     assert run.verdicts == {0: citations.Verdict("unchecked", "The source has no stored passage.")}
     assert run.replies == []
+
+
+@pytest.mark.parametrize(
+    ("written", "verdict"),
+    [
+        ("**Unsupported**", "unsupported"),
+        ("not supported by the passage", "unsupported"),
+        ("NOT_SUPPORTED", "unsupported"),
+        ("Contradicted by the source", "unsupported"),
+        ('"No."', "unsupported"),
+        ("`partial`", "partial"),
+        ("Partially supported", "partial"),
+        ("_supported_", "supported"),
+        ("'Yes'", "supported"),
+        ("Fully.", "supported"),
+    ],
+)
+def test_every_way_a_checker_writes_a_verdict_is_read(written: str, verdict: str):
+    verdicts = parse_verdicts(
+        f"CLAIM: 1\nVERDICT: {written}\n---\nCLAIM: 2\nVERDICT: unsure", [1, 2]
+    )
+    assert {k: v.verdict for k, v in verdicts.items()} == {1: verdict}
+
+
+def test_unknown_citations_are_the_numbers_no_source_has_repeats_included():
+    assert citations.unknown_citations("a [1] b [3, 4] c [3] d [7]", {1, 4}) == [3, 3, 7]
+    assert citations.unknown_citations("a [1] b [4]", {1, 4}) == []
+    assert citations.unknown_citations(None, {1}) == []
+
+
+@pytest.mark.django_db
+def test_the_answers_doubtful_claims_are_the_final_ones_unsupported_first(make_session: Any):
+    def checked(session: ThinkingSession, sequence: int, final: bool, verdicts: list[str]) -> list:
+        synthesis = Synthesis.objects.create(
+            session=session,
+            sequence=sequence,
+            text="s",
+            confidence=0.5,
+            time_offset_seconds=1,
+            is_final=final,
+        )
+        return [
+            CitationCheck.objects.create(
+                synthesis=synthesis, claim=f"claim {n}", number=1, occurrence=n, verdict=verdict
+            )
+            for n, verdict in enumerate(verdicts)
+        ]
+
+    session, other = make_session(), make_session()
+    checked(session, 0, False, ["unsupported", "partial", "supported"])
+    final = checked(session, 1, True, ["partial", "unsupported", "supported", "unchecked"])
+    checked(other, 0, True, ["unsupported", "unsupported"])
+
+    doubtful = citations.unsupported_in_answer(session)
+    assert [c.pk for c in doubtful] == [final[1].pk, final[0].pk]
+    assert citations.session_counts(session) == {
+        "supported": 2,
+        "partial": 2,
+        "unsupported": 2,
+        "unchecked": 1,
+    }
+    empty = make_session()
+    assert citations.session_counts(empty) == dict.fromkeys(citations.MARKS, 0)
+    assert citations.unsupported_in_answer(empty) == []

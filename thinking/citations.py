@@ -188,8 +188,9 @@ class Verdict:
 
 def _read_verdict(raw: str) -> str:
     word = raw.strip().strip("*_`\"'.").lower()
-    # "not supported" / "unsupported" before "supported"; "partially supported" is partial.
-    if word.startswith(("unsupported", "not supported", "not_supported", "contradict", "no")):
+    # "unsupported" and "no…" ("not supported", "no") before "supported"; "partially
+    # supported" is partial.
+    if word.startswith(("unsupported", "contradict", "no")):
         return "unsupported"
     if word.startswith("partial"):
         return "partial"
@@ -203,11 +204,13 @@ def parse_verdicts(text: str, wanted: Iterable[int]) -> dict[int, Verdict]:
     number, with an unknown one, or without a readable verdict judges nothing."""
     wanted = set(wanted)
     found: dict[int, Verdict] = {}
-    starts = [m.start() for m in _CLAIM.finditer(text or "")]
-    for begin, end in zip(starts, [*starts[1:], len(text or "")], strict=True):
-        block = text[begin:end]
-        claim = _CLAIM.match(block, 0)
-        number = int(claim.group(1)) if claim else None
+    text = text or ""
+    claims = list(_CLAIM.finditer(text))
+    for index, claim in enumerate(claims):
+        # A claim's block runs to the next claim's label.
+        end = claims[index + 1].start() if index + 1 < len(claims) else len(text)
+        block = text[claim.start() : end]
+        number = int(claim.group(1))
         verdict = _VERDICT.search(block)
         if number not in wanted or number in found or verdict is None:
             continue
@@ -245,9 +248,10 @@ async def judge(
     """Ask the checker (the fast model, without thinking: `llm.utility`) about `claims`, in
     parallel batches. Never raises."""
     started = time.monotonic()
-    size = max(1, int(getattr(settings, "DEEPTHINK_CHECK_BATCH", 8)))
-    parallel = asyncio.Semaphore(max(1, int(getattr(settings, "DEEPTHINK_CHECK_PARALLEL", 4))))
-    max_tokens = int(getattr(settings, "DEEPTHINK_CHECK_MAX_TOKENS", 1500))
+    # The settings are whole numbers of at least 1 (100 for the tokens): config/settings.py.
+    size = settings.DEEPTHINK_CHECK_BATCH
+    parallel = asyncio.Semaphore(settings.DEEPTHINK_CHECK_PARALLEL)
+    max_tokens = settings.DEEPTHINK_CHECK_MAX_TOKENS
     run = CheckRun({}, [], [], 0.0)
     numbered = []
     for k, claim in enumerate(claims, start=1):
@@ -297,7 +301,7 @@ def _store(
     from . import steps
     from .models import CitationCheck, Status, ThinkingSession
 
-    limit = int(getattr(settings, "DEEPTHINK_CHECK_MAX_CLAIMS", 60))
+    limit = settings.DEEPTHINK_CHECK_MAX_CLAIMS
     failure = f"Not checked: {run.failures[0]}" if run.failures else "Not checked."
     rows = []
     for index, claim in enumerate(claims):
@@ -342,7 +346,7 @@ async def check_synthesis(
             pk=synthesis_id
         )
     )()
-    limit = int(getattr(settings, "DEEPTHINK_CHECK_MAX_CLAIMS", 60))
+    limit = settings.DEEPTHINK_CHECK_MAX_CLAIMS
     run = await judge(claims[:limit], passages, llm=llm, main_model=model)
     session = await db_hop(_store)(session_id, synthesis_id, claims, run, worker_id)
     return run, session
@@ -361,7 +365,7 @@ async def check_synthesis_citations(
     nothing; a lost lease or a cancel (LeaseLost / Stopped) stops the loop as any step does."""
     from .models import LeaseLost, Stopped, Synthesis
 
-    if not getattr(settings, "DEEPTHINK_CITATION_CHECK", True) or synthesis is None:
+    if not settings.DEEPTHINK_CITATION_CHECK or synthesis is None:
         return session
     try:
         if isinstance(synthesis, Synthesis):

@@ -254,9 +254,51 @@ async def test_claims_the_checker_did_not_judge_are_unchecked_never_supported(
     fake_claude.enqueue(Reply(text="Sure!\nCLAIM: 2\nVERDICT: unsupported\nWHY: off topic"))
     await run_check(session, synthesis)
     verdicts = await sync_to_async(
+        lambda: list(synthesis.citation_checks.order_by("id").values_list("verdict", "why"))
+    )()
+    assert verdicts == [
+        ("unchecked", "Not checked."),
+        ("unsupported", "off topic"),
+        ("unchecked", "Not checked."),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_claims_beyond_the_limit_are_not_asked_about_and_say_why(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_CHECK_MAX_CLAIMS = 2
+    session, synthesis = await checked_session(make_session, PLANTED)
+    fake_claude.enqueue(
+        Reply(text="CLAIM: 1\nVERDICT: supported\n---\nCLAIM: 2\nVERDICT: unsupported")
+    )
+    await run_check(session, synthesis)
+    verdicts = await sync_to_async(
+        lambda: list(synthesis.citation_checks.order_by("id").values_list("verdict", "why"))
+    )()
+    assert verdicts == [
+        ("supported", ""),
+        ("unsupported", ""),
+        ("unchecked", "Not checked: more than 2 claims."),
+    ]
+    [request] = fake_claude.requests
+    asked = prompt_of(request)
+    assert "CLAIM 2" in asked and "CLAIM 3" not in asked
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_checking_a_synthesis_again_replaces_its_verdicts(
+    fake_claude: Any, make_session: Any
+):
+    session, synthesis = await checked_session(make_session, PLANTED)
+    fake_claude.enqueue(Reply(text="CLAIM: 1\nVERDICT: supported"))
+    await run_check(session, synthesis)
+    fake_claude.enqueue(Reply(text="CLAIM: 1\nVERDICT: unsupported"))
+    await run_check(session, synthesis)
+    verdicts = await sync_to_async(
         lambda: list(synthesis.citation_checks.order_by("id").values_list("verdict", flat=True))
     )()
-    assert verdicts == ["unchecked", "unsupported", "unchecked"]
+    assert verdicts == ["unsupported", "unchecked", "unchecked"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -278,8 +320,11 @@ async def test_a_worker_that_lost_its_lease_stores_no_verdicts(fake_claude: Any,
     session, synthesis = await checked_session(make_session, PLANTED)
     await session.arefresh_from_db()
     before = session.total_tokens
-    # Another worker took the session over while the checker was being asked.
+    # Another worker took the session over while the checker was being asked. (Another,
+    # completed session changes nothing: only this session's own completion lets the answer's
+    # check write without the lease.)
     await sync_to_async(ThinkingSession.objects.filter(pk=session.pk).update)(worker_id="other")
+    await sync_to_async(make_session)(status="completed")
     with pytest.raises(LeaseLost):
         await run_check(session, synthesis)
     assert fake_claude.requests, "the checker was asked"
@@ -417,6 +462,24 @@ def test_every_way_a_checker_writes_a_verdict_is_read(written: str, verdict: str
         f"CLAIM: 1\nVERDICT: {written}\n---\nCLAIM: 2\nVERDICT: unsure", [1, 2]
     )
     assert {k: v.verdict for k, v in verdicts.items()} == {1: verdict}
+
+
+def test_a_verdict_is_read_once_per_claim_asked_about_whatever_surrounds_it():
+    reply = (
+        "CLAIM: 99\nVERDICT: supported\n---\n"  # not asked about
+        "CLAIM: 3\nVERDICT: perhaps\n---\n"  # unreadable
+        "CLAIM: 1\nVERDICT: supported\nWHY: the passage says so ---\n"
+        "CLAIM: 1\nVERDICT: unsupported\nWHY: second thoughts\n"  # the first one counts
+        "CLAIM: 2\nVERDICT: partial\nWHY: compare with table X\n"
+        "CLAIM: 3\nVERDICT: no\n"
+    )
+    verdicts = parse_verdicts(reply, [1, 2, 3])
+    assert verdicts == {
+        1: citations.Verdict("supported", "the passage says so"),
+        2: citations.Verdict("partial", "compare with table X"),
+        3: citations.Verdict("unsupported", ""),
+    }
+    assert parse_verdicts("", [1]) == parse_verdicts(None, [1]) == {}  # type: ignore[arg-type]
 
 
 def test_unknown_citations_are_the_numbers_no_source_has_repeats_included():

@@ -268,6 +268,7 @@ async def test_claims_beyond_the_limit_are_not_asked_about_and_say_why(
     fake_claude: Any, make_session: Any, settings: Any
 ):
     settings.DEEPTHINK_CHECK_MAX_CLAIMS = 2
+    settings.DEEPTHINK_FAST_MODEL = ""
     session, synthesis = await checked_session(make_session, PLANTED)
     fake_claude.enqueue(
         Reply(text="CLAIM: 1\nVERDICT: supported\n---\nCLAIM: 2\nVERDICT: unsupported")
@@ -284,6 +285,39 @@ async def test_claims_beyond_the_limit_are_not_asked_about_and_say_why(
     [request] = fake_claude.requests
     asked = prompt_of(request)
     assert "CLAIM 2" in asked and "CLAIM 3" not in asked
+    # Without a fast model set, the checker is the session's own model.
+    assert request["body"]["model"] == session.model_id == "claude-test"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_loop_names_a_synthesis_by_its_sequence_in_its_own_session(
+    fake_claude: Any, make_session: Any, caplog: Any
+):
+    session, synthesis = await checked_session(make_session, PLANTED)
+    other, _ = await checked_session(make_session, PLANTED)  # its synthesis is sequence 0 too
+    fake_claude.enqueue(Reply(text="CLAIM: 1\nVERDICT: supported"))
+    events: list[SessionEvent] = []
+
+    async def publish(event: SessionEvent) -> None:
+        events.append(event)
+
+    llm = LLM.from_settings()
+    try:
+        await citations.check_synthesis_citations(session, 0, llm, publish, worker_id=WORKER)
+        # A sequence the session does not have is logged, and the loop goes on.
+        with caplog.at_level("ERROR", logger="thinking.citations"):
+            same = await citations.check_synthesis_citations(
+                session, 5, llm, publish, worker_id=WORKER
+            )
+    finally:
+        await llm.close()
+    assert same is session
+    assert events == [SessionEvent(session.pk, checked=0)]
+    assert await sync_to_async(synthesis.citation_checks.count)() == 3
+    assert not await sync_to_async(CitationCheck.objects.filter(synthesis__session=other).exists)()
+    [record] = caplog.records
+    assert record.getMessage() == f"Citation check failed for session {session.pk}"
+    assert record.exc_info is not None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -506,12 +506,15 @@ def test_a_verdict_is_read_once_per_claim_asked_about_whatever_surrounds_it():
         "CLAIM: 1\nVERDICT: unsupported\nWHY: second thoughts\n"  # the first one counts
         "CLAIM: 2\nVERDICT: partial\nWHY: compare with table X\n"
         "CLAIM: 3\nVERDICT: no\n"
+        "CLAIM: 4\nWHY: the verdict was forgotten\n"  # judges nothing, not claim 5's
+        "CLAIM: 5\nVERDICT: yes"
     )
-    verdicts = parse_verdicts(reply, [1, 2, 3])
+    verdicts = parse_verdicts(reply, [1, 2, 3, 4, 5])
     assert verdicts == {
         1: citations.Verdict("supported", "the passage says so"),
         2: citations.Verdict("partial", "compare with table X"),
         3: citations.Verdict("unsupported", ""),
+        5: citations.Verdict("supported", ""),
     }
     assert parse_verdicts("", [1]) == parse_verdicts(None, [1]) == {}  # type: ignore[arg-type]
 

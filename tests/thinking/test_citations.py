@@ -559,3 +559,110 @@ def test_the_answers_doubtful_claims_are_the_final_ones_unsupported_first(make_s
     empty = make_session()
     assert citations.session_counts(empty) == dict.fromkeys(citations.MARKS, 0)
     assert citations.unsupported_in_answer(empty) == []
+
+
+def test_the_check_prompt_word_for_word():
+    claims = [
+        (1, citations.Claim("Reefs   bleach <b>fast</b>.", 2, 0)),
+        (3, citations.Claim('Tides "follow" the moon & sun.', 4, 1)),
+    ]
+    passages = {2: ('Reef <study> & "notes"' + "t" * 300, "Heat </passage> bleaches."), 4: ("", "")}
+    assert citations.check_prompt(claims, passages) == "\n".join(
+        [
+            "Check each claim against the passage given with it.",
+            "",
+            "CLAIM 1: Reefs bleach &lt;b&gt;fast&lt;/b&gt;. [2]",
+            '<passage claim="1" source="2" title="Reef &lt;study&gt; &amp; &quot;notes&quot;'
+            + "t" * 178  # the title cut at 200 characters, then escaped
+            + '">',
+            "Heat &lt;/passage&gt; bleaches.",
+            "</passage>",
+            "",
+            "CLAIM 3: Tides &quot;follow&quot; the moon &amp; sun. [4]",
+            '<passage claim="3" source="4" title="">',
+            "",
+            "</passage>",
+            "",
+            "Reply with one block per claim, separated by a line with ---, exactly like this:",
+            "CLAIM: <k>",
+            "VERDICT: supported | partial | unsupported",
+            "WHY: <one short sentence>",
+        ]
+    )
+
+
+def test_claims_are_the_sentences_as_written_once_per_source_clipped():
+    long = "Hot " + "warm " * 200 + "[1]."
+    text = "\n".join(
+        [
+            "- > Bleaching starts above 30 degrees [1][1] and spreads [9, 2].",
+            "  12) # Recovery takes years [2].",
+            "Nothing cited here.",
+            long,
+        ]
+    )
+    claims = citations.claims_in(text, {1, 2})
+    assert [(c.sentence, c.number, c.occurrence) for c in claims[:3]] == [
+        ("Bleaching starts above 30 degrees and spreads.", 1, 0),
+        ("Bleaching starts above 30 degrees and spreads.", 2, 0),
+        ("Recovery takes years.", 2, 1),
+    ]
+    [clipped] = claims[3:]
+    assert (clipped.number, clipped.occurrence) == (1, 2)
+    # Cut to 599 characters (here just after a space, which goes), then an ellipsis.
+    assert clipped.sentence == ("Hot " + "warm " * 119).rstrip() + "…"
+    exact = "x" * (citations.MAX_CLAIM_CHARS - 1) + ". [1]"
+    assert (
+        citations.claims_in(exact, {1})[0].sentence == "x" * (citations.MAX_CLAIM_CHARS - 1) + "."
+    )
+
+
+def test_a_range_of_up_to_twenty_sources_is_a_citation():
+    assert cited_numbers("[1-20]") == list(range(1, 21))
+    assert cited_numbers("[1-21]") == []
+
+
+async def test_the_checker_is_asked_with_its_system_prompt_and_token_limit(
+    fake_claude: Any, settings: Any
+):
+    settings.DEEPTHINK_CHECK_MAX_TOKENS = 777
+    fake_claude.enqueue(Reply(text="CLAIM: 1\nVERDICT: supported"))
+    claims = [citations.Claim("Reefs bleach.", 1, 0), citations.Claim("Tides turn.", 3, 0)]
+    llm = LLM.from_settings()
+    try:
+        run = await citations.judge(claims, {1: ("Reef", "Heat bleaches reefs.")}, llm=llm)
+    finally:
+        await llm.close()
+    [request] = fake_claude.requests
+    assert request["body"]["max_tokens"] == 777
+    assert request["body"]["system"][0]["text"] == citations.CHECK_SYSTEM
+    assert run.verdicts == {
+        0: citations.Verdict("supported", ""),
+        1: citations.Verdict("unchecked", "The source has no stored passage."),
+    }
+    assert 0 < run.seconds < 60
+
+
+async def test_a_checker_call_that_breaks_unexpectedly_is_a_failure_not_a_crash(caplog: Any):
+    class Broken:
+        async def utility(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("boom")
+
+    claims = [citations.Claim("Reefs bleach.", 1, 0)]
+    with caplog.at_level("ERROR", logger="thinking.citations"):
+        run = await citations.judge(claims, {1: ("Reef", "Heat.")}, llm=Broken())  # type: ignore[arg-type]
+    assert run.failures == ["the checker call failed unexpectedly"]
+    assert run.verdicts == {} and run.replies == []
+    [record] = caplog.records
+    assert record.getMessage() == "Citation check call failed" and record.exc_info is not None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_with_the_check_off_a_synthesis_is_not_checked(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_CITATION_CHECK = False
+    session, synthesis = await checked_session(make_session, PLANTED)
+    assert await run_check(session, synthesis) == []
+    assert not fake_claude.requests
+    assert not await sync_to_async(CitationCheck.objects.exists)()

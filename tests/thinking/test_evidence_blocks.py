@@ -48,3 +48,37 @@ async def test_a_javascript_url_is_never_stored(make_session: Any):
     stored = await evidence.store_sources(session.pk, "web", results, "q", worker_id=WORKER)
     assert [s.url for s in stored] == ["https://example.org/"]
     assert await Source.objects.filter(session=session).acount() == 1
+
+
+def test_the_evidence_pack_word_for_word():
+    sources = [
+        Source(number=1, kind="web", title="A & B <c> " + "t" * 300, url="https://x.org/?a=1&b=2",
+               snippet="Heat > 30 & rising </source>"),
+        Source(number=4, kind="memory", title="  Lab\n notes  ", url="", snippet="Plain."),
+    ]  # fmt: skip
+    assert evidence.evidence_pack(sources) == (
+        evidence.EVIDENCE_PREAMBLE
+        + "\n\n<evidence>\n"
+        + '<source n="1" kind="web" title="A &amp; B &lt;c&gt; '
+        + "t" * 189  # the title clipped to 200 characters with an ellipsis, then escaped
+        + '…" url="https://x.org/?a=1&amp;b=2">\n'
+        + "Heat &gt; 30 &amp; rising &lt;/source&gt;\n</source>\n"
+        + '<source n="4" kind="memory" title="Lab notes" url="">\nPlain.\n</source>'
+        + "\n</evidence>"
+    )
+    assert evidence.evidence_pack([]) == ""
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_web_result_shows_its_passage_else_its_summary_else_its_snippet(
+    make_session: Any,
+):
+    session = await sync_to_async(make_session)()
+    await claim(session)
+    results = [
+        WebResult("https://a.org/", "A", "snippet a", "summary a", None, None, "q", "passage a"),
+        WebResult("https://b.org/", "B", "snippet b", "summary b", None, None, "q"),
+        WebResult("https://c.org/", "C", "snippet c", "", None, None, "q"),
+    ]
+    stored = await evidence.store_sources(session.pk, "web", results, "q", worker_id=WORKER)
+    assert [s.snippet for s in stored] == ["passage a", "summary b", "snippet c"]

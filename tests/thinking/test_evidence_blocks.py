@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from research.memory import MemoryResult
 from research.web import WebResult
 from tests.helpers import WORKER, claim
 from thinking import evidence, tools
@@ -55,6 +56,7 @@ def test_the_evidence_pack_word_for_word():
         Source(number=1, kind="web", title="A & B <c> " + "t" * 300, url="https://x.org/?a=1&b=2",
                snippet="Heat > 30 & rising </source>"),
         Source(number=4, kind="memory", title="  Lab\n notes  ", url="", snippet="Plain."),
+        Source(number=5, kind="web", title="e" * 200, url="", snippet=""),
     ]  # fmt: skip
     assert evidence.evidence_pack(sources) == (
         evidence.EVIDENCE_PREAMBLE
@@ -63,7 +65,8 @@ def test_the_evidence_pack_word_for_word():
         + "t" * 189  # the title clipped to 200 characters with an ellipsis, then escaped
         + '…" url="https://x.org/?a=1&amp;b=2">\n'
         + "Heat &gt; 30 &amp; rising &lt;/source&gt;\n</source>\n"
-        + '<source n="4" kind="memory" title="Lab notes" url="">\nPlain.\n</source>'
+        + '<source n="4" kind="memory" title="Lab notes" url="">\nPlain.\n</source>\n'
+        + f'<source n="5" kind="web" title="{"e" * 200}" url="">\n\n</source>'  # fits: kept
         + "\n</evidence>"
     )
     assert evidence.evidence_pack([]) == ""
@@ -80,5 +83,31 @@ async def test_a_web_result_shows_its_passage_else_its_summary_else_its_snippet(
         WebResult("https://b.org/", "B", "snippet b", "summary b", None, None, "q"),
         WebResult("https://c.org/", "C", "snippet c", "", None, None, "q"),
     ]
+    results.append(WebResult("https://d.org/", "D", "", "", 0.7, None, "q"))
     stored = await evidence.store_sources(session.pk, "web", results, "q", worker_id=WORKER)
-    assert [s.snippet for s in stored] == ["passage a", "summary b", "snippet c"]
+    assert [s.snippet for s in stored] == ["passage a", "summary b", "snippet c", ""]
+    assert [s.score for s in stored] == [0.0, 0.0, 0.0, 0.7]  # no score from Exa: 0
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_knowledge_result_is_cited_by_its_passage_and_where_it_sits(make_session: Any):
+    session = await sync_to_async(make_session)()
+    await claim(session)
+    results = [
+        MemoryResult(1, "Notes", "item text", "", "kb", 2.0, "the passage", 7, "p. 3"),
+        MemoryResult(1, "Notes", "item text", "", "kb", 1.5, "another passage", 8),
+        MemoryResult(2, "Memo", "memo text", "", "kb", 1.0),
+    ]
+    stored = await evidence.store_sources(session.pk, "memory", results, "q", worker_id=WORKER)
+    assert [(s.title, s.snippet, s.key, s.score) for s in stored] == [
+        ("Notes (p. 3)", "the passage", "passage:7", 2.0),
+        ("Notes", "another passage", "passage:8", 1.5),
+        ("Memo", "memo text", "item:2", 1.0),
+    ]
+
+
+@pytest.mark.django_db
+def test_without_research_there_is_no_web_search_even_with_web_on(make_session: Any, fake_exa: Any):
+    assert evidence.Research.for_session(make_session()).web is not None
+    off = make_session(research_enabled=False, web_enabled=True)
+    assert evidence.Research.for_session(off).web is None

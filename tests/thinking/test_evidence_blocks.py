@@ -111,3 +111,45 @@ def test_without_research_there_is_no_web_search_even_with_web_on(make_session: 
     assert evidence.Research.for_session(make_session()).web is not None
     off = make_session(research_enabled=False, web_enabled=True)
     assert evidence.Research.for_session(off).web is None
+
+
+@pytest.mark.django_db
+def test_a_sessions_research_reaches_its_teams_knowledge_and_shares_their_web_cache(
+    make_session: Any, alice: Any
+):
+    from django.utils import timezone
+
+    from accounts.models import Membership, Role, Team
+
+    lab, invited = Team.objects.create(name="Lab"), Team.objects.create(name="Invited")
+    Membership.objects.create(accepted_at=timezone.now(), team=lab, user=alice, role=Role.OWNER)
+    Membership.objects.create(team=invited, user=alice, role=Role.MEMBER)  # not accepted
+    solo = evidence.Research.for_session(make_session(web_enabled=False))
+    shared = evidence.Research.for_session(make_session(team=lab))
+    assert (solo.owner_ids, solo.team_ids, solo.scope) == ([alice.pk], [lab.pk], f"user:{alice.pk}")
+    assert (shared.team_ids, shared.scope) == ([lab.pk], f"team:{lab.pk}")
+    # Web off for one session is said as such (not as a missing API key).
+    assert (solo.web_off, shared.web_off) == (True, False)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_plans_searches_are_stored_as_found_by_the_plan(make_session: Any, alice: Any):
+    from research.knowledge import add_item
+
+    await sync_to_async(add_item)(owner=alice, title="Fern", body="fern grows in shade")
+    session = await sync_to_async(make_session)()
+    await claim(session)
+    research = evidence.Research(owner_ids=[alice.pk], scope=f"user:{alice.pk}", web=None)
+
+    async def shown(sources: list) -> None:
+        pass
+
+    found = await evidence.gather(
+        session_id=session.pk,
+        research=research,
+        web_queries=[],
+        memory_queries=["fern shade"],
+        on_sources=shown,
+        worker_id=WORKER,
+    )
+    assert [s.found_by for s in found] == ["plan"]

@@ -177,6 +177,7 @@ async def test_a_search_returns_five_sources_unless_asked_within_the_providers_m
     fake_exa: Any, make_session: Any, alice: Any, settings: Any
 ):
     settings.DEEPTHINK_WEB_MAX_ITEMS_PER_SOURCE = 40  # the tool's own cap of ten still holds
+
     @sync_to_async
     def knowledge() -> tuple[ThinkingSession, Research]:
         for topic, count in (("fern", 8), ("cactus", 3), ("moss", 3), ("orchid", 45)):

@@ -161,6 +161,13 @@ async def run_check(session: ThinkingSession, synthesis: Synthesis) -> list[Sess
     return events
 
 
+async def stored_verdicts(synthesis: Synthesis, *fields: str) -> list[Any]:
+    """The synthesis's stored checks in order: one field's values, or tuples of several."""
+    rows = synthesis.citation_checks.order_by("id")
+    flat = len(fields) == 1
+    return await sync_to_async(lambda: list(rows.values_list(*fields, flat=flat)))()
+
+
 PLANTED = (
     "Coral bleaching begins when water stays above 30 degrees for weeks [1]. "
     "Coral reefs recover fully within two years after any bleaching event [2]. "
@@ -253,9 +260,7 @@ async def test_claims_the_checker_did_not_judge_are_unchecked_never_supported(
     # The checker answers only claim 2, and with noise around it.
     fake_claude.enqueue(Reply(text="Sure!\nCLAIM: 2\nVERDICT: unsupported\nWHY: off topic"))
     await run_check(session, synthesis)
-    verdicts = await sync_to_async(
-        lambda: list(synthesis.citation_checks.order_by("id").values_list("verdict", "why"))
-    )()
+    verdicts = await stored_verdicts(synthesis, "verdict", "why")
     assert verdicts == [
         ("unchecked", "Not checked."),
         ("unsupported", "off topic"),
@@ -274,9 +279,7 @@ async def test_claims_beyond_the_limit_are_not_asked_about_and_say_why(
         Reply(text="CLAIM: 1\nVERDICT: supported\n---\nCLAIM: 2\nVERDICT: unsupported")
     )
     await run_check(session, synthesis)
-    verdicts = await sync_to_async(
-        lambda: list(synthesis.citation_checks.order_by("id").values_list("verdict", "why"))
-    )()
+    verdicts = await stored_verdicts(synthesis, "verdict", "why")
     assert verdicts == [
         ("supported", ""),
         ("unsupported", ""),
@@ -329,9 +332,7 @@ async def test_checking_a_synthesis_again_replaces_its_verdicts(
     await run_check(session, synthesis)
     fake_claude.enqueue(Reply(text="CLAIM: 1\nVERDICT: unsupported"))
     await run_check(session, synthesis)
-    verdicts = await sync_to_async(
-        lambda: list(synthesis.citation_checks.order_by("id").values_list("verdict", flat=True))
-    )()
+    verdicts = await stored_verdicts(synthesis, "verdict")
     assert verdicts == ["unsupported", "unchecked", "unchecked"]
 
 

@@ -60,8 +60,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "thinking/tags.py": ("tests/thinking/test_tags.py", "tests/thinking/test_parsing.py"),
     # evidence and citations
     "thinking/evidence.py": (
-        "tests/thinking/test_research.py",
         "tests/thinking/test_evidence_blocks.py",
+        "tests/thinking/test_tools.py",
+        "tests/thinking/test_research.py",
         "tests/thinking/test_citations.py",
     ),
     "thinking/citations.py": (

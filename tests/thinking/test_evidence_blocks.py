@@ -153,3 +153,82 @@ async def test_the_plans_searches_are_stored_as_found_by_the_plan(make_session: 
         worker_id=WORKER,
     )
     assert [s.found_by for s in found] == ["plan"]
+
+
+async def _gather(session: Any, research: Any, web: list[str], memory: list[str]) -> list[Any]:
+    async def shown(sources: list) -> None:
+        pass
+
+    try:
+        return await evidence.gather(
+            session_id=session.pk,
+            research=research,
+            web_queries=web,
+            memory_queries=memory,
+            on_sources=shown,
+            worker_id=WORKER,
+        )
+    finally:
+        await research.close()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_failing_web_search_is_a_note_that_names_the_web(
+    fake_exa: Any, make_session: Any, settings: Any
+):
+    fake_exa.fail_next(500, count=10)
+
+    @sync_to_async
+    def start() -> tuple[Any, Any]:
+        session = make_session()
+        return session, evidence.Research.for_session(session)
+
+    session, research = await start()
+    await claim(session)
+    assert await _gather(session, research, ["reef heat"], []) == []
+    await session.arefresh_from_db()
+    [note] = session.research_notes
+    assert note.startswith('Web search for "reef heat" failed: ')
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_teammates_share_web_results_others_do_not(
+    fake_exa: Any, make_session: Any, alice: Any, bob: Any
+):
+    @sync_to_async
+    def start(owner: Any) -> tuple[Any, Any]:
+        session = make_session(owner=owner)
+        return session, evidence.Research.for_session(session)
+
+    for owner in (alice, bob, alice):
+        session, research = await start(owner)
+        await claim(session)
+        assert await _gather(session, research, ["reef heat"], [])
+    # Alice's second session reads her cached results; Bob's scope is his own.
+    assert len(fake_exa.searches) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_teams_knowledge_is_searched_for_its_members(
+    make_session: Any, alice: Any, bob: Any
+):
+    from django.utils import timezone
+
+    from accounts.models import Membership, Role, Team
+    from research.knowledge import add_item
+
+    @sync_to_async
+    def start() -> tuple[Any, Any]:
+        lab = Team.objects.create(name="Lab")
+        for user in (alice, bob):
+            Membership.objects.create(
+                accepted_at=timezone.now(), team=lab, user=user, role=Role.MEMBER
+            )
+        add_item(owner=bob, title="Coral notes", body="coral spawning moon", team=lab)
+        session = make_session()
+        return session, evidence.Research.for_session(session)
+
+    session, research = await start()
+    await claim(session)
+    found = await _gather(session, research, [], ["coral spawning"])
+    assert [s.title for s in found] == ["Coral notes"]

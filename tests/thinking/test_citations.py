@@ -612,6 +612,9 @@ def test_claims_are_the_sentences_as_written_once_per_source_clipped():
     assert (clipped.number, clipped.occurrence) == (1, 2)
     # Cut to 599 characters (here just after a space, which goes), then an ellipsis.
     assert clipped.sentence == ("Hot " + "warm " * 119).rstrip() + "…"
+    [word] = citations.claims_in("Hot " + "w" * 700 + " [1].", {1})
+    assert word.sentence == "Hot " + "w" * 595 + "…"  # mid-word: 599 characters and "…"
+    assert citations.claims_in("Xenon lamps glow [1].", {1})[0].sentence == "Xenon lamps glow."
     exact = "x" * (citations.MAX_CLAIM_CHARS - 1) + ". [1]"
     assert (
         citations.claims_in(exact, {1})[0].sentence == "x" * (citations.MAX_CLAIM_CHARS - 1) + "."

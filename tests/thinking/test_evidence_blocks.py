@@ -188,7 +188,7 @@ async def test_a_failing_web_search_is_a_note_that_names_the_web(
     assert await _gather(session, research, ["reef heat"], []) == []
     await session.arefresh_from_db()
     [note] = session.research_notes
-    assert note.startswith('Web search for "reef heat" failed: ')
+    assert note == 'Web search for "reef heat" failed: Web search is unavailable (HTTP 500).'
 
 
 @pytest.mark.django_db(transaction=True)
@@ -232,3 +232,64 @@ async def test_a_teams_knowledge_is_searched_for_its_members(
     await claim(session)
     found = await _gather(session, research, [], ["coral spawning"])
     assert [s.title for s in found] == ["Coral notes"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_web_queries_without_web_search_say_why_in_a_note(make_session: Any, alice: Any):
+    notes = []
+    for web_off, queries in ((True, ["reef"]), (False, ["reef"]), (False, [])):
+        session = await sync_to_async(make_session)()
+        await claim(session)
+        research = evidence.Research(owner_ids=[alice.pk], scope="s", web=None, web_off=web_off)
+        await _gather(session, research, queries, [])
+        await session.arefresh_from_db()
+        notes.append(session.research_notes)
+    assert notes == [
+        ["Web research is off for this session: only the knowledge base is searched."],
+        ["Web research is off: no EXA_API_KEY is set. The knowledge base is used."],
+        [],  # no web queries, nothing to say
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_search_that_breaks_unexpectedly_is_logged_and_noted(
+    make_session: Any, alice: Any, caplog: Any
+):
+    from research.knowledge import add_item
+
+    class BrokenWeb:
+        async def search(self, query: str, **kwargs: Any) -> Any:
+            raise RuntimeError("boom")
+
+        async def aclose(self) -> None:
+            pass
+
+    for n in range(8):
+        await sync_to_async(add_item)(owner=alice, title=f"Reef {n}", body="reef heat notes")
+    session = await sync_to_async(make_session)()
+    await claim(session)
+    research = evidence.Research(owner_ids=[alice.pk], scope="s", web=BrokenWeb())  # type: ignore[arg-type]
+    query = "reef heat " + "x" * 100
+    shown: list[list[Any]] = []
+
+    async def on_sources(sources: list[Any]) -> None:
+        shown.append(sources)
+
+    with caplog.at_level("ERROR", logger="thinking.evidence"):
+        found = await evidence.gather(
+            session_id=session.pk,
+            research=research,
+            web_queries=[query],
+            memory_queries=["reef heat"],
+            on_sources=on_sources,
+            worker_id=WORKER,
+        )
+    assert len(found) == 5  # five a query unless asked
+    assert shown == [found]  # shown as they were found
+    await session.arefresh_from_db()
+    clipped = evidence._clip(query, 80)
+    assert len(clipped) == 80 and clipped.endswith("…")
+    assert session.research_notes == [f'A search for "{clipped}" failed unexpectedly.']
+    [record] = caplog.records
+    assert record.getMessage() == f"Search {query!r} (web) failed unexpectedly"
+    assert record.exc_info is not None

@@ -108,6 +108,11 @@ def _text(value: object, limit: int) -> str:
     return " ".join(str(value).split())[:limit] if isinstance(value, str | int | float) else ""
 
 
+def _string(value: object) -> str:
+    """A text or a number the model gave, as text; anything else is none."""
+    return str(value) if isinstance(value, str | int | float) else ""
+
+
 def _count(value: object, default: int, maximum: int) -> int:
     return max(1, min(maximum, value)) if isinstance(value, int) else default
 
@@ -167,14 +172,15 @@ async def run_tool(
         # An empty thought is accepted: the tool only appends to the log.
         return ToolOutcome("Noted.", scratchpad=_text(args.get("thought"), 8000))
     if name == "progress":
+        # stages.entry clips each text and makes an unknown stage a note.
         progress = stages.entry(
-            str(args.get("stage")) if args.get("stage") in STAGES else "note",
-            _text(args.get("message"), 300),
-            label=_text(args.get("label"), 80),
+            _string(args.get("stage")),
+            _string(args.get("message")),
+            label=_string(args.get("label")),
             by="model",
             plan_step=_step(args.get("plan_step")),
             total_steps=_step(args.get("total_steps")),
-            confidence=_text(args.get("confidence"), 40),
+            confidence=_string(args.get("confidence")),
             metadata=stages.clean_metadata(args.get("metadata")),
         )
         await save_progress(session_id, progress, worker_id=worker_id)

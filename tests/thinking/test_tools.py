@@ -302,10 +302,18 @@ async def test_a_progress_report_is_stored_clipped_and_shown(make_session: Any):
 
     # Junk is dropped, not stored: an unknown stage is a note, odd step numbers are none.
     for steps in (0, -3, "2", 1.5, None):
-        odd = await report({"stage": "lunch", "message": "x", "plan_step": steps})
+        odd = await report({"stage": "lunch", "message": ["x"], "plan_step": steps})
         assert odd.progress is not None
         assert odd.progress["stage"] == "note" and "plan_step" not in odd.progress
         assert "total_steps" not in odd.progress and "confidence" not in odd.progress
+        assert (odd.progress["message"], odd.progress["label"]) == ("", "Note")
+    numeric = await report({"stage": "synthesis", "message": 42, "confidence": 0.8})
+    assert numeric.progress is not None
+    assert (numeric.progress["message"], numeric.progress["confidence"]) == ("42", "0.8")
     assert (await report({"plan_step": 1, "total_steps": 1})).progress is not None
     await session.arefresh_from_db()
     assert session.progress["plan_step"] == session.progress["total_steps"] == 1
+    # Only while this worker holds the lease.
+    await ThinkingSession.objects.filter(pk=session.pk).aupdate(worker_id="another-worker")
+    with pytest.raises(LeaseLost):
+        await report({"stage": "note", "message": "late"})

@@ -13,6 +13,7 @@ import ast
 import contextlib
 import datetime
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -161,7 +162,37 @@ def summarise(module: str, mutants_dir: Path, *, only: str = "") -> Row:
     return row
 
 
-def table(rows: list[Row]) -> str:
+@dataclass
+class Earlier:
+    """What the README already says of modules with no results here (a clean clone has no
+    mutmut caches): their table rows and sections, kept with the commit they were measured at."""
+
+    commit: str = ""
+    rows: dict[str, str] = field(default_factory=dict)
+    sections: dict[str, str] = field(default_factory=dict)
+
+
+def earlier(text: str) -> Earlier:
+    found = re.search(r"^Measured on \S+ at commit ([0-9a-f]+)", text, re.MULTILINE)
+    kept = Earlier(found.group(1) if found else "unknown")
+    for line in re.finditer(r"^\| (thinking/\S+) \|.*\|$", text, re.MULTILINE):
+        if "not run yet" not in line.group(0):
+            kept.rows[line.group(1)] = line.group(0)
+    for section in re.finditer(r"^## (\S+)\n.*?(?=^## |\Z)", text, re.MULTILINE | re.DOTALL):
+        kept.sections[section.group(1)] = section.group(0).rstrip()
+    return kept
+
+
+def _carried(line: str, commit: str) -> str:
+    """An earlier row, its score marked with the commit it was measured at."""
+    cells = line.rstrip("|").rstrip().split(" | ")
+    if "(measured at" not in cells[-1]:
+        cells[-1] += f" (measured at {commit})"
+    return " | ".join(cells) + " |"
+
+
+def table(rows: list[Row], kept: Earlier | None = None) -> str:
+    kept = kept or Earlier()
     head = (
         "| module | mutants | killed | survived | equivalent | timeout | no tests | not run "
         "| % killed |"
@@ -169,7 +200,10 @@ def table(rows: list[Row]) -> str:
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         if not row.ran:
-            lines.append(f"| {row.module} | not run yet | | | | | | | |")
+            if row.module in kept.rows:
+                lines.append(_carried(kept.rows[row.module], kept.commit))
+            else:
+                lines.append(f"| {row.module} | not run yet | | | | | | | |")
             continue
         score = "n/a" if row.score is None else f"{row.score:.1f}%"
         if row.score is not None and row.score < TARGET:
@@ -199,7 +233,8 @@ def _commit() -> str:
     return commit + (" (with uncommitted changes)" if changed else "")
 
 
-def readme(rows: list[Row]) -> str:
+def readme(rows: list[Row], kept: Earlier | None = None) -> str:
+    kept = kept or Earlier()
     today = datetime.date.today().isoformat()
     parts = [
         "# Mutation testing (issue 16)",
@@ -233,19 +268,29 @@ def readme(rows: list[Row]) -> str:
         "",
         f"Measured on {today} at commit {_commit()}, mutmut {metadata.version('mutmut')}.",
         "",
-        table(rows),
+        table(rows, kept),
         "",
     ]
     below = [r.module for r in rows if r.ran and r.score is not None and r.score < TARGET]
     if below:
         parts += [f"Below the 90% target: {', '.join(below)} (see the survivors below).", ""]
-    waiting = [r.module for r in rows if not r.ran]
+    carried = [r.module for r in rows if not r.ran and r.module in kept.rows]
+    if carried:
+        parts += [
+            f"No results here for {', '.join(carried)}: their rows (and sections below) are "
+            "the earlier run's, at the commit each names.",
+            "",
+        ]
+    waiting = [r.module for r in rows if not r.ran and r.module not in kept.rows]
     if waiting:
         parts += [
             "Not run yet: " + ", ".join(waiting) + ".",
             "",
         ]
     for row in rows:
+        if not row.ran and row.module in kept.sections:
+            parts += [kept.sections[row.module], ""]
+            continue
         if not row.ran or not (row.survivors or row.equivalents):
             continue
         parts += [f"## {row.module}", ""]
@@ -269,12 +314,13 @@ def readme(rows: list[Row]) -> str:
 
 
 def write_readme(rows: list[Row] | None = None) -> None:
-    README.write_text(readme(rows if rows is not None else all_rows()))
+    kept = earlier(README.read_text()) if README.exists() else None
+    README.write_text(readme(rows if rows is not None else all_rows(), kept))
 
 
 def main() -> int:
     rows = all_rows()
-    print(table(rows))
+    print(table(rows, earlier(README.read_text()) if README.exists() else None))
     for row in rows:
         for s in row.survivors:
             print(f"  survived: {row.module}:{s.line} `{s.before}` -> `{s.after}` ({s.name})")

@@ -1,0 +1,48 @@
+"""The mutation report (issue 16) keeps what an earlier run measured for modules that have no
+results on this machine (mutmut's caches are not in git), saying when it was measured."""
+
+from __future__ import annotations
+
+from mutation import report
+
+EARLIER = """Measured on 2026-11-01 at commit abc1234, mutmut 3.8.1.
+
+| module | mutants | killed | survived | equivalent | timeout | no tests | not run | % killed |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|
+| thinking/access.py | 9 | 9 | 0 | 0 | 0 | 0 | 0 | 100.0% |
+| thinking/limits.py | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80.0% (below 90) |
+| thinking/loop.py | not run yet | | | | | | | |
+
+## thinking/limits.py
+
+Survivors:
+
+- thinking/limits.py:5 `a` -> `b` (x)
+"""
+
+
+def test_a_module_without_results_keeps_its_earlier_row_and_says_when_it_was_measured():
+    kept = report.earlier(EARLIER)
+    rows = [
+        report.Row("thinking/access.py"),  # no results here: the earlier row stays
+        report.Row("thinking/limits.py", ran=True, killed=10),  # measured again: replaced
+        report.Row("thinking/loop.py"),
+    ]
+    text = report.readme(rows, kept)
+    assert (
+        "| thinking/access.py | 9 | 9 | 0 | 0 | 0 | 0 | 0 | 100.0% (measured at abc1234) |" in text
+    )
+    assert "| thinking/limits.py | 10 | 10 | 0 | 0 | 0 | 0 | 0 | 100.0% |" in text
+    assert "| thinking/loop.py | not run yet |" in text
+    assert "`a` -> `b`" not in text  # the earlier survivors went with the earlier row
+    assert "No results here for thinking/access.py: their rows" in text
+    assert "Not run yet: thinking/loop.py." in text
+    # Carried again by a later report, a row keeps the commit it was measured at.
+    again = report.table([report.Row("thinking/access.py")], report.earlier(text))
+    assert again.splitlines()[-1].endswith("100.0% (measured at abc1234) |")
+
+
+def test_an_earlier_rows_section_comes_with_it():
+    text = report.readme([report.Row("thinking/limits.py")], report.earlier(EARLIER))
+    assert "| thinking/limits.py | 10 | 8 | 2 |" in text
+    assert "- thinking/limits.py:5 `a` -> `b` (x)" in text

@@ -263,7 +263,7 @@ async def test_a_search_by_a_worker_that_lost_the_lease_stores_nothing(
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_progress_report_is_stored_clipped_and_shown(make_session: Any):
+async def test_a_progress_report_is_stored_as_text_clipped_and_shown(make_session: Any):
     session = await sync_to_async(make_session)(plan={"steps": ["a", "b", "c"], "current": 0})
     await claim(session)
 

@@ -328,3 +328,16 @@ async def test_a_worker_that_lost_the_lease_stores_nothing_and_stops_its_other_s
     await session.arefresh_from_db()
     assert session.research_notes == []
     assert not await session.sources.aexists()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_knowledge_search_out_of_time_is_a_note_that_says_so(
+    make_session: Any, alice: Any, settings: Any
+):
+    settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS = 1e-6  # no search can answer in time
+    session = await sync_to_async(make_session)()
+    await claim(session)
+    research = evidence.Research(owner_ids=[alice.pk], scope="s", web=None)
+    assert await _gather(session, research, [], ["reef heat"]) == []
+    await session.arefresh_from_db()
+    assert session.research_notes == ['Knowledge-base search for "reef heat" failed: timed out']

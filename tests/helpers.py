@@ -194,3 +194,10 @@ def each_call_takes(fake: Any, frozen: FrozenClock, seconds: float) -> None:
         return respond(body)
 
     fake.responder = timed
+
+
+def logged_error(caplog: Any) -> str:
+    """The one error logged (with its traceback): its message."""
+    [record] = caplog.records
+    assert record.exc_info is not None, "logged with the traceback"
+    return record.getMessage()

@@ -13,7 +13,7 @@ from django.test import Client
 
 from accounts.tokens import create_token
 from tests.fakes.anthropic_server import HttpError, Reply
-from tests.helpers import WORKER, claim, prompt_of, run
+from tests.helpers import WORKER, claim, logged_error, prompt_of, run
 from thinking import citations
 from thinking.citations import cited_numbers, claims_in, find_citations, parse_verdicts
 from thinking.events import SessionEvent
@@ -318,9 +318,7 @@ async def test_the_loop_names_a_synthesis_by_its_sequence_in_its_own_session(
     assert events == [SessionEvent(session.pk, checked=0)]
     assert await sync_to_async(synthesis.citation_checks.count)() == 3
     assert not await sync_to_async(CitationCheck.objects.filter(synthesis__session=other).exists)()
-    [record] = caplog.records
-    assert record.getMessage() == f"Citation check failed for session {session.pk}"
-    assert record.exc_info is not None
+    assert logged_error(caplog) == f"Citation check failed for session {session.pk}"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -657,8 +655,7 @@ async def test_a_checker_call_that_breaks_unexpectedly_is_a_failure_not_a_crash(
         run = await citations.judge(claims, {1: ("Reef", "Heat.")}, llm=Broken())  # type: ignore[arg-type]
     assert run.failures == ["the checker call failed unexpectedly"]
     assert run.verdicts == {} and run.replies == []
-    [record] = caplog.records
-    assert record.getMessage() == "Citation check call failed" and record.exc_info is not None
+    assert logged_error(caplog) == "Citation check call failed"
 
 
 @pytest.mark.django_db(transaction=True)

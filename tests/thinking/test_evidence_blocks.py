@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 
 from research.memory import MemoryResult
 from research.web import WebResult
-from tests.helpers import WORKER, claim
+from tests.helpers import WORKER, claim, logged_error
 from thinking import evidence, tools
 from thinking.models import LeaseLost, Source, ThinkingSession
 
@@ -291,9 +291,7 @@ async def test_a_search_that_breaks_unexpectedly_is_logged_and_noted(
     clipped = evidence._clip(query, 80)
     assert len(clipped) == 80 and clipped.endswith("…")
     assert session.research_notes == [f'A search for "{clipped}" failed unexpectedly.']
-    [record] = caplog.records
-    assert record.getMessage() == f"Search {query!r} (web) failed unexpectedly"
-    assert record.exc_info is not None
+    assert logged_error(caplog) == f"Search {query!r} (web) failed unexpectedly"
 
 
 @pytest.mark.django_db(transaction=True)

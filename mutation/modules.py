@@ -83,7 +83,11 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_seed_loop.py",
     ),
     # the lifecycle and the step context: people's verbs, the one door for writes, the stores
-    "thinking/actions.py": LIFECYCLE_TESTS,
+    "thinking/actions.py": (
+        *LIFECYCLE_TESTS,
+        "tests/thinking/test_cli.py",  # think_here: a session run in this process
+        "tests/thinking/test_followups.py",  # extend: more time for a completed session
+    ),
     "thinking/models.py": LIFECYCLE_TESTS,
     "thinking/steps.py": LOOP_TESTS,
     # the loop (the longest runs)

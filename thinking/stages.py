@@ -37,7 +37,9 @@ LABELS = {
 }
 
 
-def _clip(value: object, limit: int) -> str:
+def clip_text(value: object, limit: int) -> str:
+    """Untrusted model text (or a number) on one line, at most `limit` characters; anything
+    else is empty."""
     return " ".join(str(value).split())[:limit] if isinstance(value, str | int | float) else ""
 
 
@@ -47,29 +49,31 @@ def clean_metadata(raw: object) -> dict[str, str]:
         return {}
     cleaned: dict[str, str] = {}
     for key, value in list(raw.items())[:MAX_METADATA_KEYS]:
-        name, text = _clip(key, 40), _clip(value, 200)
+        name, text = clip_text(key, 40), clip_text(value, 200)
         if name and text:
             cleaned[name] = text
     return cleaned
 
 
 def entry(
-    stage: str,
-    message: str,
+    stage: object,
+    message: object,
     *,
-    label: str = "",
+    label: object = "",
     by: str = "loop",
     plan_step: int | None = None,
     total_steps: int | None = None,
-    confidence: str = "",
+    confidence: object = "",
     metadata: dict[str, str] | None = None,
 ) -> StageEntry:
-    """One stage entry, as stored and served: {stage, label, message, at} and the extras."""
-    stage = stage if stage in STAGES else "note"
+    """One stage entry, as stored and served: {stage, label, message, at} and the extras.
+    The texts may be the model's own values: each is clipped, anything but text or a number
+    is empty, and an unknown stage is a note."""
+    stage = stage if isinstance(stage, str) and stage in STAGES else "note"
     item: StageEntry = {
         "stage": stage,
-        "label": _clip(label, 80) or LABELS[stage],
-        "message": _clip(message, 300),
+        "label": clip_text(label, 80) or LABELS[stage],
+        "message": clip_text(message, 300),
         "at": timezone.now().isoformat(),
         "by": by,
     }
@@ -77,8 +81,8 @@ def entry(
         item["plan_step"] = plan_step
     if total_steps:
         item["total_steps"] = total_steps
-    if confidence:
-        item["confidence"] = _clip(confidence, 40)
+    if confidence := clip_text(confidence, 40):
+        item["confidence"] = confidence
     if metadata:
         item["metadata"] = metadata
     return item

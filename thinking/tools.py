@@ -15,6 +15,7 @@ from config.hops import db_hop
 
 from . import evidence, stages
 from .models import Source, SourceKind
+from .stages import clip_text
 from .state import StageEntry
 
 STAGES = stages.STAGES
@@ -104,15 +105,6 @@ class ToolOutcome:
     progress: StageEntry | None = None
 
 
-def _text(value: object, limit: int) -> str:
-    return " ".join(str(value).split())[:limit] if isinstance(value, str | int | float) else ""
-
-
-def _string(value: object) -> str:
-    """A text or a number the model gave, as text; anything else is none."""
-    return str(value) if isinstance(value, str | int | float) else ""
-
-
 def _count(value: object, default: int, maximum: int) -> int:
     return max(1, min(maximum, value)) if isinstance(value, int) else default
 
@@ -149,7 +141,7 @@ async def run_tool(
     """Execute one tool call. Never raises: a bad call is an error result the model reads."""
     args = arguments if isinstance(arguments, dict) else {}
     if name in ("web_search", "memory_search"):
-        query = _text(args.get("query"), 400)
+        query = clip_text(args.get("query"), 400)
         if len(query) < 3:
             return ToolOutcome("The query must be at least 3 characters.", is_error=True)
         kind = SourceKind.WEB if name == "web_search" else SourceKind.MEMORY
@@ -170,22 +162,22 @@ async def run_tool(
         return ToolOutcome(format_sources(sources, found_again=again), sources=tuple(sources))
     if name == "think":
         # An empty thought is accepted: the tool only appends to the log.
-        return ToolOutcome("Noted.", scratchpad=_text(args.get("thought"), 8000))
+        return ToolOutcome("Noted.", scratchpad=clip_text(args.get("thought"), 8000))
     if name == "progress":
         # stages.entry clips each text and makes an unknown stage a note.
         progress = stages.entry(
-            _string(args.get("stage")),
-            _string(args.get("message")),
-            label=_string(args.get("label")),
+            args.get("stage"),
+            args.get("message"),
+            label=args.get("label"),
             by="model",
             plan_step=_step(args.get("plan_step")),
             total_steps=_step(args.get("total_steps")),
-            confidence=_string(args.get("confidence")),
+            confidence=args.get("confidence"),
             metadata=stages.clean_metadata(args.get("metadata")),
         )
         await save_progress(session_id, progress, worker_id=worker_id)
         return ToolOutcome("Shown.", progress=progress)
-    return ToolOutcome(f"There is no tool named {_text(name, 60)!r}.", is_error=True)
+    return ToolOutcome(f"There is no tool named {clip_text(name, 60)!r}.", is_error=True)
 
 
 @db_hop

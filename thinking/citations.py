@@ -412,20 +412,12 @@ def check_rows(synthesis: Synthesis) -> list[dict[str, object]]:
 
 
 def session_counts(session: ThinkingSession) -> dict[str, int]:
-    """Verdicts over the whole session, by kind (zeros included), for the header."""
-    from django.db.models import Count
+    """Verdicts over the whole session, by kind (zeros included): the header's counts
+    (`presenters.header_counts`, one statement), for the JSON and the export."""
+    from .presenters import header_counts
 
-    from .models import CitationCheck
-
-    counts = dict.fromkeys(MARKS, 0)
-    rows = (
-        CitationCheck.objects.filter(synthesis__session=session)
-        .values("verdict")
-        .annotate(n=Count("id"))
-    )
-    for row in rows:
-        counts[row["verdict"]] = row["n"]
-    return counts
+    counts = header_counts(session)
+    return {verdict: counts[verdict] for verdict in MARKS}
 
 
 def unsupported_in_answer(session: ThinkingSession) -> list[CitationCheck]:

@@ -313,14 +313,17 @@ def readme(rows: list[Row], kept: Earlier | None = None) -> str:
     return "\n".join(parts)
 
 
+def _kept() -> Earlier | None:
+    return earlier(README.read_text()) if README.exists() else None
+
+
 def write_readme(rows: list[Row] | None = None) -> None:
-    kept = earlier(README.read_text()) if README.exists() else None
-    README.write_text(readme(rows if rows is not None else all_rows(), kept))
+    README.write_text(readme(rows if rows is not None else all_rows(), _kept()))
 
 
 def main() -> int:
     rows = all_rows()
-    print(table(rows, earlier(README.read_text()) if README.exists() else None))
+    print(table(rows, _kept()))
     for row in rows:
         for s in row.survivors:
             print(f"  survived: {row.module}:{s.line} `{s.before}` -> `{s.after}` ({s.name})")

@@ -134,8 +134,9 @@ async def collect(comm: Any, until: Any, timeout: float = 30) -> list[str]:
     raise AssertionError(f"gave up after {len(frames)} frames")
 
 
-async def add_thought(session: Any, sequence: int, text: str) -> None:
-    """A thought stored as the worker would: with its revision bump, in one transaction."""
+async def add_thought(session: Any, sequence: int, text: str, **fields: Any) -> None:
+    """A thought stored as the worker would: with its revision bump, in one transaction
+    (`fields` set the cycle, parts and so on)."""
     from django.db import transaction
 
     from thinking.models import ThinkingSession, Thought
@@ -148,8 +149,7 @@ async def add_thought(session: Any, sequence: int, text: str) -> None:
                 sequence=sequence,
                 text=text,
                 type="insight",
-                confidence=0.7,
-                time_offset_seconds=1,
+                **{"confidence": 0.7, "time_offset_seconds": 1, **fields},
             )
             ThinkingSession.objects.filter(pk=session.pk).update(revision=sequence + 1)
 

@@ -432,15 +432,8 @@ async def test_two_cycles_sent_as_one_message_show_their_parts_as_a_reload_does(
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     for sequence, cycle in ((1, 1), (2, 1), (3, 2), (4, 2)):
-        await Thought.objects.acreate(
-            session=session,
-            sequence=sequence,
-            cycle=cycle,
-            text=f"Thought {sequence}",
-            type="insight",
-            confidence=0.7,
-            parts={"reasoning": f"Why {sequence}"},
-            time_offset_seconds=sequence,
+        await add_thought(
+            session, sequence, f"Thought {sequence}", cycle=cycle, parts={"reasoning": "Why"}
         )
     message = await sync_to_async(render_event)(SessionEvent(session.pk, thoughts=(1, 2, 3, 4)))
     live = "".join(part["html"] for part in message["parts"] if part.get("kind") == "thought")

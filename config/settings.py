@@ -14,6 +14,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
+from config.pool import health_check
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -174,7 +176,7 @@ if _DATABASE is not None and not _SQLITE:
     DATABASES = {"default": _DATABASE}
     # PostgreSQL through psycopg's pool: a hop borrows an open connection and gives it back
     # (Django's close at the end of a hop returns it), instead of connecting each time. The
-    # pool pings a connection before lending it (CONN_HEALTH_CHECKS), so one broken by a
+    # pool pings a connection before lending it (its `check` below), so one broken by a
     # PostgreSQL restart or pg_terminate_backend is replaced, not reused. Sized for the
     # worker's hop threads plus the web side's: sync views run on asgiref's executor (up to
     # CPUs + 4 threads), consumers and the heartbeat on its own thread, so 16 beyond the hop
@@ -186,6 +188,9 @@ if _DATABASE is not None and not _SQLITE:
         "max_size": _POOL_MAX,
         "timeout": env_float("DATABASE_POOL_TIMEOUT", 30.0, minimum=0.1),
         "max_idle": 300.0,
+        # One dead connection sweeps the rest, so a hop after a restart does not wait out
+        # the pool's back-off behind each of them (config/pool.py).
+        "check": health_check("default"),
     }
 else:
     SQLITE_PATH = Path(

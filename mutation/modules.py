@@ -87,6 +87,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         *LIFECYCLE_TESTS,
         "tests/thinking/test_cli.py",  # think_here: a session run in this process
         "tests/thinking/test_followups.py",  # extend: more time for a completed session
+        "tests/thinking/test_views.py",  # start: the form's errors on the page
     ),
     "thinking/models.py": LIFECYCLE_TESTS,
     "thinking/steps.py": LOOP_TESTS,

@@ -119,15 +119,14 @@ def schedule(session_id: uuid.UUID | str) -> None:
 # --- sending ---------------------------------------------------------------------------
 
 
-def _claim_due(limit: int = 20) -> list[Delivery]:
-    """Due deliveries, each claimed by one conditional update so two workers never send
-    the same one at once."""
+def _claim_due(limit: int = 20, session_id: uuid.UUID | None = None) -> list[Delivery]:
+    """Due deliveries (of one session when given), each claimed by one conditional update so
+    two workers never send the same one at once."""
     now = timezone.now()
-    due = list(
-        Delivery.objects.filter(status=DeliveryStatus.PENDING, next_at__lte=now).order_by(
-            "next_at"
-        )[:limit]
-    )
+    rows = Delivery.objects.filter(status=DeliveryStatus.PENDING, next_at__lte=now)
+    if session_id is not None:
+        rows = rows.filter(session_id=session_id)
+    due = list(rows.order_by("next_at")[:limit])
     claimed = []
     for row in due:
         later = now + timedelta(seconds=CLAIM_SECONDS)
@@ -178,11 +177,12 @@ def start_delivery() -> None:
 _db = functools.partial(database_sync_to_async, thread_sensitive=False)
 
 
-async def deliver_due() -> int:
-    """Send what is due; returns how many were delivered. Never raises."""
+async def deliver_due(session_id: uuid.UUID | None = None) -> int:
+    """Send what is due (only `session_id`'s when given); returns how many were delivered.
+    Never raises."""
     delivered = 0
     try:
-        rows = await _db(_claim_due)()
+        rows = await _db(_claim_due)(session_id=session_id)
     except Exception:
         logger.exception("Could not read pending deliveries")
         return 0

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from tests.fakes.anthropic_server import HttpError, Reply
 from tests.helpers import prompt_of
-from thinking.models import ThinkingSession
+from thinking.models import Delivery, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,6 +58,37 @@ def test_live_output_shows_thoughts_and_the_answer(fake_claude: Any, alice: Any)
     assert "Thinking about: What is a mind?" in out
     assert "[exploration" in out or "[connection" in out
     assert "== Final answer (confidence 0.78)" in out and "Done." in out
+
+
+def test_a_terminal_run_holds_its_session_under_a_cli_lease_and_sends_only_its_own_mail(
+    fake_claude: Any, alice: Any, make_session: Any, mailoutbox: list[Any]
+):
+    # The admin's lease column tells a session run in someone's terminal from a worker's;
+    # the run mails its owner before it exits, but another session's pending webhook is the
+    # workers' to send.
+    alice.email = "alice@example.com"
+    alice.save()
+    pending = Delivery.objects.create(
+        session=make_session(), kind="webhook", target="https://hooks.example/x", body="{}"
+    )
+    holders: list[str] = []
+
+    def noting_the_lease(body: dict) -> Any:
+        from django.db import connection
+
+        try:
+            holders.append(ThinkingSession.objects.get(question="Why?").worker_id)
+        finally:
+            connection.close()  # this is the fake server's thread
+        return fake_claude.scripted_mind(body)
+
+    fake_claude.responder = noting_the_lease
+    think("Why?", "--minutes", "0.05", "--owner", "alice", "--notify", "--json")
+    assert [message.to for message in mailoutbox] == [[alice.email]]
+    assert holders and all(holder.startswith("cli-") for holder in holders), holders
+    assert ThinkingSession.objects.get(question="Why?").worker_id == ""  # released at the end
+    untouched = Delivery.objects.get(pk=pending.pk)
+    assert (untouched.attempts, untouched.next_at) == (0, pending.next_at)
 
 
 def test_first_superuser_owns_cli_sessions_and_is_created_if_missing(fake_claude: Any):

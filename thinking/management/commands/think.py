@@ -231,4 +231,5 @@ class Command(BaseCommand):
 
         if not await actions.think_here(session, publish=publish):
             raise CommandError("Another worker claimed the session first.")
-        await notify.deliver_due()  # its mail and webhook, before this process exits
+        # Its own mail and webhook before this process exits; others' are the workers' to send.
+        await notify.deliver_due(session.pk)

@@ -9,6 +9,8 @@ from django.db import connection
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
+from thinking import parsing, steps
+from thinking.llm import Reply
 from thinking.models import Status, ThinkingSession
 
 pytestmark = pytest.mark.django_db
@@ -50,3 +52,50 @@ def test_an_expression_it_cannot_work_out_is_read_back(make_session: Any):
         step.update(cycles=F("cycles") * 3)
     assert step.session.cycles == 12
     assert stored_fields(step.session) == stored_fields(ThinkingSession.objects.get(pk=session.pk))
+
+
+# --- what a stored step says in words ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("thinking", "redacted", "shown"),
+    [
+        ("Weighing both.", 0, "Weighing both."),
+        ("", 0, ""),
+        ("", 1, "[1 reasoning block redacted by the provider]"),
+        ("", 2, "[2 reasoning blocks redacted by the provider]"),
+        ("Weighing both.", 3, "Weighing both.\n\n[3 reasoning blocks redacted by the provider]"),
+    ],
+)
+def test_a_thoughts_reasoning_shows_the_thinking_and_what_the_provider_redacted(
+    thinking: str, redacted: int, shown: str
+):
+    reply = Reply(text="", thinking=thinking, redacted_blocks=redacted)
+    assert steps.reasoning_text(reply) == shown
+
+
+EARLY = (
+    "Stopped early after 42s of 600s: the model signalled that its understanding was sufficient."
+)
+
+
+@pytest.mark.parametrize(
+    ("parts", "thoughts", "note"),
+    [
+        ({"reasoning": "R", "analysis": "A"}, ["First"], f"{EARLY} Its reasoning: R"),
+        ({"analysis": "A"}, ["First"], f"{EARLY} Its reasoning: A"),
+        ({}, ["First", "Second"], f"{EARLY} Its reasoning: First"),
+        ({}, [], EARLY),
+        ({"reasoning": "x" * 700}, [], f"{EARLY} Its reasoning: {'x' * 600}"),
+    ],
+)
+def test_an_early_stop_says_when_and_why_in_the_models_words(
+    parts: dict[str, str], thoughts: list[str], note: str
+):
+    # The completion note a person reads: the reasoning part, else the analysis, else the
+    # first thought, clipped at 600 characters.
+    session = ThinkingSession(budget_seconds=600, active_seconds=42.4)
+    reading = parsing.ThoughtReply(
+        thoughts=[parsing.ParsedThought(text) for text in thoughts], parts=parts
+    )
+    assert steps._stop_note(session, reading) == note

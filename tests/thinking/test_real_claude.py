@@ -112,6 +112,15 @@ async def test_utility_calls_go_to_the_fast_model_without_thinking(
     assert all(
         b["model"] == "claude-opus-5-5" and b["thinking"]["type"] == "adaptive" for b in thoughts
     )
+    # Each call's record (the export's per-call accounting) says which model and mode it used.
+    records = {
+        (c.purpose, c.model, c.thinking_mode)
+        async for c in ModelCall.objects.filter(session=session, purpose__in=["plan", "thoughts"])
+    }
+    assert records == {
+        ("plan", "claude-haiku-5-5", "off"),
+        ("thoughts", "claude-opus-5-5", "adaptive"),
+    }
 
 
 async def test_a_dollar_ceiling_sends_the_session_to_its_final_answer(

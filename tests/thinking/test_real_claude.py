@@ -350,3 +350,23 @@ def test_manual_thinking_without_a_budget_gets_one_that_fits(fake_claude: Any, a
     )
     assert form.is_valid(), form.errors
     assert form.cleaned_data["thinking"].budget_tokens == 3000
+
+
+async def test_each_calls_record_adds_up_to_the_sessions_usage(
+    fake_claude: Any, make_session: Any
+):
+    # The export's per-call accounting: every call's tokens and time, summing to the
+    # session's counters (which its cost is computed from).
+    fake_claude.delay = 0.02
+    session = await sync_to_async(make_session)(
+        budget_seconds=600, synthesis_interval_seconds=600, token_ceiling=12_000
+    )
+    await run(session)
+
+    await session.arefresh_from_db()
+    rows = [c async for c in ModelCall.objects.filter(session=session)]
+    assert len(rows) >= 3
+    assert all(c.duration_ms >= 20 and c.input_tokens and c.output_tokens for c in rows)
+    for field in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+        assert sum(getattr(c, field) for c in rows) == getattr(session, field), field
+    assert session.cache_read_tokens and session.cache_write_tokens

@@ -352,9 +352,7 @@ def test_manual_thinking_without_a_budget_gets_one_that_fits(fake_claude: Any, a
     assert form.cleaned_data["thinking"].budget_tokens == 3000
 
 
-async def test_each_calls_record_adds_up_to_the_sessions_usage(
-    fake_claude: Any, make_session: Any
-):
+async def test_each_calls_record_adds_up_to_the_sessions_usage(fake_claude: Any, make_session: Any):
     # The export's per-call accounting: every call's tokens and time, summing to the
     # session's counters (which its cost is computed from).
     fake_claude.delay = 0.02

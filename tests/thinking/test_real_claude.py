@@ -58,6 +58,9 @@ async def test_thinking_blocks_go_back_unchanged_through_the_tool_loop(
     echoed = second["messages"][1]["content"][0]
     assert echoed["type"] == "thinking" and echoed["thinking"] == "I want a scratchpad note first."
     assert echoed["signature"].startswith("sig-")
+    # The call's record keeps the assistant turn as streamed, for inspection on the server.
+    kept = [c.content async for c in ModelCall.objects.filter(session=session, purpose="thoughts")]
+    assert [echoed, second["messages"][1]["content"][1]] in [blocks[:2] for blocks in kept]
 
 
 async def test_a_cut_off_cycle_is_retried_then_kept_as_truncated(

@@ -78,6 +78,63 @@ def test_claim_is_exclusive_until_the_lease_goes_stale(make_session: Any):
 
 
 @pytest.mark.django_db
+def test_a_heartbeat_renews_only_this_workers_leases_on_the_sessions_it_runs(make_session: Any):
+    # A session this worker no longer runs (its task died) goes stale, so a sweep adopts it;
+    # a session another worker took over keeps that worker's lease.
+    running, abandoned, taken = make_session(), make_session(), make_session()
+    for session, worker in ((running, "a"), (abandoned, "a"), (taken, "b")):
+        assert ThinkingSession.claim(session.pk, worker_id=worker, lease_seconds=30)
+    later = timezone.now() + timedelta(seconds=20)
+    with time_machine.travel(later, tick=False):
+        assert ThinkingSession.renew([running.pk, taken.pk], worker_id="a") == 1
+    beats = dict(ThinkingSession.objects.values_list("pk", "heartbeat_at"))
+    assert beats[running.pk] == later
+    assert beats[abandoned.pk] < later and beats[taken.pk] < later
+
+
+@pytest.mark.django_db
+def test_the_clock_stops_when_the_worker_stops_renewing_its_lease(make_session: Any, settings: Any):
+    # A worker that died mid-session spends none of the budget after its last heartbeat
+    # and a grace of 1.5 heartbeats: 10 s run + 3 s grace, not the 100 s since.
+    settings.DEEPTHINK_HEARTBEAT_SECONDS = 2
+    start = timezone.now() - timedelta(hours=1)
+    session = make_session(
+        status=Status.THINKING, active_seconds=5.0, running_since=start, budget_seconds=600,
+        heartbeat_at=start + timedelta(seconds=10),
+    )  # fmt: skip
+    now = start + timedelta(seconds=100)
+    assert session.elapsed_seconds(now) == pytest.approx(18)
+    assert session.remaining_seconds(now) == pytest.approx(582)
+    session.heartbeat_at = None  # not leased yet: the clock runs to `now`
+    assert session.remaining_seconds(now) == pytest.approx(495)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", [Status.COMPLETED, Status.FAILED, Status.CANCELLED])
+def test_a_finished_session_has_no_time_left(make_session: Any, status: str):
+    session = make_session(status=status, active_seconds=5.0, budget_seconds=600)
+    assert session.remaining_seconds() == 0
+
+
+@pytest.mark.django_db
+def test_a_persons_question_redraws_the_live_question_list_and_a_note_does_not(
+    make_session: Any, alice: Any, django_capture_on_commit_callbacks: Any
+):
+    from thinking.broadcast import render_event
+    from thinking.events import SessionEvent
+
+    session = make_session(status=Status.THINKING)
+    render_event(SessionEvent(session.pk))  # pages open before: what they have is the base
+    events: list[Any] = []
+    with django_capture_on_commit_callbacks(execute=True):
+        session.steer(user=alice, kind="question", text="What about sleep?", publish=events.append)
+        session.steer(user=alice, kind="hint", text="Look at birds", publish=events.append)
+    asked, hinted = (render_event(event) for event in events)
+    assert ["What about sleep?" in row["html"] for row in asked["questions"]["rows"]] == [True]
+    assert "questions" not in hinted
+
+
+@pytest.mark.django_db
 def test_finished_sessions_cannot_be_claimed(make_session: Any):
     for status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.PAUSED):
         session = make_session(status=status)

@@ -117,6 +117,32 @@ def test_a_finished_session_has_no_time_left(make_session: Any, status: str):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("status", "active", "budget", "percent"),
+    [
+        (Status.COMPLETED, 30.0, 600.0, 100),  # done early: the bar is full
+        (Status.FAILED, 700.0, 600.0, 100),  # the final answer ran past the budget: still 100
+        (Status.THINKING, 0.25, 0.5, 50),
+        (Status.THINKING, 0.0, 0.0, 0),  # a zero budget (the admin allows it): no division
+    ],
+)
+def test_the_progress_bar_shows_the_share_of_the_budget_used(
+    make_session: Any, status: str, active: float, budget: float, percent: float
+):
+    session = make_session(status=status, active_seconds=active, budget_seconds=budget)
+    assert session.progress_percent() == percent
+
+
+@pytest.mark.django_db
+def test_progress_is_measured_at_the_time_asked(make_session: Any):
+    start = timezone.now() - timedelta(hours=1)
+    session = make_session(
+        status=Status.THINKING, active_seconds=0.0, running_since=start, budget_seconds=600
+    )
+    assert session.progress_percent(start + timedelta(seconds=150)) == pytest.approx(25)
+
+
+@pytest.mark.django_db
 def test_a_persons_question_redraws_the_live_question_list_and_a_note_does_not(
     make_session: Any, alice: Any, django_capture_on_commit_callbacks: Any
 ):

@@ -110,6 +110,24 @@ def test_the_clock_stops_when_the_worker_stops_renewing_its_lease(make_session: 
 
 
 @pytest.mark.django_db
+def test_time_spent_waiting_before_the_stretch_began_adds_nothing(make_session: Any):
+    # The provider was already being waited out when this stretch's clock started.
+    start = timezone.now() - timedelta(minutes=5)
+    session = make_session(
+        status=Status.THINKING, active_seconds=5.0, running_since=start, budget_seconds=600,
+        waiting_since=start - timedelta(seconds=30),
+    )  # fmt: skip
+    assert session.elapsed_seconds() == 5.0
+
+
+@pytest.mark.django_db
+def test_a_finished_session_reports_all_the_time_it_used(make_session: Any):
+    # Only a running session's clock stops at the budget; the final answer may run past it.
+    session = make_session(status=Status.COMPLETED, active_seconds=700.0, budget_seconds=600)
+    assert session.elapsed_seconds() == 700.0
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("status", [Status.COMPLETED, Status.FAILED, Status.CANCELLED])
 def test_a_finished_session_has_no_time_left(make_session: Any, status: str):
     session = make_session(status=status, active_seconds=5.0, budget_seconds=600)

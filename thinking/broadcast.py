@@ -175,7 +175,8 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     """
     if event.live is not None:
         return render_live(event)
-    session = ThinkingSession.objects.get(pk=event.session_id)
+    # The stage history is read only when the plan region is drawn (its list of stages).
+    session = ThinkingSession.objects.defer("stages").get(pk=event.session_id)
     numbers = source_numbers(session)
     top = max(numbers, default=0)
     sent = _last_sent(session.pk)

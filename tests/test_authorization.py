@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import AnonymousUser
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
@@ -22,7 +23,7 @@ from accounts.models import Membership, Role, Team
 from accounts.tokens import create_token
 from research.knowledge import add_item
 from tests.helpers import communicator, login
-from thinking.models import Status
+from thinking.models import Status, ThinkingSession
 from thinking.routing import websocket_urlpatterns
 
 # Public by design: signing in, resetting a password, the API's schema and docs.
@@ -202,3 +203,13 @@ def test_an_unknown_session_id_is_not_found(client: Any, alice: Any, make_sessio
     statuses = {method: getattr(client, method)(url).status_code for method in ("get", "post")}
     assert set(statuses.values()) <= {404, 405}, (url, statuses)
     assert 404 in statuses.values(), (url, statuses)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("nobody", [None, AnonymousUser()])
+def test_a_caller_without_an_account_sees_no_session_and_owns_none(world: dict, nobody: Any):
+    # A socket or a code path that lost its user (None) is treated as anonymous: nothing,
+    # and no error.
+    assert ThinkingSession.objects.exists()
+    assert not ThinkingSession.objects.visible_to(nobody).exists()
+    assert not world["session"].is_owned_by(nobody)

@@ -31,6 +31,7 @@ async def test_a_session_thinks_asks_synthesises_and_answers(fake_claude: Any, m
     assert await session.sub_questions.acount() >= 2
     syntheses = [s async for s in session.syntheses.order_by("sequence")]
     assert len(syntheses) >= 2 and syntheses[-1].is_final
+    assert [s.sequence for s in syntheses] == list(range(len(syntheses)))  # #1, #2, ... no gaps
     assert not any(s.is_final for s in syntheses[:-1])
     assert session.final_answer == syntheses[-1].text and session.final_answer
     assert session.final_confidence == pytest.approx(0.78)

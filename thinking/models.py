@@ -112,10 +112,10 @@ class Step:
     def add_usage(
         self,
         *,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        cache_read_tokens: int = 0,
-        cache_write_tokens: int = 0,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_tokens: int,
+        cache_write_tokens: int,
     ) -> None:
         """Add to the session's token counters in the same UPDATE (F expressions)."""
         self.changes.update(

@@ -31,7 +31,7 @@ def test_the_session_a_step_returns_matches_the_row_without_reading_it_back(make
         CaptureQueriesContext(connection) as queries,
         ThinkingSession.step(session.pk, worker_id="w1", meter=FixedLap()) as step,
     ):
-        step.add_usage(input_tokens=100, output_tokens=7, cache_read_tokens=3)
+        step.add_usage(input_tokens=100, output_tokens=7, cache_read_tokens=3, cache_write_tokens=0)
         step.update(cycles=F("cycles") + 1, focus="Why?", parse_routes={"tags": 1})
     statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
     assert statements.count("SELECT") == 1, statements  # the locked read, nothing after

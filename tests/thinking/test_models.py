@@ -161,6 +161,18 @@ def test_progress_is_measured_at_the_time_asked(make_session: Any):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(("scheduled", "due"), [(0.0, 90.0), (1.0, 1.0), (200.0, 200.0)])
+def test_a_start_schedules_the_first_synthesis_and_a_restart_keeps_the_schedule(
+    make_session: Any, scheduled: float, due: float
+):
+    # 0 is "never scheduled": the first synthesis comes one interval in. Any other time
+    # (a session resumed after a restart) stays, however early it is.
+    session = make_session(synthesis_interval_seconds=90, next_synthesis_at=scheduled)
+    changes = session.begin(now=timezone.now())
+    assert changes.get("next_synthesis_at", session.next_synthesis_at) == due
+
+
+@pytest.mark.django_db
 def test_a_persons_question_redraws_the_live_question_list_and_a_note_does_not(
     make_session: Any, alice: Any, django_capture_on_commit_callbacks: Any
 ):

@@ -142,8 +142,7 @@ def _apply_locally(session: ThinkingSession, changes: dict[str, Any]) -> bool:
                 getattr(value, "connector", None) == "+"
                 and isinstance(lhs, F)
                 and lhs.name == name  # type: ignore[attr-defined]  # F keeps its name; the stubs omit it
-                and isinstance(rhs, Value)
-                and not hasattr(rhs.value, "resolve_expression")
+                and isinstance(rhs, Value)  # `F(name) + n` wraps a plain n in Value
             ):
                 return False
             values[name] = getattr(session, name) + rhs.value

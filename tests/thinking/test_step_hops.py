@@ -7,8 +7,10 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.db.models import F
+from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
+from accounts.models import Team
 from thinking import parsing, steps
 from thinking.llm import Reply
 from thinking.models import Status, ThinkingSession
@@ -51,6 +53,24 @@ def test_an_expression_it_cannot_work_out_is_read_back(make_session: Any):
     with ThinkingSession.step(session.pk, worker_id="w1") as step:
         step.update(cycles=F("cycles") * 3)
     assert step.session.cycles == 12
+    assert stored_fields(step.session) == stored_fields(ThinkingSession.objects.get(pk=session.pk))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda team: {"team_id": team.pk},  # a column by its own name
+        lambda team: {"team": team},  # a relation
+        lambda team: {"heartbeat_at": Now()},  # a database function
+        lambda team: {"output_tokens": F("cycles")},  # another column's value
+        lambda team: {"cycles": F("cycles") + 2, "focus": "Why?"},  # worked out locally
+    ],
+)
+def test_whatever_a_step_writes_the_session_it_returns_shows(make_session: Any, change: Any):
+    session = make_session(status=Status.THINKING, worker_id="w1", cycles=4)
+    team = Team.objects.create(name="Readers")
+    with ThinkingSession.step(session.pk, worker_id="w1") as step:
+        step.update(**change(team))
     assert stored_fields(step.session) == stored_fields(ThinkingSession.objects.get(pk=session.pk))
 
 

@@ -46,6 +46,9 @@ def test_the_session_a_step_returns_matches_the_row_without_reading_it_back(make
     assert fresh["active_seconds"] == pytest.approx(3.75)
     assert (fresh["input_tokens"], fresh["output_tokens"]) == (100, 7)
     assert (fresh["cycles"], fresh["focus"]) == (1, "Why?")
+    # The worker's step renews its lease and restarts the clock's stretch at the commit.
+    assert fresh["heartbeat_at"] == fresh["running_since"]
+    assert fresh["heartbeat_at"] > session.created_at
 
 
 def test_an_expression_it_cannot_work_out_is_read_back(make_session: Any):

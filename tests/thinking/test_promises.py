@@ -150,6 +150,7 @@ async def test_a_high_priority_focus_is_researched_before_it_is_thought_about(
     assert "Focus on this sub-question now: Is attention the same as awareness?" in (
         first_prompt(plans[0])
     )
+    assert "What is consciousness?" in first_prompt(plans[0])  # the session's own question
     # The research came before the thoughts on that focus.
     order = fake_claude.requests.index(plans[0])
     first_thoughts = fake_claude.requests.index(thought_requests(fake_claude)[0])
@@ -157,6 +158,34 @@ async def test_a_high_priority_focus_is_researched_before_it_is_thought_about(
     await session.arefresh_from_db()
     assert session.plan["researched"] == [urgent.pk]
     assert session.plan["steps"] == ["Read", "Compare", "Conclude"], "the main plan is kept"
+    # The stage history says what was being planned for.
+    planning = [s["message"] for s in session.stages if s["stage"] == "planning"]
+    assert planning == [
+        "Planning research for the sub-question: Is attention the same as awareness?"
+    ]
+
+
+async def test_a_focus_whose_planning_call_fails_is_still_searched_for(
+    fake_claude: Any, fake_exa: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000  # no new sub-questions to research as well
+    session = await new_session(make_session, plan={"steps": ["Read"], "current": 0})
+    await SubQuestion.objects.acreate(
+        session=session, text="Is attention the same as awareness?", priority=9
+    )
+
+    def no_focus_plan(body: dict) -> Any:
+        if "WEB QUERIES:" in first_prompt({"body": body}):
+            return HttpError(status=400, type="invalid_request_error", message="no plan")
+        return fake_claude.scripted_mind({**body, "tools": []})
+
+    fake_claude.responder = no_focus_plan
+    await run(session)
+
+    # The simple plan is made from the focus, not from the session's question.
+    searched = [r.body["query"] for r in fake_exa.searches]
+    assert "Is attention the same as awareness?" in searched
+    assert "What is consciousness?" not in searched
 
 
 async def test_a_low_priority_focus_is_not_researched_again(

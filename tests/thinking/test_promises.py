@@ -283,6 +283,10 @@ async def test_a_failed_planning_call_falls_back_to_a_simple_plan(
     assert session.plan["steps"] and session.plan["web_queries"][0] == "Why do cats purr?"
     assert any("Planning with the model failed" in note for note in session.research_notes)
     assert await session.thoughts.aexists() and session.final_answer
+    # The session's first plan is for the whole question, not for a sub-question.
+    planned = plan_requests(fake_claude)[0]
+    assert "Why do cats purr?" in first_prompt(planned)
+    assert "Focus on this sub-question" not in first_prompt(planned)
 
 
 # 7. Periodic syntheses come at the interval, not every cycle.

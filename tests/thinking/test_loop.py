@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -12,12 +13,16 @@ from thinking.models import CompletionReason, Status, SubQuestion, ThinkingSessi
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def test_a_session_thinks_asks_synthesises_and_answers(fake_claude: Any, make_session: Any):
+async def test_a_session_thinks_asks_synthesises_and_answers(
+    fake_claude: Any, make_session: Any, caplog: Any
+):
     fake_claude.delay = 0.02
     session = await make_session_async(make_session, budget_seconds=1.5, interval=0.4)
     events: list[SessionEvent] = []
 
-    status = await run(session, events)
+    with caplog.at_level(logging.WARNING, logger="thinking"):
+        status = await run(session, events)
+    assert caplog.records == [], "a session that goes well logs no warning or error"
 
     await session.arefresh_from_db()
     assert status == Status.COMPLETED

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from tests.fakes.anthropic_server import HttpError, Reply, StreamError
 from tests.helpers import FrozenClock, prompt_of, run
@@ -192,3 +194,32 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(fake_claude: Any, mak
     assert not await session.thoughts.aexists()
     await session.arefresh_from_db()
     assert session.status == Status.THINKING and session.worker_id == "someone-else"
+
+
+async def test_a_session_taken_over_before_it_plans_stops_without_a_call_or_a_write(
+    fake_claude: Any, make_session: Any
+):
+    session = await make_session_async(make_session, budget_seconds=1.5, interval=0.4)
+
+    class TakenOverAtOnce(list):
+        """Another worker claims the session as soon as this one has begun it."""
+
+        def append(self, event: SessionEvent) -> None:
+            super().append(event)
+            if len(self) == 1:
+                thread = threading.Thread(target=take_over)
+                thread.start()
+                thread.join()
+
+    def take_over() -> None:
+        try:
+            ThinkingSession.objects.filter(pk=session.pk).update(worker_id="another-worker")
+        finally:
+            connection.close()  # this thread's own
+
+    status = await run(session, TakenOverAtOnce())
+
+    assert status is None
+    assert fake_claude.requests == []  # not even the plan
+    await session.arefresh_from_db()
+    assert session.stages == [] and session.worker_id == "another-worker"

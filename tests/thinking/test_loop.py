@@ -199,7 +199,9 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(fake_claude: Any, mak
 async def test_a_session_taken_over_before_it_plans_stops_without_a_call_or_a_write(
     fake_claude: Any, make_session: Any
 ):
-    session = await make_session_async(make_session, budget_seconds=1.5, interval=0.4)
+    from asgiref.sync import sync_to_async
+
+    session = await sync_to_async(make_session)(plan={})  # it plans first
 
     class TakenOverAtOnce(list):
         """Another worker claims the session as soon as this one has begun it."""

@@ -68,6 +68,7 @@ def test_an_expression_it_cannot_work_out_is_read_back(make_session: Any):
         lambda team: {"output_tokens": F("cycles")},  # another column's value
         lambda team: {"cycles": F("cycles") + 2, "focus": "Why?"},  # worked out locally
     ],
+    ids=["column", "relation", "function", "other-column", "local"],
 )
 def test_whatever_a_step_writes_the_session_it_returns_shows(make_session: Any, change: Any):
     session = make_session(status=Status.THINKING, worker_id="w1", cycles=4)

@@ -1,6 +1,7 @@
 """The PostgreSQL pool's health check: one broken connection means the rest are suspect.
 
-psycopg's pool checks a connection before lending it (CONN_HEALTH_CHECKS) and, when one
+psycopg's pool checks a connection before lending it (with its `check` callback, which
+Django sets to `ConnectionPool.check_connection` under CONN_HEALTH_CHECKS) and, when one
 fails, throws it away and tries the next idle one, sleeping 0, 1, 2, 4, ... seconds between
 failed checks. After a PostgreSQL restart (or `pg_terminate_backend`) every idle connection
 is dead, so a hop drawing them one by one waited 1 + 2 + 4 = 7 s behind four of them, and

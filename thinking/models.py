@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.exceptions import FieldDoesNotExist
 from django.db import models, transaction
 from django.db.models import F, Max, Q, Value
 from django.urls import reverse
@@ -147,10 +146,8 @@ def _apply_locally(session: ThinkingSession, changes: dict[str, Any]) -> bool:
                 return False
             values[name] = getattr(session, name) + rhs.value
         else:
-            try:
-                model_field = session._meta.get_field(name)
-            except FieldDoesNotExist:
-                return False
+            # A name that is no field never gets here: the UPDATE before refused it.
+            model_field = session._meta.get_field(name)
             if model_field.is_relation or not isinstance(model_field, models.Field):
                 return False
             values[name] = model_field.to_python(value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
 from django.db.models import F
 from django.db.models.functions import Now
@@ -76,6 +77,16 @@ def test_whatever_a_step_writes_the_session_it_returns_shows(make_session: Any, 
     with ThinkingSession.step(session.pk, worker_id="w1") as step:
         step.update(**change(team))
     assert stored_fields(step.session) == stored_fields(ThinkingSession.objects.get(pk=session.pk))
+
+
+def test_a_step_that_writes_no_such_field_stores_nothing(make_session: Any):
+    session = make_session(status=Status.THINKING, worker_id="w1", cycles=4)
+    with (
+        pytest.raises(FieldDoesNotExist),
+        ThinkingSession.step(session.pk, worker_id="w1") as step,
+    ):
+        step.update(cycles=F("cycles") + 1, not_a_field=1)
+    assert stored_fields(ThinkingSession.objects.get(pk=session.pk)) == stored_fields(session)
 
 
 # --- what a stored step says in words ----------------------------------------------------

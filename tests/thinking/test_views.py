@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from thinking import llm
 from thinking.models import Status, ThinkingSession, Thought
 
 pytestmark = pytest.mark.django_db
@@ -61,7 +62,9 @@ def test_state_changes_refuse_get(alice_client: Any, make_session: Any, action: 
 def test_start_without_a_provider_says_so_on_the_page(alice_client: Any):
     response = alice_client.post(reverse("session-create"), {"question": "Why?", "minutes": 1})
     assert response.status_code == 422
-    assert "No model provider is configured" in response.content.decode()
+    # The form's own error, beside the page's standing notice.
+    assert response.context["form"].non_field_errors() == [llm.NOT_CONFIGURED]
+    assert llm.NOT_CONFIGURED in response.content.decode()
     assert not ThinkingSession.objects.exists()
 
 

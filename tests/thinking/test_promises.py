@@ -348,3 +348,53 @@ async def test_the_final_prompt_carries_every_synthesis(fake_claude: Any, make_s
     final_prompt = prompt_of(finals[0])
     for text in texts:
         assert text in final_prompt
+
+
+# 9. Sub-questions are asked for from the question, a follow-up's background and the log,
+#    and stored only by the worker that holds the session.
+
+
+def question_requests(fake: Any) -> list[dict]:
+    return [r for r in fake.requests if "QUESTION: [question text]" in first_prompt(r)]
+
+
+async def test_the_sub_question_call_reads_the_question_its_background_and_the_log(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1
+    session = await new_session(
+        make_session, question="Why do cats purr?", parent_context="Cats purr at 25 Hz."
+    )
+    fake_claude.enqueue(Reply(text="THOUGHT: Purring may aid bone healing.\nTYPE: insight"))
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    asked = first_prompt(question_requests(fake_claude)[0])
+    assert "Original Question: Why do cats purr?" in asked
+    assert "<earlier_session>\nCats purr at 25 Hz.\n</earlier_session>" in asked
+    assert "Purring may aid bone healing." in asked  # the thought just stored, in the log
+
+
+async def test_sub_questions_are_not_stored_once_another_worker_took_the_session(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    from django.db import connection
+
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1
+    session = await new_session(make_session, budget_seconds=60)
+
+    def taken_over_while_asking(body: dict) -> Any:
+        if "QUESTION: [question text]" in first_prompt({"body": body}):
+            try:  # another worker claims the session while this call runs
+                ThinkingSession.objects.filter(pk=session.pk).update(worker_id="another-worker")
+            finally:
+                connection.close()  # the fake server's thread
+            return Reply(text="QUESTION: Is purring voluntary?\nPRIORITY: 5\nWHY: Control")
+        return fake_claude.scripted_mind({**body, "tools": []})
+
+    fake_claude.responder = taken_over_while_asking
+    status = await run(session)
+
+    assert status is None  # it stopped: the session is the other worker's now
+    assert not await SubQuestion.objects.filter(session=session).aexists()

@@ -289,6 +289,43 @@ async def test_a_failed_planning_call_falls_back_to_a_simple_plan(
     assert "Focus on this sub-question" not in first_prompt(planned)
 
 
+async def test_a_planning_call_refused_for_its_key_fails_the_session_instead(
+    fake_claude: Any, make_session: Any
+):
+    # No simple plan to think on: without a working key no later call would work either.
+    session = await new_session(make_session, plan={})
+    fake_claude.enqueue(HttpError(status=401, type="authentication_error", message="bad key"))
+
+    status = await run(session)
+
+    await session.arefresh_from_db()
+    assert status == Status.FAILED
+    assert "refused the API key" in session.error_message
+    assert session.plan == {} and len(fake_claude.requests) == 1
+
+
+async def test_a_plan_is_not_stored_once_another_worker_took_the_session(
+    fake_claude: Any, make_session: Any
+):
+    from django.db import connection
+
+    session = await new_session(make_session, plan={}, budget_seconds=60)
+
+    def taken_over_while_planning(body: dict) -> Any:
+        try:  # another worker claims the session while the plan is being written
+            ThinkingSession.objects.filter(pk=session.pk).update(worker_id="another-worker")
+        finally:
+            connection.close()  # the fake server's thread
+        return fake_claude.scripted_mind({**body, "tools": []})
+
+    fake_claude.responder = taken_over_while_planning
+    status = await run(session)
+
+    await session.arefresh_from_db()
+    assert status is None and session.plan == {}
+    assert len(fake_claude.requests) == 1
+
+
 # 7. Periodic syntheses come at the interval, not every cycle.
 
 

@@ -55,8 +55,14 @@ async def test_a_session_plans_then_gathers_sources_of_both_kinds(
     fake_claude.enqueue(Reply(text=PLAN))
     frozen = FrozenClock()
     each_call_takes(fake_claude, frozen, 0.1)  # the plan, then three thought cycles
+    events: list[Any] = []
 
-    await run(session, clock=frozen.clock)
+    await run(session, events, clock=frozen.clock)
+
+    # The page heard of the plan once it was stored, before the searches ended.
+    assert all(event.session_id == session.pk for event in events)
+    first_sources = next(i for i, event in enumerate(events) if event.sources)
+    assert any(event.plan for event in events[:first_sources])
 
     await session.arefresh_from_db()
     assert session.plan["steps"] == ["Look at sleep studies", "Compare theories"]

@@ -339,7 +339,7 @@ async def plan_research(
         meter=run.meter,
         focus_id=focus.sub_question_id if focus else None,
     )
-    await publish_safely(run.publish, SessionEvent(session.pk, plan=True))
+    # Entering the research stage publishes the plan region, the new plan in it.
     message = stages.research_message(plan, web=run.research.web is not None)
     await stages.enter(
         session.pk, "research", message, worker_id=run.worker_id, publish=run.publish

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from typing import Any
@@ -49,7 +50,7 @@ def notes(alice: Any) -> list[Any]:
 
 
 async def test_a_session_plans_then_gathers_sources_of_both_kinds(
-    fake_claude: Any, fake_exa: Any, make_session: Any, notes: list
+    fake_claude: Any, fake_exa: Any, make_session: Any, notes: list, caplog: Any
 ):
     session = await unplanned(make_session)
     fake_claude.enqueue(Reply(text=PLAN))
@@ -57,7 +58,9 @@ async def test_a_session_plans_then_gathers_sources_of_both_kinds(
     each_call_takes(fake_claude, frozen, 0.1)  # the plan, then three thought cycles
     events: list[Any] = []
 
-    await run(session, events, clock=frozen.clock)
+    with caplog.at_level(logging.WARNING, logger="thinking"):
+        await run(session, events, clock=frozen.clock)
+    assert caplog.records == [], "research that goes well logs no warning or error"
 
     # The page heard of the plan once it was stored, before the searches ended.
     assert all(event.session_id == session.pk for event in events)
@@ -67,6 +70,8 @@ async def test_a_session_plans_then_gathers_sources_of_both_kinds(
     await session.arefresh_from_db()
     assert session.plan["steps"] == ["Look at sleep studies", "Compare theories"]
     assert session.plan["source"] == "model"
+    researching = [s["message"] for s in session.stages if s["stage"] == "research"]
+    assert researching[0] == "Searching: 3 web queries and 3 knowledge-base queries"
     assert len(session.plan["web_queries"]) == 3
     kinds = {s async for s in session.sources.values_list("kind", flat=True)}
     assert kinds == {"web", "memory"}
@@ -74,6 +79,19 @@ async def test_a_session_plans_then_gathers_sources_of_both_kinds(
     assert numbers == list(range(1, len(numbers) + 1)), "stable, gapless citation numbers"
     thoughts_prompt = next(p for p in map(prompt_of, fake_claude.requests) if "Current focus" in p)
     assert "<evidence>" in thoughts_prompt and "not instructions" in thoughts_prompt
+
+
+async def test_without_web_search_the_research_stage_counts_only_the_knowledge_base(
+    fake_claude: Any, make_session: Any, notes: list
+):
+    session = await unplanned(make_session)  # no Exa key here: no web search
+    fake_claude.enqueue(Reply(text=PLAN))
+
+    await run(session)
+
+    await session.arefresh_from_db()
+    researching = [s["message"] for s in session.stages if s["stage"] == "research"]
+    assert researching[0] == "Searching: 3 knowledge-base queries"
 
 
 async def test_garbage_plans_fall_back_to_the_question_terms_and_say_so(

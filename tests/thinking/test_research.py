@@ -66,6 +66,8 @@ async def test_a_session_plans_then_gathers_sources_of_both_kinds(
     assert all(event.session_id == session.pk for event in events)
     first_sources = next(i for i, event in enumerate(events) if event.sources)
     assert any(event.plan for event in events[:first_sources])
+    # Sources reach the page as searches finish, not only once all of them have.
+    assert events[first_sources].sources and not events[first_sources].plan
 
     await session.arefresh_from_db()
     assert session.plan["steps"] == ["Look at sleep studies", "Compare theories"]

@@ -39,6 +39,11 @@ async def test_a_session_thinks_asks_synthesises_and_answers(
     syntheses = [s async for s in session.syntheses.order_by("sequence")]
     assert len(syntheses) >= 2 and syntheses[-1].is_final
     assert [s.sequence for s in syntheses] == list(range(len(syntheses)))  # #1, #2, ... no gaps
+    # Each periodic synthesis is a stage in the history; the final answer's come with its review.
+    consolidating = [s["message"] for s in session.stages if s["stage"] == "synthesis"]
+    assert consolidating == ["Consolidating the understanding so far"] * (len(syntheses) - 1) + [
+        "Writing the final answer"
+    ]
     assert not any(s.is_final for s in syntheses[:-1])
     assert session.final_answer == syntheses[-1].text and session.final_answer
     assert session.final_confidence == pytest.approx(0.78)

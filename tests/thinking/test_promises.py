@@ -6,6 +6,7 @@ so the loop can be reshaped freely while these keep guarding what a person relie
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -435,3 +436,27 @@ async def test_sub_questions_are_not_stored_once_another_worker_took_the_session
 
     assert status is None  # it stopped: the session is the other worker's now
     assert not await SubQuestion.objects.filter(session=session).aexists()
+
+
+async def test_the_synthesis_call_reads_the_question_its_background_and_the_log(
+    fake_claude: Any, make_session: Any
+):
+    session = await new_session(
+        make_session, question="Why do cats purr?", parent_context="Cats purr at 25 Hz.",
+        budget_seconds=0.3, synthesis_interval_seconds=0.1,
+    )  # fmt: skip
+    fake_claude.enqueue(Reply(text="THOUGHT: Purring may aid bone healing.\nTYPE: insight"))
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    synthesis = next(
+        first_prompt(r)
+        for r in fake_claude.requests
+        if "Now synthesize your current understanding" in json.dumps(r["body"]["messages"][0])
+    )
+    assert "Original Question: Why do cats purr?" in synthesis
+    assert "<earlier_session>\nCats purr at 25 Hz.\n</earlier_session>" in synthesis
+    assert "Purring may aid bone healing." in synthesis
+    purposes = {p async for p in session.model_calls.values_list("purpose", flat=True)}
+    assert {"synthesis", "final"} <= purposes

@@ -94,8 +94,8 @@ def test_terminated_backends_are_replaced_and_the_session_completes(
 
 def test_after_a_restart_a_query_does_not_wait_behind_each_dead_connection():
     # psycopg's pool, left to itself, tries the dead idle connections one at a time and
-    # sleeps 0, 1, 2, 4 s between them: with five dead, the first query after a PostgreSQL
-    # restart waited 7 s (and behind six, the pool's 30 s timeout). One failed check now
+    # sleeps 0, 1, 2, 4, 8 s between them: behind five dead, the first query after a
+    # PostgreSQL restart waited 15 s (behind six, the pool's 30 s timeout). One failed check now
     # sweeps the pool, so the query runs on a new connection at once.
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL (its connection pool); .ci/run sets DATABASE_URL")

@@ -443,7 +443,7 @@ async def test_the_synthesis_call_reads_the_question_its_background_and_the_log(
 ):
     session = await new_session(
         make_session, question="Why do cats purr?", parent_context="Cats purr at 25 Hz.",
-        budget_seconds=0.3, synthesis_interval_seconds=0.1,
+        budget_seconds=1.0, synthesis_interval_seconds=0.1,  # a synthesis even on a busy machine
     )  # fmt: skip
     fake_claude.enqueue(Reply(text="THOUGHT: Purring may aid bone healing.\nTYPE: insight"))
     fake_claude.responder = without_tools(fake_claude)

@@ -61,6 +61,19 @@ async def claim(session: Any, worker_id: str = WORKER) -> None:
     )
 
 
+def take_over(session_id: Any, worker_id: str = "another-worker") -> None:
+    """Another worker claims the session, from a thread of the test's own (a fake server's
+    responder, or a thread started for it): its connection is closed afterwards."""
+    from django.db import connection
+
+    from thinking.models import ThinkingSession
+
+    try:
+        ThinkingSession.objects.filter(pk=session_id).update(worker_id=worker_id)
+    finally:
+        connection.close()
+
+
 async def run(
     session: Any, events: list[SessionEvent] | None = None, *, clock: Clock | None = None
 ) -> str | None:

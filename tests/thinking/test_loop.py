@@ -5,10 +5,9 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from tests.fakes.anthropic_server import HttpError, Reply, StreamError
-from tests.helpers import FrozenClock, prompt_of, run
+from tests.helpers import FrozenClock, prompt_of, run, take_over
 from thinking.events import SessionEvent
 from thinking.models import CompletionReason, Status, SubQuestion, ThinkingSession
 
@@ -214,15 +213,9 @@ async def test_a_session_taken_over_before_it_plans_stops_without_a_call_or_a_wr
         def append(self, event: SessionEvent) -> None:
             super().append(event)
             if len(self) == 1:
-                thread = threading.Thread(target=take_over)
+                thread = threading.Thread(target=take_over, args=(session.pk,))
                 thread.start()
                 thread.join()
-
-    def take_over() -> None:
-        try:
-            ThinkingSession.objects.filter(pk=session.pk).update(worker_id="another-worker")
-        finally:
-            connection.close()  # this thread's own
 
     status = await run(session, TakenOverAtOnce())
 

@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tests.fakes.anthropic_server import HttpError, Reply
-from tests.helpers import prompt_of, run
+from tests.helpers import prompt_of, run, take_over
 from thinking.models import Status, SubQuestion, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -308,15 +308,10 @@ async def test_a_planning_call_refused_for_its_key_fails_the_session_instead(
 async def test_a_plan_is_not_stored_once_another_worker_took_the_session(
     fake_claude: Any, make_session: Any
 ):
-    from django.db import connection
-
     session = await new_session(make_session, plan={}, budget_seconds=60)
 
     def taken_over_while_planning(body: dict) -> Any:
-        try:  # another worker claims the session while the plan is being written
-            ThinkingSession.objects.filter(pk=session.pk).update(worker_id="another-worker")
-        finally:
-            connection.close()  # the fake server's thread
+        take_over(session.pk)  # another worker claims it while the plan is being written
         return fake_claude.scripted_mind({**body, "tools": []})
 
     fake_claude.responder = taken_over_while_planning
@@ -417,17 +412,12 @@ async def test_the_sub_question_call_reads_the_question_its_background_and_the_l
 async def test_sub_questions_are_not_stored_once_another_worker_took_the_session(
     fake_claude: Any, make_session: Any, settings: Any
 ):
-    from django.db import connection
-
     settings.DEEPTHINK_QUESTIONS_EVERY = 1
     session = await new_session(make_session, budget_seconds=60)
 
     def taken_over_while_asking(body: dict) -> Any:
         if "QUESTION: [question text]" in first_prompt({"body": body}):
-            try:  # another worker claims the session while this call runs
-                ThinkingSession.objects.filter(pk=session.pk).update(worker_id="another-worker")
-            finally:
-                connection.close()  # the fake server's thread
+            take_over(session.pk)  # another worker claims it while this call runs
             return Reply(text="QUESTION: Is purring voluntary?\nPRIORITY: 5\nWHY: Control")
         return fake_claude.scripted_mind({**body, "tools": []})
 

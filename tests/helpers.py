@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -72,6 +74,24 @@ def take_over(session_id: Any, worker_id: str = "another-worker") -> None:
         ThinkingSession.objects.filter(pk=session_id).update(worker_id=worker_id)
     finally:
         connection.close()
+
+
+class TakenOverWhen(list):
+    """Published events, a list; another worker claims the session as soon as one matching
+    `when` is published (the step before it is stored, the next one not begun)."""
+
+    def __init__(self, session_id: Any, when: Callable[[SessionEvent], bool]) -> None:
+        super().__init__()
+        self.session_id, self.when, self.taken = session_id, when, False
+
+    def append(self, event: SessionEvent) -> None:
+        super().append(event)
+        if not self.taken and self.when(event):
+            self.taken = True
+            # From a thread: the test's event loop may not touch the database itself.
+            thread = threading.Thread(target=take_over, args=(self.session_id,))
+            thread.start()
+            thread.join()
 
 
 async def run(

@@ -356,7 +356,8 @@ async def plan_research(
         memory_queries=plan.memory_queries,
         on_sources=show,
     )
-    await publish_safely(run.publish, SessionEvent(session.pk, plan=True, sources=True))
+    # No event of its own: each query's sources were shown as it finished, and the research
+    # notes (a failed search) show with the stage the loop enters next, thoughts or the end.
     return await db_hop(lambda: ThinkingSession.objects.get(pk=session.pk))()
 
 

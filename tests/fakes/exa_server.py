@@ -29,6 +29,7 @@ import hashlib
 import json
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,6 +207,9 @@ class FakeExa(FakeServer):
         self.api_key = api_key
         self.requests: list[Recorded] = []
         self._state = _State()
+        # Called with each search's body before it is answered, on the server's thread: a
+        # test's hook into "while the search was in flight" (another worker takes over, ...).
+        self.on_search: Callable[[dict[str, Any]], None] | None = None
 
     # -- scripting -----------------------------------------------------------------
 
@@ -282,6 +286,8 @@ class FakeExa(FakeServer):
         if not isinstance(record.body, dict):
             return 400, fake_error(400, request_id=request_id)
         if record.path == "/search":
+            if self.on_search is not None:
+                self.on_search(record.body)
             return self._search(record.body, request_id, queued)
         if record.path == "/contents":
             return self._contents(record.body, request_id)

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
+import itertools
 import logging
-import threading
 from typing import Any
 
 import pytest
 
 from tests.fakes.anthropic_server import HttpError, Reply, StreamError
-from tests.helpers import FrozenClock, prompt_of, run, take_over
+from tests.helpers import FrozenClock, TakenOverWhen, prompt_of, run
 from thinking.events import SessionEvent
 from thinking.models import CompletionReason, Status, SubQuestion, ThinkingSession
 
@@ -44,6 +44,13 @@ async def test_a_session_thinks_asks_synthesises_and_answers(
         "Writing the final answer"
     ]
     assert not any(s.is_final for s in syntheses[:-1])
+    # While the model writes, the page says what it is writing (its label comes from this).
+    writing = [p for p, _ in itertools.groupby(e.live.purpose for e in events if e.live)]
+    assert {"thoughts", "questions", "synthesis", "final"} <= set(writing)
+    assert set(writing) <= {"plan", "thoughts", "questions", "synthesis", "final"}
+    assert [p for p in writing if p in ("synthesis", "final")] == ["synthesis"] * (
+        len(syntheses) - 1
+    ) + ["final"]
     assert session.final_answer == syntheses[-1].text and session.final_answer
     assert session.final_confidence == pytest.approx(0.78)
     assert session.confidence_evolution == [s.confidence for s in syntheses]
@@ -207,17 +214,8 @@ async def test_a_session_taken_over_before_it_plans_stops_without_a_call_or_a_wr
 
     session = await sync_to_async(make_session)(plan={})  # it plans first
 
-    class TakenOverAtOnce(list):
-        """Another worker claims the session as soon as this one has begun it."""
-
-        def append(self, event: SessionEvent) -> None:
-            super().append(event)
-            if len(self) == 1:
-                thread = threading.Thread(target=take_over, args=(session.pk,))
-                thread.start()
-                thread.join()
-
-    status = await run(session, TakenOverAtOnce())
+    # Another worker claims the session as soon as this one has begun it.
+    status = await run(session, TakenOverWhen(session.pk, lambda event: True))
 
     assert status is None
     assert fake_claude.requests == []  # not even the plan

@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tests.fakes.anthropic_server import HttpError, Reply
-from tests.helpers import prompt_of, run, take_over
+from tests.helpers import TakenOverWhen, prompt_of, run, take_over
 from thinking.models import Status, SubQuestion, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -450,3 +450,63 @@ async def test_the_synthesis_call_reads_the_question_its_background_and_the_log(
     assert "Purring may aid bone healing." in synthesis
     purposes = {p async for p in session.model_calls.values_list("purpose", flat=True)}
     assert {"synthesis", "final"} <= purposes
+
+
+# 10. A worker that lost the session writes nothing more: not the sources its searches
+#     found, not a synthesis, not the final answer (the other worker's session is its own).
+
+
+def stage_names(session: ThinkingSession) -> list[str]:
+    return [item["stage"] for item in session.stages]
+
+
+async def test_sources_found_after_another_worker_took_the_session_are_not_stored(
+    fake_claude: Any, fake_exa: Any, make_session: Any
+):
+    session = await new_session(make_session, plan={}, budget_seconds=60)
+    fake_claude.responder = without_tools(fake_claude)
+    fake_exa.on_search = lambda body: take_over(session.pk)  # while the web search runs
+
+    status = await run(session)
+
+    await session.arefresh_from_db()
+    assert status is None and fake_exa.searches  # it searched, then stopped
+    assert not await session.sources.filter(kind="web").aexists()
+    assert session.worker_id == "another-worker" and "research" in stage_names(session)
+
+
+async def test_no_synthesis_is_begun_once_another_worker_took_the_session(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    session = await new_session(make_session, budget_seconds=60, synthesis_interval_seconds=0.01)
+    fake_claude.delay = 0.02  # the first cycle's thinking makes a synthesis due
+    fake_claude.responder = without_tools(fake_claude)
+    # Taken over as soon as the first thoughts are stored, before the synthesis due next.
+    events = TakenOverWhen(session.pk, lambda event: bool(event.thoughts))
+
+    status = await run(session, events)
+
+    await session.arefresh_from_db()
+    assert status is None and events.taken
+    assert "synthesis" not in stage_names(session)
+    assert not any("Now synthesize" in json.dumps(r["body"]) for r in fake_claude.requests)
+    assert not await session.syntheses.aexists()
+
+
+async def test_no_final_answer_is_begun_once_another_worker_took_the_session(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    session = await new_session(make_session, budget_seconds=0.01)
+    fake_claude.delay = 0.02  # the first cycle uses up the budget: the final answer is next
+    fake_claude.responder = without_tools(fake_claude)
+    events = TakenOverWhen(session.pk, lambda event: bool(event.thoughts))
+
+    status = await run(session, events)
+
+    await session.arefresh_from_db()
+    assert status is None and events.taken and await session.thoughts.aexists()
+    assert not {"reflection", "synthesis"} & set(stage_names(session))
+    assert not any("ANSWER:" in first_prompt(r) for r in fake_claude.requests)
+    assert session.final_answer == "" and not await session.syntheses.aexists()

@@ -21,6 +21,7 @@ import anthropic
 from anthropic.types import CacheControlEphemeralParam, TextBlockParam
 from django.conf import settings
 
+from . import streaming
 from .capabilities import Capabilities, ThinkingSettings, build_request, from_models_api
 from .capabilities import builtin_capabilities as table_capabilities
 
@@ -106,11 +107,6 @@ class Reply:
 UTILITY_PURPOSES = frozenset({"plan", "questions", "rerank", "check"})
 # A cut-off reply is asked again with this much more room (capped by the model's maximum).
 RETRY_ROOM_FACTOR = 2
-
-
-def to_param(block: Any) -> dict[str, Any]:
-    """A response content block as a request block, values untouched (signatures included)."""
-    return block.model_dump(mode="json", exclude_none=True)
 
 
 # Capabilities by (base URL, model), for an hour: one Models API call per worker, not per step.
@@ -393,35 +389,33 @@ class LLM:
             extra["tools"] = tools
         if headers:
             extra["extra_headers"] = headers
-        async with self._client.messages.stream(
+        # The raw events, not the `messages.stream()` helper: see thinking/streaming.py.
+        stream = await self._client.messages.create(
             model=model,
             system=system_blocks(system),
             messages=cache_tool_loop(messages, system_marked=settings.DEEPTHINK_PROMPT_CACHING),  # type: ignore[arg-type]
+            stream=True,
             **params,
             **extra,
-        ) as stream:
-            async for event in stream:
-                if event.type == "text" and on_text is not None:
-                    await on_text(event.text)
-                elif event.type == "thinking" and on_thinking is not None:
-                    await on_thinking(event.thinking)
-            final = await stream.get_final_message()
-        usage = final.usage
+        )
+        async with stream:
+            final = await streaming.collect(stream, on_text=on_text, on_thinking=on_thinking)
+        usage, content = final.usage, final.content
         return Reply(
-            text="".join(block.text for block in final.content if block.type == "text"),
-            content=[to_param(block) for block in final.content],
+            text="".join(block["text"] for block in content if block["type"] == "text"),
+            content=content,
             usage=Usage(
-                input_tokens=usage.input_tokens or 0,
-                output_tokens=usage.output_tokens or 0,
-                cache_read_tokens=usage.cache_read_input_tokens or 0,
-                cache_write_tokens=usage.cache_creation_input_tokens or 0,
+                input_tokens=usage.get("input_tokens", 0),
+                output_tokens=usage.get("output_tokens", 0),
+                cache_read_tokens=usage.get("cache_read_input_tokens", 0),
+                cache_write_tokens=usage.get("cache_creation_input_tokens", 0),
             ),
             stop_reason=final.stop_reason,
             model=final.model,
             thinking="\n\n".join(
-                block.thinking for block in final.content if block.type == "thinking"
+                block["thinking"] for block in content if block["type"] == "thinking"
             ).strip(),
-            redacted_blocks=sum(1 for block in final.content if block.type == "redacted_thinking"),
+            redacted_blocks=sum(1 for block in content if block["type"] == "redacted_thinking"),
             thinking_mode=thinking_mode,
             duration_ms=round((time.monotonic() - started) * 1000),
         )

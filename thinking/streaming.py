@@ -78,9 +78,9 @@ def _take_usage(usage: dict[str, int], reported: Any) -> None:
 
 def _finished(block: dict[str, Any], parts: list[str]) -> dict[str, Any]:
     """The block with its streamed deltas joined in (a tool's input JSON parsed)."""
-    if not parts:
-        return block
     joined = "".join(parts)
+    if not joined:  # a tool's input may stream as one empty delta: its start's {} stands
+        return block
     if block["type"] == "text":
         block["text"] = block.get("text", "") + joined
     elif block["type"] == "thinking":

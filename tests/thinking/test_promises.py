@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tests.fakes.anthropic_server import HttpError, Reply
-from tests.helpers import TakenOverWhen, prompt_of, run, take_over
+from tests.helpers import FrozenClock, TakenOverWhen, each_call_takes, prompt_of, run, take_over
 from thinking.models import Status, SubQuestion, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -362,6 +362,24 @@ async def test_periodic_syntheses_are_an_interval_of_thinking_apart(
     assert all(b - a >= interval - 0.01 for a, b in itertools.pairwise(periodic))
     cycles = await session.thoughts.values("cycle").distinct().acount()
     assert cycles > len(periodic)
+
+
+async def test_a_synthesis_comes_as_soon_as_the_interval_has_passed(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    session = await new_session(make_session, budget_seconds=2.0, synthesis_interval_seconds=1.0)
+    fake_claude.responder = without_tools(fake_claude)
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 0.5)  # two thought cycles are exactly the interval
+
+    await run(session, clock=frozen.clock)
+
+    requests = [json.dumps(r["body"]) for r in fake_claude.requests]
+    synthesis_at = next(i for i, body in enumerate(requests) if "Now synthesize" in body)
+    assert synthesis_at == 2  # after the second thought cycle (a call each), not the third
+    first = await session.syntheses.filter(is_final=False).order_by("sequence").afirst()
+    assert first is not None and first.time_offset_seconds == 1.0
 
 
 # 8. The final answer is written from every synthesis along the way.

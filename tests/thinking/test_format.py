@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,41 @@ async def test_a_custom_format_asks_for_and_keeps_its_own_parts(
     first = await session.thoughts.order_by("sequence").afirst()
     assert first.text == "custom one"
     assert first.parts == {"doubts": "Maybe not.", "hunch": "Probably yes."}
+
+
+BROKEN_SPEC = [{"tag": "think"}, {"tag": "think"}]  # the same tag twice
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_custom_spec_left_on_a_session_in_another_mode_is_not_read(
+    fake_claude: Any, make_session: Any, caplog: Any
+):
+    # A session switched away from the custom format keeps its old spec (e.g. in the admin).
+    session = await new_session(make_session, format_mode="standard", format_spec=BROKEN_SPEC)
+
+    with caplog.at_level(logging.WARNING, logger="thinking"):
+        status = await run(session)
+
+    assert status == Status.COMPLETED and await session.thoughts.aexists()
+    assert not [r for r in caplog.records if r.name == "thinking.loop"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_invalid_stored_custom_spec_reads_plain_lines_and_says_so_in_the_log(
+    fake_claude: Any, make_session: Any, caplog: Any
+):
+    # Validated by the form and the API; a spec edited in the admin can still be broken.
+    session = await new_session(make_session, format_mode="custom", format_spec=BROKEN_SPEC)
+    fake_claude.enqueue(Reply(text="THOUGHT: read as a line\nTYPE: insight"))
+
+    with caplog.at_level(logging.WARNING, logger="thinking"):
+        status = await run(session)
+
+    assert status == Status.COMPLETED
+    first = await session.thoughts.order_by("sequence").afirst()
+    assert first.text == "read as a line"
+    warnings = {r.getMessage() for r in caplog.records if r.name == "thinking.loop"}
+    assert warnings == {f"Session {session.pk} has an invalid custom spec; reading lines"}
 
 
 @pytest.mark.django_db

@@ -38,6 +38,9 @@ async def test_a_session_thinks_asks_synthesises_and_answers(
     syntheses = [s async for s in session.syntheses.order_by("sequence")]
     assert len(syntheses) >= 2 and syntheses[-1].is_final
     assert [s.sequence for s in syntheses] == list(range(len(syntheses)))  # #1, #2, ... no gaps
+    # Each cycle is a stage in the history, named by its focus (the question, at first).
+    analysis = [s["message"] for s in session.stages if s["stage"] == "analysis"]
+    assert analysis[0] == "Thinking about: What is consciousness?"
     # Each periodic synthesis is a stage in the history; the final answer's come with its review.
     consolidating = [s["message"] for s in session.stages if s["stage"] == "synthesis"]
     assert consolidating == ["Consolidating the understanding so far"] * (len(syntheses) - 1) + [

@@ -382,6 +382,22 @@ async def test_a_synthesis_comes_as_soon_as_the_interval_has_passed(
     assert first is not None and first.time_offset_seconds == 1.0
 
 
+async def test_the_final_answers_own_time_counts_as_thinking_time(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    session = await new_session(make_session, budget_seconds=1.0, synthesis_interval_seconds=60)
+    fake_claude.responder = without_tools(fake_claude)
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 0.5)  # two thought cycles, then the final answer
+
+    await run(session, clock=frozen.clock)
+
+    await session.arefresh_from_db()
+    assert len(fake_claude.requests) == 3 and "ANSWER:" in first_prompt(fake_claude.requests[2])
+    assert session.status == Status.COMPLETED and session.active_seconds == 1.5
+
+
 # 8. The final answer is written from every synthesis along the way.
 
 
@@ -425,6 +441,29 @@ async def test_the_sub_question_call_reads_the_question_its_background_and_the_l
     assert "Original Question: Why do cats purr?" in asked
     assert "<earlier_session>\nCats purr at 25 Hz.\n</earlier_session>" in asked
     assert "Purring may aid bone healing." in asked  # the thought just stored, in the log
+
+
+async def test_sub_questions_are_asked_for_every_few_thoughts_not_every_cycle(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 2
+    session = await new_session(make_session, budget_seconds=3.0)
+    frozen = FrozenClock()
+
+    def one_thought_a_cycle(body: dict) -> Any:
+        task = first_prompt({"body": body})
+        if "QUESTION: [question text]" in task:
+            return Reply(text="QUESTION: Is purring voluntary?\nPRIORITY: 5\nWHY: Control")
+        if "ANSWER:" in task:
+            return fake_claude.scripted_mind({**body, "tools": []})
+        frozen.advance(0.5)  # six cycles in the budget
+        return Reply(text=THOUGHT)
+
+    fake_claude.responder = one_thought_a_cycle
+    await run(session, clock=frozen.clock)
+
+    assert await session.thoughts.acount() == 6
+    assert len(question_requests(fake_claude)) == 3  # after thoughts 2, 4 and 6
 
 
 async def test_sub_questions_are_not_stored_once_another_worker_took_the_session(

@@ -95,6 +95,7 @@ async def test_the_loop_uses_the_hint_and_explores_the_question_next(
     session = await sync_to_async(make_session)(budget_seconds=0.3, synthesis_interval_seconds=60)
     await SubQuestion.objects.acreate(session=session, text="Model question", priority=10)
     await sync_to_async(session.steer)(user=alice, kind="hint", text="Think about whales")
+    await sync_to_async(session.steer)(user=alice, kind="hint", text="And dolphins")
     await sync_to_async(session.steer)(user=alice, kind="question", text="Do whales dream?")
 
     await run(session)
@@ -102,8 +103,10 @@ async def test_the_loop_uses_the_hint_and_explores_the_question_next(
     prompts = [prompt_of(r) for r in fake_claude.requests]
     first_cycle = next(p for p in prompts if "Current focus:" in p)
     assert "Current focus: Do whales dream?" in first_cycle
+    # The person's words as they wrote them, oldest first.
     assert (
-        "Guidance from the person watching" in first_cycle and "Think about whales" in first_cycle
+        "Guidance from the person watching (take it into account):\n"
+        "- Think about whales\n- And dolphins" in first_cycle
     )
     sequences = [
         s async for s in session.thoughts.order_by("sequence").values_list("sequence", flat=True)

@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 
 from tests.fakes.anthropic_server import HttpError, Reply
 from tests.helpers import FrozenClock, TakenOverWhen, each_call_takes, prompt_of, run, take_over
-from thinking.models import Status, SubQuestion, ThinkingSession
+from thinking.models import Source, Status, SubQuestion, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,6 +127,9 @@ async def test_the_think_tool_is_offered_only_when_the_switches_allow_it(
         # The prompt's think-tool guidance goes with the tool, never without it.
         guided = "Using the think tool" in first_prompt(request)
         assert guided == (expected is not None and "think" in expected)
+        # Without it, the task's paragraph runs straight into the reply format.
+        after_task = first_prompt(request).split("cite it as [n].", 1)[1]
+        assert after_task.startswith("\n\n## Using the think tool" if guided else "\n\nFormat")
 
 
 # 3. A high-priority sub-question that becomes the focus gets its own research.
@@ -425,6 +428,26 @@ def question_requests(fake: Any) -> list[dict]:
     return [r for r in fake.requests if "QUESTION: [question text]" in first_prompt(r)]
 
 
+async def test_the_thought_call_reads_the_question_its_background_and_the_sources_known(
+    fake_claude: Any, make_session: Any
+):
+    session = await new_session(
+        make_session, question="Why do cats purr?", parent_context="Cats purr at 25 Hz."
+    )
+    for number in (1, 2):
+        await Source.objects.acreate(
+            session=session, number=number, kind="web", title=f"Page {number}", key=f"k{number}"
+        )
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    asked = first_prompt(thought_requests(fake_claude)[0])
+    assert "Question: Why do cats purr?" in asked
+    assert "<earlier_session>\nCats purr at 25 Hz.\n</earlier_session>" in asked
+    assert "Current focus: Why do cats purr?\nSources found so far: 2." in asked
+
+
 async def test_the_sub_question_call_reads_the_question_its_background_and_the_log(
     fake_claude: Any, make_session: Any, settings: Any
 ):
@@ -530,6 +553,30 @@ async def test_sources_found_after_another_worker_took_the_session_are_not_store
     assert status is None and fake_exa.searches  # it searched, then stopped
     assert not await session.sources.filter(kind="web").aexists()
     assert session.worker_id == "another-worker" and "research" in stage_names(session)
+
+
+async def test_a_step_whose_tool_call_failed_ends_only_once_its_other_calls_are_done(
+    fake_claude: Any, fake_exa: Any, make_session: Any
+):
+    # Two tool calls in one turn: the progress report fails at once (the session is another
+    # worker's now), the web search takes a while. Nothing may run on after the step ends.
+    session = await new_session(make_session, budget_seconds=60)
+    fake_exa.delay = 0.5
+    uses = [
+        {"name": "progress", "input": {"stage": "research", "message": "Searching."}},
+        {"name": "web_search", "input": {"query": "purring frequency"}},
+    ]
+
+    def taken_over_with_two_tool_calls(body: dict) -> Any:
+        take_over(session.pk)
+        return Reply(tool_uses=uses)
+
+    fake_claude.responder = taken_over_with_two_tool_calls
+    status = await run(session)
+
+    assert status is None and len(fake_exa.searches) == 1
+    assert fake_exa.in_flight == 0  # the search had finished when the step ended
+    assert not await session.sources.aexists()
 
 
 async def test_no_synthesis_is_begun_once_another_worker_took_the_session(

@@ -112,14 +112,16 @@ def run_module(module: str, *, workers: int, smoke: bool = False) -> int:
 def retest_survivors(module: str) -> None:
     """mutmut keeps every earlier verdict; a survivor may be killed by a test added since,
     so survivors (and mutants that had no test) are tested again. Killed ones stay killed
-    until their function changes."""
+    until their function changes, and so do survivors listed as equivalent: testing one runs
+    every test of its function (minutes on the loop), and no new test can kill it."""
     meta = MUTANTS / (module + ".meta")
     if not meta.exists():
         return
     data = json.loads(meta.read_text())
     codes = data["exit_code_by_key"]
+    equivalent = report.load_equivalents()
     for name, code in codes.items():
-        if code in SURVIVED_CODES:
+        if code in SURVIVED_CODES and not (code == 0 and name in equivalent):
             codes[name] = None
     meta.write_text(json.dumps(data, indent=4))
 

@@ -3,6 +3,8 @@ results on this machine (mutmut's caches are not in git), saying when it was mea
 
 from __future__ import annotations
 
+import json
+
 from mutation import report
 
 EARLIER = """Measured on 2026-11-01 at commit abc1234, mutmut 3.8.1.
@@ -46,3 +48,29 @@ def test_an_earlier_rows_section_comes_with_it():
     text = report.readme([report.Row("thinking/limits.py")], report.earlier(EARLIER))
     assert "| thinking/limits.py | 10 | 8 | 2 |" in text
     assert "- thinking/limits.py:5 `a` -> `b` (x)" in text
+
+
+def test_survivors_are_tested_again_but_not_those_listed_as_equivalent(tmp_path, monkeypatch):
+    from mutation import run
+
+    module = "thinking/loop.py"
+    meta = tmp_path / (module + ".meta")
+    meta.parent.mkdir(parents=True)
+    codes = {"m.equivalent": 0, "m.survivor": 0, "m.killed": 1, "m.no_tests": 33}
+    meta.write_text(json.dumps({"exit_code_by_key": codes}))
+    monkeypatch.setattr(run, "MUTANTS", tmp_path)
+    equivalents = tmp_path / "equivalents"
+    equivalents.mkdir()
+    (equivalents / "thinking.loop.toml").write_text(
+        '[[equivalent]]\nmutant = "m.equivalent"\nchange = "x"\nreason = "y"\n'
+    )
+    monkeypatch.setattr(report, "EQUIVALENTS", equivalents)
+
+    run.retest_survivors(module)
+
+    assert json.loads(meta.read_text())["exit_code_by_key"] == {
+        "m.equivalent": 0,  # no new test can kill it: its function's tests are not rerun
+        "m.survivor": None,
+        "m.killed": 1,
+        "m.no_tests": None,
+    }

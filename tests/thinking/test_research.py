@@ -16,6 +16,7 @@ from research.memory import search_memory
 from tests.fakes.anthropic_server import Reply
 from tests.helpers import WORKER, FrozenClock, claim, each_call_takes, prompt_of, run
 from thinking import evidence
+from thinking.events import SessionEvent
 from thinking.models import Source, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -258,8 +259,18 @@ async def test_the_model_can_search_report_progress_and_use_its_scratchpad(
     )
     # Any later cycle answers without tools, so the only scratchpad note is the scripted one.
     fake_claude.responder = lambda body: fake_claude.scripted_mind({**body, "tools": []})
-    await run(session)
+    events: list[SessionEvent] = []
+    await run(session, events)
 
+    # The page hears of the search's sources and of the report as the tools return, before
+    # the cycle's thoughts (after the cycle's own stage).
+    stored = [event for event in events if event.live is None]
+    first_thoughts = next(i for i, event in enumerate(stored) if event.thoughts)
+    assert stored[first_thoughts - 3 : first_thoughts] == [
+        SessionEvent(session.pk, plan=True),
+        SessionEvent(session.pk, sources=True),
+        SessionEvent(session.pk, plan=True),
+    ]
     await session.arefresh_from_db()
     # The model's report joins the stage history the loop keeps (the latest line moves on).
     reported = [item for item in session.stages if item["by"] == "model"]

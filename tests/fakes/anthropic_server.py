@@ -453,6 +453,24 @@ CACHE_LOOKBACK_BLOCKS = 20
 REMOVED_PARAMS = ("temperature", "top_p", "top_k")
 
 
+def _refuse_messages(messages: object) -> str:
+    """The API validates each message's shape: a role of user or assistant, content, and
+    nothing else."""
+    if not isinstance(messages, list) or not messages:
+        return "messages: Field required"
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"messages.{index}: Input should be a valid dictionary"
+        if message.get("role") not in ("user", "assistant"):
+            return f"messages.{index}.role: Input should be 'user' or 'assistant'"
+        if "content" not in message:
+            return f"messages.{index}.content: Field required"
+        extra = sorted(set(message) - {"role", "content"})
+        if extra:
+            return f"messages.{index}.{extra[0]}: Extra inputs are not permitted"
+    return ""
+
+
 def min_cacheable_tokens(model: str) -> int:
     """The shortest prefix the prompt cache stores (per the reference: 512 on the 5.5
     models, 2048 on older Haiku, 1024 otherwise)."""
@@ -938,6 +956,9 @@ class FakeAnthropic(FakeServer):
         for name in REMOVED_PARAMS:
             if name in body:
                 return f"{name}: Extra inputs are not permitted"
+        problem = _refuse_messages(body.get("messages"))
+        if problem:
+            return problem
         breakpoints = _count_breakpoints(body)
         if breakpoints > MAX_CACHE_BREAKPOINTS:
             return (

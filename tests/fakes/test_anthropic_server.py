@@ -351,6 +351,21 @@ async def test_sampling_parameters_are_refused(client, fake, name):
         await _final(client, extra_body={name: 1})
 
 
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ({"content": "hi"}, "messages.0.role: Input should be"),
+        ({"role": "system", "content": "hi"}, "messages.0.role: Input should be"),
+        ({"role": "user"}, "messages.0.content: Field required"),
+        ({"role": "user", "content": "hi", "name": "x"}, "messages.0.name: Extra inputs"),
+    ],
+    ids=["no-role", "unknown-role", "no-content", "extra-field"],
+)
+async def test_a_message_of_the_wrong_shape_is_a_400(client, fake, message, error):
+    with pytest.raises(anthropic.BadRequestError, match=error):
+        await _final(client, [message])
+
+
 async def test_more_than_four_cache_breakpoints_are_refused(client, fake):
     blocks = [
         {"type": "text", "text": f"part {i}", "cache_control": {"type": "ephemeral"}}

@@ -294,14 +294,15 @@ async def test_a_tool_loop_without_text_ends_with_a_pass_without_tools(
 ):
     settings.DEEPTHINK_MAX_TOOL_ROUNDS = 2
     session = await sync_to_async(make_session)(budget_seconds=0.2, synthesis_interval_seconds=60)
-    search = Reply(tool_uses=[{"name": "memory_search", "input": {"query": "anything"}}])
+    search = Reply(tool_uses=[{"name": "web_search", "input": {"query": "octopus sleep"}}])
     fake_claude.enqueue(search, search)
 
     await run(session)
 
     third = fake_claude.requests[2]["body"]
     assert "tools" not in third, "the last pass has no tools"
-    assert "What your searches found this cycle" in prompt_of(fake_claude.requests[2])
+    found = prompt_of(fake_claude.requests[2]).split("What your searches found this cycle:")[1]
+    assert '<source n="1"' in found and "octopus" in found.lower()
     assert await session.thoughts.exclude(type="scratchpad").aexists()
 
 

@@ -42,6 +42,15 @@ def without_tools(fake: Any) -> Any:
     return lambda body: fake.scripted_mind({**body, "tools": []})
 
 
+async def run_with_calls_of(fake: Any, session: ThinkingSession, seconds: float) -> None:
+    """Run the session on a frozen clock that moves `seconds` with each model call, the model
+    never calling a tool: the same steps on any machine."""
+    fake.responder = without_tools(fake)
+    frozen = FrozenClock()
+    each_call_takes(fake, frozen, seconds)
+    await run(session, clock=frozen.clock)
+
+
 async def new_session(make_session: Any, **fields: Any) -> ThinkingSession:
     fields.setdefault("budget_seconds", 0.2)
     fields.setdefault("synthesis_interval_seconds", 60)
@@ -372,11 +381,7 @@ async def test_a_synthesis_comes_as_soon_as_the_interval_has_passed(
 ):
     settings.DEEPTHINK_QUESTIONS_EVERY = 100
     session = await new_session(make_session, budget_seconds=2.0, synthesis_interval_seconds=1.0)
-    fake_claude.responder = without_tools(fake_claude)
-    frozen = FrozenClock()
-    each_call_takes(fake_claude, frozen, 0.5)  # two thought cycles are exactly the interval
-
-    await run(session, clock=frozen.clock)
+    await run_with_calls_of(fake_claude, session, 0.5)  # two cycles are exactly the interval
 
     requests = [json.dumps(r["body"]) for r in fake_claude.requests]
     synthesis_at = next(i for i, body in enumerate(requests) if "Now synthesize" in body)
@@ -390,11 +395,7 @@ async def test_the_final_answers_own_time_counts_as_thinking_time(
 ):
     settings.DEEPTHINK_QUESTIONS_EVERY = 100
     session = await new_session(make_session, budget_seconds=1.0, synthesis_interval_seconds=60)
-    fake_claude.responder = without_tools(fake_claude)
-    frozen = FrozenClock()
-    each_call_takes(fake_claude, frozen, 0.5)  # two thought cycles, then the final answer
-
-    await run(session, clock=frozen.clock)
+    await run_with_calls_of(fake_claude, session, 0.5)  # two thought cycles, then the final
 
     await session.arefresh_from_db()
     assert len(fake_claude.requests) == 3 and "ANSWER:" in first_prompt(fake_claude.requests[2])

@@ -468,6 +468,51 @@ def _refuse_messages(messages: object) -> str:
         extra = sorted(set(message) - {"role", "content"})
         if extra:
             return f"messages.{index}.{extra[0]}: Extra inputs are not permitted"
+        for position, block in enumerate(_blocks_of(message, "tool_result")):
+            where = f"messages.{index}.content.{position}"
+            if not isinstance(block.get("tool_use_id"), str):
+                return f"{where}.tool_use_id: Field required"
+            if "is_error" in block and not isinstance(block["is_error"], bool):
+                return f"{where}.is_error: Input should be a valid boolean"
+    for index in range(len(messages)):
+        problem = _refuse_tool_results(messages, index)
+        if problem:
+            return problem
+    return ""
+
+
+def _blocks_of(message: dict | None, kind: str) -> list[dict]:
+    content = message.get("content") if message else None
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+
+def _refuse_tool_results(messages: list, index: int) -> str:
+    """Each tool_use of an assistant message needs a tool_result with its id in the next
+    message, and each tool_result answers a tool_use of the message before it."""
+    message = messages[index]
+    if message["role"] == "assistant":
+        after = messages[index + 1] if index + 1 < len(messages) else None
+        answered = {b.get("tool_use_id") for b in _blocks_of(after, "tool_result")}
+        missing = [b.get("id") for b in _blocks_of(message, "tool_use")]
+        missing = [str(i) for i in missing if i not in answered]
+        if missing:
+            return (
+                f"messages.{index}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
+            )
+        return ""
+    before = messages[index - 1] if index > 0 else None
+    asked = {b.get("id") for b in _blocks_of(before, "tool_use")}
+    for position, block in enumerate(_blocks_of(message, "tool_result")):
+        if block["tool_use_id"] not in asked:
+            return (
+                f"messages.{index}.content.{position}: unexpected `tool_use_id` found in "
+                f"`tool_result` blocks: {block['tool_use_id']}. Each `tool_result` block must "
+                "have a corresponding `tool_use` block in the previous message."
+            )
     return ""
 
 

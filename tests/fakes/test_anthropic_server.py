@@ -366,6 +366,23 @@ async def test_a_message_of_the_wrong_shape_is_a_400(client, fake, message, erro
         await _final(client, [message])
 
 
+async def test_a_tool_use_left_unanswered_or_a_stray_tool_result_is_a_400(client, fake):
+    asked = {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "web_search", "input": {"q": "x"}},
+    ]}  # fmt: skip
+    answer = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "found"}
+    question = {"role": "user", "content": "Search."}
+    await _final(client, [question, asked, {"role": "user", "content": [answer]}])
+    with pytest.raises(anthropic.BadRequestError, match="without `tool_result` blocks"):
+        await _final(client, [question, asked, {"role": "user", "content": "Go on."}])
+    stray = {**answer, "tool_use_id": "toolu_2"}
+    with pytest.raises(anthropic.BadRequestError, match="unexpected `tool_use_id`"):
+        await _final(client, [question, asked, {"role": "user", "content": [answer, stray]}])
+    unnamed = {k: v for k, v in answer.items() if k != "tool_use_id"}
+    with pytest.raises(anthropic.BadRequestError, match="tool_use_id: Field required"):
+        await _final(client, [question, asked, {"role": "user", "content": [unnamed]}])
+
+
 async def test_more_than_four_cache_breakpoints_are_refused(client, fake):
     blocks = [
         {"type": "text", "text": f"part {i}", "cache_control": {"type": "ephemeral"}}

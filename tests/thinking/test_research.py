@@ -286,6 +286,7 @@ async def test_the_model_can_search_report_progress_and_use_its_scratchpad(
     # The tool results went back to the model with the sources numbered.
     tool_result = fake_claude.requests[1]["body"]["messages"][-1]["content"][0]
     assert tool_result["type"] == "tool_result" and '<source n="1"' in tool_result["content"]
+    assert "is_error" not in tool_result  # a search that worked is not reported as failed
     assert tool_result["content"].rstrip().endswith("</evidence>")
 
 

@@ -39,6 +39,7 @@ from mutation.modules import (
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS = ROOT / "mutants"
 CACHE = ROOT / "mutation" / ".cache"
+RESULTS = ROOT / "mutation" / "results"  # each module's last verdicts, kept in git (resume)
 MARKER = "deepthink-module.txt"  # which slot (a module, or "smoke") the current mutants/ is
 SMOKE = "smoke"
 ATTEMPTS = int(os.environ.get("MUTATE_ATTEMPTS", 3))  # a module's run, when mutmut stops
@@ -90,22 +91,50 @@ def fast_env() -> dict[str, str]:
     return env
 
 
+def kept_verdicts(module: str) -> Path:
+    return RESULTS / (slug(module) + ".json")
+
+
+def resume(module: str) -> None:
+    """A module with no local results starts from the verdicts kept in git: mutmut keeps
+    those of functions whose code is unchanged (it compares each function's hash) and
+    tests the rest, so a fresh clone does not run every mutant of the loop again (hours)."""
+    meta = MUTANTS / (module + ".meta")
+    if not meta.exists() and kept_verdicts(module).exists():
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kept_verdicts(module), meta)
+
+
+def keep(module: str) -> None:
+    """Save the module's verdicts where git keeps them (also after an interrupted run)."""
+    meta = MUTANTS / (module + ".meta")
+    if meta.exists():
+        RESULTS.mkdir(exist_ok=True)
+        shutil.copyfile(meta, kept_verdicts(module))
+
+
 def run_module(module: str, *, workers: int, smoke: bool = False) -> int:
     activate(SMOKE if smoke else module)
+    if not smoke:  # the smoke run measures afresh every time
+        resume(module)
     tests = SMOKE_TESTS if smoke else MODULES[module]
     command = [sys.executable, "-m", "mutation.run", "--child", module, "--workers", str(workers)]
     if smoke:
         command.append("--smoke")
     print(f"\n== mutmut on {module} (tests: {', '.join(tests)})", flush=True)
-    code = subprocess.call(command, cwd=ROOT, env=fast_env())  # noqa: S603
-    for _ in range(ATTEMPTS - 1):
-        if code == 0:
-            break
-        # mutmut gives up on a module when one unmutated test fails while it records which
-        # tests reach which function; a session test with a tight real-time budget can, on a
-        # loaded machine. The run is incremental, so trying again loses nothing.
-        print(f"== mutmut stopped ({code}); trying {module} again", flush=True)
+    try:
         code = subprocess.call(command, cwd=ROOT, env=fast_env())  # noqa: S603
+        for _ in range(ATTEMPTS - 1):
+            if code == 0:
+                break
+            # mutmut gives up on a module when one unmutated test fails while it records
+            # which tests reach which function; a session test with a tight real-time budget
+            # can, on a loaded machine. The run is incremental, so trying again loses nothing.
+            print(f"== mutmut stopped ({code}); trying {module} again", flush=True)
+            code = subprocess.call(command, cwd=ROOT, env=fast_env())  # noqa: S603
+    finally:
+        if not smoke:
+            keep(module)
     return code
 
 

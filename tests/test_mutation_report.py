@@ -74,3 +74,26 @@ def test_survivors_are_tested_again_but_not_those_listed_as_equivalent(tmp_path,
         "m.killed": 1,
         "m.no_tests": None,
     }
+
+
+def test_a_fresh_clone_resumes_from_the_verdicts_kept_in_git(tmp_path, monkeypatch):
+    from mutation import run
+
+    module = "thinking/loop.py"
+    mutants, results = tmp_path / "mutants", tmp_path / "results"
+    monkeypatch.setattr(run, "MUTANTS", mutants)
+    monkeypatch.setattr(run, "RESULTS", results)
+    results.mkdir()
+    kept = {"exit_code_by_key": {"thinking.loop.x_f__mutmut_1": 1}}
+    (results / "thinking.loop.json").write_text(json.dumps(kept))
+
+    run.resume(module)  # no local results: mutmut starts from the kept ones
+    meta = mutants / "thinking" / "loop.py.meta"
+    assert json.loads(meta.read_text()) == kept
+
+    local = {"exit_code_by_key": {"thinking.loop.x_f__mutmut_1": 0}}
+    meta.write_text(json.dumps(local))
+    run.resume(module)  # local results win over the kept ones
+    assert json.loads(meta.read_text()) == local
+    run.keep(module)  # and are kept for the next clone
+    assert json.loads((results / "thinking.loop.json").read_text()) == local

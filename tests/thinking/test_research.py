@@ -295,15 +295,38 @@ async def test_a_tool_loop_without_text_ends_with_a_pass_without_tools(
 ):
     settings.DEEPTHINK_MAX_TOOL_ROUNDS = 2
     session = await sync_to_async(make_session)(budget_seconds=0.2, synthesis_interval_seconds=60)
-    search = Reply(tool_uses=[{"name": "web_search", "input": {"query": "octopus sleep"}}])
-    fake_claude.enqueue(search, search)
+    fake_claude.enqueue(
+        Reply(tool_uses=[{"name": "web_search", "input": {"query": "octopus sleep"}}]),
+        Reply(tool_uses=[{"name": "web_search", "input": {"query": "squid", "max_results": 2}}]),
+    )
+    events: list[SessionEvent] = []
 
-    await run(session)
+    await run(session, events)
 
     third = fake_claude.requests[2]["body"]
     assert "tools" not in third, "the last pass has no tools"
-    found = prompt_of(fake_claude.requests[2]).split("What your searches found this cycle:")[1]
-    assert '<source n="1"' in found and "octopus" in found.lower()
+    found = prompt_of(fake_claude.requests[2]).split("What your searches found this cycle:\n")[1]
+    # What both searches found, a line apart, cut to its last 6,000 characters.
+    assert len(found) == 6000 and found.endswith("</evidence>")
+    octopus, squid = found.split("</evidence>\n\n")
+    assert "octopus" in octopus.lower() and "squid" in squid.lower()
+    # The page labels all three calls as thinking about the focus.
+    calls = {e.live.started_at: e.live.purpose for e in events if e.live is not None}
+    assert list(calls.values())[:3] == ["thoughts"] * 3
+    assert await session.thoughts.exclude(type="scratchpad").aexists()
+
+
+async def test_a_tool_loop_that_found_nothing_says_so_in_its_last_pass(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_MAX_TOOL_ROUNDS = 1
+    session = await sync_to_async(make_session)(budget_seconds=0.2, synthesis_interval_seconds=60)
+    fake_claude.enqueue(Reply(tool_uses=[{"name": "memory_search", "input": {"query": "nil"}}]))
+
+    await run(session)
+
+    second = prompt_of(fake_claude.requests[1])
+    assert second.endswith("What your searches found this cycle:\n(no new sources)")
     assert await session.thoughts.exclude(type="scratchpad").aexists()
 
 

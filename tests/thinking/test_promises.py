@@ -141,6 +141,18 @@ async def test_the_think_tool_is_offered_only_when_the_switches_allow_it(
         assert after_task.startswith("\n\n## Using the think tool" if guided else "\n\nFormat")
 
 
+async def test_with_web_research_on_the_model_may_search_the_web(
+    fake_claude: Any, fake_exa: Any, make_session: Any
+):
+    session = await new_session(make_session)
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    offered = {tool["name"] for tool in thought_requests(fake_claude)[0]["body"]["tools"]}
+    assert offered == {"web_search", "memory_search", "progress", "think"}
+
+
 # 3. A high-priority sub-question that becomes the focus gets its own research.
 
 
@@ -212,6 +224,22 @@ async def test_a_low_priority_focus_is_not_researched_again(
     await run(session)
 
     assert plan_requests(fake_claude) == []
+
+
+async def test_only_so_many_sub_questions_get_their_own_research(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000
+    settings.DEEPTHINK_REPLANS = 2
+    session = await new_session(make_session, budget_seconds=2.0)
+    for text in ("Is attention awareness?", "Do plants feel?", "Can machines dream?"):
+        await SubQuestion.objects.acreate(session=session, text=text, priority=9)
+
+    await run_with_calls_of(fake_claude, session, 0.1)
+
+    await session.arefresh_from_db()
+    assert await session.sub_questions.filter(explored=True).acount() == 3  # each had a turn
+    assert len(plan_requests(fake_claude)) == 2 and len(session.plan["researched"]) == 2
 
 
 # 4. The plan step the model reports moves the plan's current step on the page.

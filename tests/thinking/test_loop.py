@@ -171,10 +171,12 @@ async def test_pause_at_a_step_boundary_keeps_time_and_releases_the_lease(
         return Reply(text="THOUGHT: paused soon\nTYPE: insight\nCONFIDENCE: 0.6")
 
     fake_claude.responder = pause_after_first_step
-    status = await run(session)
+    events: list[SessionEvent] = []
+    status = await run(session, events)
 
     await session.arefresh_from_db()
     assert status == Status.PAUSED
+    assert events[-1] == SessionEvent(session.pk)  # the pages show it paused, not finished
     assert await session.thoughts.acount() == 1  # the step in flight was kept
     assert session.worker_id == "" and session.running_since is None
     assert 0 < session.active_seconds < 30

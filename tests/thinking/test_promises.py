@@ -190,6 +190,20 @@ async def test_a_high_priority_focus_is_researched_before_it_is_thought_about(
     ]
 
 
+async def test_a_focus_of_exactly_the_threshold_priority_is_researched(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000
+    settings.DEEPTHINK_REPLAN_PRIORITY = 7
+    session = await new_session(make_session)
+    await SubQuestion.objects.acreate(session=session, text="Do plants feel?", priority=7)
+    fake_claude.responder = without_tools(fake_claude)
+
+    await run(session)
+
+    assert len(plan_requests(fake_claude)) == 1
+
+
 async def test_a_focus_whose_planning_call_fails_is_still_searched_for(
     fake_claude: Any, fake_exa: Any, make_session: Any, settings: Any
 ):

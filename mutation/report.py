@@ -274,9 +274,19 @@ def readme(rows: list[Row], kept: Earlier | None = None) -> str:
         table(rows, kept),
         "",
     ]
-    below = [r.module for r in rows if r.ran and r.score is not None and r.score < TARGET]
+    below = [r for r in rows if r.ran and r.score is not None and r.score < TARGET]
     if below:
-        parts += [f"Below the 90% target: {', '.join(below)} (see the survivors below).", ""]
+        named = [
+            r.module
+            + (
+                f" ({r.other} mutants not run yet, counted as not killed; "
+                f"`make mutate MODULE={r.module}` resumes)"
+                if r.other
+                else ""
+            )
+            for r in below
+        ]
+        parts += [f"Below the 90% target: {', '.join(named)}; the survivors are below.", ""]
     carried = [r.module for r in rows if not r.ran and r.module in kept.rows]
     if carried:
         parts += [

@@ -15,10 +15,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import anthropic
-from anthropic.types import CacheControlEphemeralParam, TextBlockParam
+from anthropic import AsyncStream
+from anthropic.types import CacheControlEphemeralParam, RawMessageStreamEvent, TextBlockParam
 from django.conf import settings
 
 from . import streaming
@@ -390,7 +391,7 @@ class LLM:
         if headers:
             extra["extra_headers"] = headers
         # The raw events, not the `messages.stream()` helper: see thinking/streaming.py.
-        stream = await self._client.messages.create(
+        created = await self._client.messages.create(
             model=model,
             system=system_blocks(system),
             messages=cache_tool_loop(messages, system_marked=settings.DEEPTHINK_PROMPT_CACHING),  # type: ignore[arg-type]
@@ -398,6 +399,8 @@ class LLM:
             **params,
             **extra,
         )
+        # `stream=True` returns the event stream; with **params mypy cannot pick the overload.
+        stream = cast("AsyncStream[RawMessageStreamEvent]", created)
         async with stream:
             final = await streaming.collect(stream, on_text=on_text, on_thinking=on_thinking)
         usage, content = final.usage, final.content

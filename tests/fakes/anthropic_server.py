@@ -942,7 +942,8 @@ class FakeAnthropic(FakeServer):
     """A local Anthropic Messages API. Use ``start()``/``stop()`` or ``with FakeAnthropic():``.
 
     As strict as the real API where it matters: sampling parameters, more than four cache
-    breakpoints, thinking types a listed model does not take, invalid manual budgets, and
+    breakpoints, thinking types a listed model does not take, invalid manual budgets,
+    messages of the wrong shape, a tool_use without its tool_result (or a stray one), and
     thinking blocks changed or dropped inside a tool loop are all refused with the API's
     400 ``invalid_request_error``.
     """

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, cast
@@ -25,10 +24,10 @@ from django.conf import settings
 from . import streaming
 from .capabilities import Capabilities, ThinkingSettings, build_request, from_models_api
 from .capabilities import builtin_capabilities as table_capabilities
+from .streaming import TextCallback
 
 logger = logging.getLogger(__name__)
 
-TextCallback = Callable[[str], Awaitable[None]]
 
 # Error types that are worth trying again when they arrive mid-stream.
 RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}

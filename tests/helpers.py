@@ -76,22 +76,52 @@ def take_over(session_id: Any, worker_id: str = "another-worker") -> None:
         connection.close()
 
 
-class TakenOverWhen(list):
-    """Published events, a list; another worker claims the session as soon as one matching
-    `when` is published (the step before it is stored, the next one not begun)."""
+class ChangedWhen(list):
+    """Published events, a list; `change(session_id)` runs as soon as one matching `when` is
+    published (the step before it is stored, the next one not begun): a person or another
+    worker acting between two steps of a running session."""
 
-    def __init__(self, session_id: Any, when: Callable[[SessionEvent], bool]) -> None:
+    def __init__(
+        self,
+        session_id: Any,
+        when: Callable[[SessionEvent], bool],
+        change: Callable[[Any], None],
+    ) -> None:
         super().__init__()
-        self.session_id, self.when, self.taken = session_id, when, False
+        self.session_id, self.when, self.change, self.taken = session_id, when, change, False
 
     def append(self, event: SessionEvent) -> None:
         super().append(event)
         if not self.taken and self.when(event):
             self.taken = True
             # From a thread: the test's event loop may not touch the database itself.
-            thread = threading.Thread(target=take_over, args=(self.session_id,))
+            thread = threading.Thread(target=self.change, args=(self.session_id,))
             thread.start()
             thread.join()
+
+
+class TakenOverWhen(ChangedWhen):
+    """Another worker claims the session as soon as an event matching `when` is published."""
+
+    def __init__(self, session_id: Any, when: Callable[[SessionEvent], bool]) -> None:
+        super().__init__(session_id, when, take_over)
+
+
+def set_fields(**fields: Any) -> Callable[[Any], None]:
+    """A change for ChangedWhen or a fake's responder: a person's write to the session row
+    (from a thread of the test's own; its connection is closed afterwards)."""
+
+    def change(session_id: Any) -> None:
+        from django.db import connection
+
+        from thinking.models import ThinkingSession
+
+        try:
+            ThinkingSession.objects.filter(pk=session_id).update(**fields)
+        finally:
+            connection.close()
+
+    return change
 
 
 async def run(

@@ -96,11 +96,12 @@ def record_calls(step: Step, purpose: str, replies: Sequence[Reply]) -> None:
 
 @db_hop
 def begin(session_id: uuid.UUID, *, worker_id: str) -> ThinkingSession | None:
-    """Move a claimed session to `thinking` and start its clock. None if it is not runnable."""
+    """Move a claimed session to `thinking` and start its clock. None if it is not runnable,
+    or another worker claimed it since (that worker runs it: not an error)."""
     try:
         with ThinkingSession.step(session_id, worker_id=worker_id) as step:
             step.update(**step.session.begin(now=timezone.now()))
-    except (IllegalTransition, Stopped):
+    except (IllegalTransition, Stopped, LeaseLost):
         return None
     return step.session
 

@@ -7,14 +7,35 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 
 from tests.fakes.anthropic_server import HttpError, Reply
-from tests.helpers import FrozenClock, TakenOverWhen, each_call_takes, prompt_of, run, take_over
-from thinking.models import Source, Status, SubQuestion, ThinkingSession
+from tests.helpers import (
+    WORKER,
+    ChangedWhen,
+    FrozenClock,
+    TakenOverWhen,
+    claim,
+    each_call_takes,
+    prompt_of,
+    run,
+    set_fields,
+    take_over,
+)
+from thinking.events import SessionEvent
+from thinking.models import (
+    CitationCheck,
+    CompletionReason,
+    ModelCall,
+    Source,
+    Status,
+    SubQuestion,
+    ThinkingSession,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -657,3 +678,189 @@ async def test_no_final_answer_is_begun_once_another_worker_took_the_session(
     assert not {"reflection", "synthesis"} & set(stage_names(session))
     assert not any("ANSWER:" in first_prompt(r) for r in fake_claude.requests)
     assert session.final_answer == "" and not await session.syntheses.aexists()
+
+
+# 10. Every synthesis has its citations checked, by the worker that holds the session; a
+#     pause, cancel or stop seen around a synthesis keeps what a person was promised.
+
+CHECK = "VERDICT: supported | partial | unsupported"  # the citation checker's format
+
+
+async def cited_session(make_session: Any, **fields: Any) -> ThinkingSession:
+    """Planned, with two sources found: the scripted model cites them in its syntheses."""
+
+    def make() -> ThinkingSession:
+        session = make_session(**fields)
+        Source.objects.create(
+            session=session,
+            number=1,
+            kind="web",
+            title="Reef",
+            snippet="Coral bleaching begins when water stays above 30 degrees for weeks.",
+            key="r",
+        )
+        Source.objects.create(
+            session=session,
+            number=2,
+            kind="memory",
+            title="Tides",
+            snippet="Tides are caused mainly by the pull of the moon on the oceans.",
+            key="t",
+        )
+        return session
+
+    return await sync_to_async(make)()
+
+
+def on_frozen_clock(fake: Any, seconds: float) -> FrozenClock:
+    """Each model call moves the clock `seconds`, the model never calling a tool."""
+    fake.responder = without_tools(fake)
+    frozen = FrozenClock()
+    each_call_takes(fake, frozen, seconds)
+    return frozen
+
+
+def check_rows(session: ThinkingSession) -> list[tuple[int, bool, int]]:
+    """Each synthesis in order: its sequence, whether final, how many verdicts it has."""
+    from django.db.models import Count
+
+    rows = session.syntheses.order_by("sequence").annotate(n=Count("citation_checks"))
+    return [(s.sequence, s.is_final, s.n) for s in rows]
+
+
+async def test_each_synthesis_has_its_citations_checked_and_open_pages_hear_of_it(
+    fake_claude: Any, make_session: Any, settings: Any, caplog: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    session = await cited_session(make_session, budget_seconds=2.0, synthesis_interval_seconds=1.0)
+    frozen = on_frozen_clock(fake_claude, 0.5)
+    events: list[SessionEvent] = []
+
+    with caplog.at_level(logging.WARNING, logger="thinking"):
+        status = await run(session, events, clock=frozen.clock)
+
+    assert status == Status.COMPLETED
+    assert caplog.records == [], "a check that goes well logs nothing"
+    rows = await sync_to_async(check_rows)(session)
+    assert [final for _, final, _ in rows].count(False) >= 1, "a periodic synthesis"
+    assert all(n > 0 for _, _, n in rows), rows  # the periodic ones and the final answer
+    # Each synthesis's marks reach the open pages once its verdicts are stored.
+    assert [e.checked for e in events if e.checked is not None] == [seq for seq, _, _ in rows]
+
+
+async def test_a_periodic_synthesis_is_not_checked_once_another_worker_took_the_session(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    session = await cited_session(make_session, budget_seconds=2.0, synthesis_interval_seconds=1.0)
+    frozen = on_frozen_clock(fake_claude, 0.5)
+    # Taken over as soon as the periodic synthesis is stored, while its check is asked for.
+    events = TakenOverWhen(session.pk, lambda event: event.synthesis is not None)
+
+    status = await run(session, events, clock=frozen.clock)
+
+    assert status is None and events.taken
+    assert await session.syntheses.filter(is_final=False).aexists()
+    assert not await CitationCheck.objects.filter(synthesis__session=session).aexists()
+    assert not await ModelCall.objects.filter(session=session, purpose="check").aexists()
+    assert not any(e.checked is not None for e in events)
+
+
+async def test_a_pause_right_after_a_citation_check_keeps_the_checks_time(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    session = await cited_session(make_session, budget_seconds=30, synthesis_interval_seconds=0.5)
+    frozen = on_frozen_clock(fake_claude, 0.5)
+    respond = fake_claude.responder
+
+    def pause_while_checking(body: dict) -> Any:
+        if CHECK in json.dumps(body):  # a person pauses while the checker is asked
+            set_fields(status=Status.PAUSED)(session.pk)
+        return respond(body)
+
+    fake_claude.responder = pause_while_checking
+    events: list[SessionEvent] = []
+    status = await run(session, events, clock=frozen.clock)
+
+    await session.arefresh_from_db()
+    assert status == Status.PAUSED and not events[-1].finished
+    # A thought cycle, the synthesis and its check: three calls of half a second.
+    assert [r[1] for r in await sync_to_async(check_rows)(session)] == [False]
+    assert len(fake_claude.requests) == 3
+    assert session.active_seconds == 1.5
+
+
+async def test_a_cancel_seen_between_two_steps_reaches_open_pages_as_finished(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    session = await new_session(make_session, budget_seconds=30)
+    fake_claude.responder = without_tools(fake_claude)
+    # A person cancels once the first thoughts are stored, before the next step begins.
+    events = ChangedWhen(
+        session.pk, lambda event: bool(event.thoughts), set_fields(status=Status.CANCELLED)
+    )
+
+    status = await run(session, events)
+
+    await session.arefresh_from_db()
+    assert status == Status.CANCELLED and events.taken
+    assert events[-1] == SessionEvent(session.pk, finished=True)
+    assert await session.thoughts.aexists(), "what was stored before the cancel stays"
+    assert session.worker_id == "" and session.running_since is None
+
+
+async def test_a_stop_asked_for_during_a_periodic_synthesis_still_gets_the_final_answer(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    settings.DEEPTHINK_CITATION_CHECK = False
+    session = await new_session(make_session, budget_seconds=30, synthesis_interval_seconds=0.5)
+    frozen = on_frozen_clock(fake_claude, 0.5)
+    respond = fake_claude.responder
+
+    def stop_while_synthesising(body: dict) -> Any:
+        if "Now synthesize" in json.dumps(body):  # a person asks to wrap up meanwhile
+            set_fields(stop_requested=True)(session.pk)
+        return respond(body)
+
+    fake_claude.responder = stop_while_synthesising
+    status = await run(session, clock=frozen.clock)
+
+    await session.arefresh_from_db()
+    assert status == Status.COMPLETED
+    assert session.completion_reason == CompletionReason.STOP_SIGNAL
+    assert [r[1] for r in await sync_to_async(check_rows)(session)] == [False, True]
+    assert session.final_answer and "ANSWER:" in first_prompt(fake_claude.requests[-1])
+    assert await session.thoughts.values("cycle").distinct().acount() == 1
+
+
+async def test_a_session_taken_over_before_its_worker_began_it_is_left_alone(
+    fake_claude: Any, make_session: Any, caplog: Any
+):
+    from thinking import loop
+    from thinking.llm import LLM
+
+    session = await new_session(make_session, budget_seconds=30)
+    await claim(session)
+    # Another worker's claim lands between this worker's claim and its start.
+    await sync_to_async(take_over)(session.pk)
+    events: list[SessionEvent] = []
+
+    async def publish(event: SessionEvent) -> None:
+        events.append(event)
+
+    llm = LLM.from_settings()
+    try:
+        with caplog.at_level(logging.WARNING, logger="thinking"):
+            status = await loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
+    finally:
+        await llm.close()
+
+    before = session.status
+    await session.arefresh_from_db()
+    assert status is None and events == [] and fake_claude.requests == []
+    assert session.status == before and session.started_at is None
+    assert session.worker_id == "another-worker"
+    assert caplog.records == []

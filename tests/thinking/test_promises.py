@@ -689,24 +689,17 @@ CHECK = "VERDICT: supported | partial | unsupported"  # the citation checker's f
 async def cited_session(make_session: Any, **fields: Any) -> ThinkingSession:
     """Planned, with two sources found: the scripted model cites them in its syntheses."""
 
+    found = (
+        ("web", "Reef", "Coral bleaching begins when water stays above 30 degrees for weeks."),
+        ("memory", "Tides", "Tides are caused mainly by the pull of the moon on the oceans."),
+    )
+
     def make() -> ThinkingSession:
         session = make_session(**fields)
-        Source.objects.create(
-            session=session,
-            number=1,
-            kind="web",
-            title="Reef",
-            snippet="Coral bleaching begins when water stays above 30 degrees for weeks.",
-            key="r",
-        )
-        Source.objects.create(
-            session=session,
-            number=2,
-            kind="memory",
-            title="Tides",
-            snippet="Tides are caused mainly by the pull of the moon on the oceans.",
-            key="t",
-        )
+        for number, (kind, title, snippet) in enumerate(found, start=1):
+            Source.objects.create(
+                session=session, number=number, kind=kind, title=title, snippet=snippet, key=title
+            )
         return session
 
     return await sync_to_async(make)()

@@ -78,3 +78,42 @@ def test_a_sqlite_database_url_is_the_embedded_database_at_that_path(tmp_path: P
     assert result.returncode == 0, result.stderr
     # SQLite's own options (one hop thread, WAL), not PostgreSQL's pool.
     assert result.stdout.split() == ["sqlite", str(path), "1", "wal"]
+
+
+def test_the_embedded_database_keeps_its_connection_across_a_workers_hops(tmp_path: Path):
+    # Each hop used to open the file (and run its PRAGMAs) and close it again: ~10 a step.
+    code = """
+import asyncio, django
+django.setup()
+from django.db import connection
+from django.db.backends.signals import connection_created
+from config.hops import db_hop
+
+opened = []
+connection_created.connect(lambda **kw: opened.append(1), weak=False)
+
+def hop(n):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s", [n])
+        return cursor.fetchone()[0]
+
+async def main():
+    return [await db_hop(hop)(n) for n in range(5)]
+
+print(asyncio.run(main()), len(opened))
+"""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPTHINK_", "DATABASE_"))}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={
+            **clean,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[0,", "1,", "2,", "3,", "4]", "1"]

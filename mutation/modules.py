@@ -18,6 +18,7 @@ LOOP_TESTS = (
     "tests/thinking/test_real_claude.py",
     "tests/thinking/test_step_hops.py",
     "tests/thinking/test_lifecycle.py",
+    "tests/thinking/test_worker.py",  # run_session as the worker calls it (its shared pools)
 )
 
 LIFECYCLE_TESTS = (

@@ -1,14 +1,29 @@
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
+import threading
 from typing import Any
 
 import pytest
 
 from tests.fakes.anthropic_server import HttpError, Reply, StreamError
-from tests.helpers import FrozenClock, TakenOverWhen, prompt_of, run
+from tests.helpers import (
+    WORKER,
+    FrozenClock,
+    TakenOverWhen,
+    claim,
+    each_call_takes,
+    logged_error,
+    prompt_of,
+    run,
+    set_fields,
+    take_over,
+)
+from thinking import loop
 from thinking.events import SessionEvent
+from thinking.llm import LLM
 from thinking.models import CompletionReason, Status, SubQuestion, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,8 +155,11 @@ async def test_a_dead_provider_fails_the_session_and_keeps_what_was_stored(
     session = await make_session_async(make_session, budget_seconds=30, interval=60)
     fake_claude.enqueue(Reply(text="THOUGHT: first\nTYPE: insight\nCONFIDENCE: 0.9"))
     fake_claude.responder = lambda body: HttpError(status=401, type="authentication_error")
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
+    events: list[SessionEvent] = []
 
-    status = await run(session)
+    status = await run(session, events, clock=frozen.clock)
 
     await session.arefresh_from_db()
     assert status == Status.FAILED
@@ -149,6 +167,134 @@ async def test_a_dead_provider_fails_the_session_and_keeps_what_was_stored(
     assert "refused the API key" in session.error_message
     assert [t async for t in session.thoughts.values_list("text", flat=True)] == ["first"]
     assert session.worker_id == ""
+    assert events[-1] == SessionEvent(session.pk, finished=True)  # pages show it ended
+    assert (
+        session.active_seconds == 1.0
+    )  # the refused call's second counts (the queued reply took none)
+
+
+async def test_a_refused_call_after_another_worker_took_the_session_fails_nothing(
+    fake_claude: Any, make_session: Any
+):
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+
+    def taken_over_then_refused(body: dict) -> HttpError:
+        take_over(session.pk)
+        return HttpError(status=401, type="authentication_error")
+
+    fake_claude.responder = taken_over_then_refused
+    status = await run(session)
+
+    await session.arefresh_from_db()
+    assert status is None
+    assert session.status == Status.THINKING and session.error_message == ""
+    assert session.worker_id == "another-worker"
+
+
+class BreaksOnCall(LLM):
+    """The configured model, with a bug of ours that surfaces on the n-th model call."""
+
+    n, calls = 3, 0
+    frozen: FrozenClock | None = None
+
+    async def stream(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == self.n:
+            if self.frozen is not None:
+                self.frozen.advance(0.5)  # it surfaces half a second into the call
+            raise RuntimeError("boom")
+        return await super().stream(*args, **kwargs)
+
+
+async def run_with(session: Any, llm: LLM, events: list, clock: Any = None) -> str | None:
+    await claim(session)
+
+    async def publish(event: SessionEvent) -> None:
+        events.append(event)
+
+    try:
+        return await loop.run_session(
+            session.pk, llm=llm, publish=publish, worker_id=WORKER, clock=clock
+        )
+    finally:
+        await llm.close()
+
+
+async def test_an_unexpected_error_fails_the_session_in_words_and_keeps_what_was_stored(
+    fake_claude: Any, make_session: Any, settings: Any, caplog: Any
+):
+    settings.DEEPTHINK_TOOLS = False
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+    fake_claude.responder = lambda body: Reply(text="THOUGHT: first\nTYPE: insight")
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
+    llm = BreaksOnCall.from_settings()  # the third call: after two thought cycles
+    llm.frozen = frozen
+    events: list[SessionEvent] = []
+
+    with caplog.at_level(logging.ERROR, logger="thinking"):
+        status = await run_with(session, llm, events, clock=frozen.clock)
+
+    await session.arefresh_from_db()
+    assert status == Status.FAILED and session.completion_reason == CompletionReason.ERROR
+    # The page says what happened without the traceback; the log has it, naming the session.
+    assert session.error_message == (
+        "Deep Think hit an internal error; the details are in the server log."
+    )
+    assert logged_error(caplog) == f"Session {session.pk} failed"
+    assert "boom" in caplog.text
+    assert await session.thoughts.acount() == 2  # the two cycles before it stay
+    assert session.worker_id == "" and session.running_since is None
+    assert events[-1] == SessionEvent(session.pk, finished=True)
+    assert session.active_seconds == 2.5  # up to the moment it broke
+
+
+async def test_a_worker_shutting_down_mid_call_lets_go_of_the_session_at_once(
+    fake_claude: Any, make_session: Any
+):
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+    asked = threading.Event()
+
+    def slow(body: dict) -> Reply:
+        asked.set()
+        return Reply(text="THOUGHT: never stored\nTYPE: insight", delay=30)
+
+    fake_claude.responder = slow
+    task = asyncio.ensure_future(run(session))
+    await asyncio.to_thread(asked.wait, 30)
+    task.cancel()  # what a worker's SIGTERM does to its sessions' tasks
+
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    await session.arefresh_from_db()
+    # Another worker may claim it right away and continue from the last stored step.
+    assert session.worker_id == "" and session.running_since is None
+    assert session.status == Status.THINKING
+    assert not await session.thoughts.aexists()
+
+
+async def test_a_worker_shutting_down_leaves_a_session_another_worker_took_to_it(
+    fake_claude: Any, make_session: Any
+):
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+    asked = threading.Event()
+
+    def taken_over_while_asked(body: dict) -> Reply:
+        take_over(session.pk)
+        asked.set()
+        return Reply(text="THOUGHT: never stored\nTYPE: insight", delay=30)
+
+    fake_claude.responder = taken_over_while_asked
+    task = asyncio.ensure_future(run(session))
+    await asyncio.to_thread(asked.wait, 30)
+    task.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    await session.arefresh_from_db()
+    assert session.worker_id == "another-worker" and session.running_since is not None
 
 
 async def test_an_error_inside_a_stream_is_retried(fake_claude: Any, make_session: Any):
@@ -190,13 +336,42 @@ async def test_cancel_during_a_step_discards_it(fake_claude: Any, make_session: 
         return Reply(text="THOUGHT: too late\nTYPE: insight\nCONFIDENCE: 0.6")
 
     fake_claude.responder = cancel_now
-    status = await run(session)
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
+    events: list[SessionEvent] = []
+    status = await run(session, events, clock=frozen.clock)
 
+    await session.arefresh_from_db()
     assert status == Status.CANCELLED
     assert not await session.thoughts.aexists()
+    assert events[-1] == SessionEvent(session.pk, finished=True)  # pages show it ended
+    assert session.active_seconds == 1.0  # the call it cancelled ran on the budget
+    assert session.worker_id == ""
 
 
-async def test_a_worker_that_lost_its_lease_writes_nothing(fake_claude: Any, make_session: Any):
+async def test_a_cancel_after_another_worker_took_the_session_is_left_to_that_worker(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_INTERRUPT_POLL_SECONDS = 0.02
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+
+    def cancelled_and_taken_over(body: dict) -> Reply:
+        # Seen by the watch on the call in flight, which stops the call.
+        set_fields(status=Status.CANCELLED, worker_id="another-worker")(session.pk)
+        return Reply(text="THOUGHT: too late\nTYPE: insight\nCONFIDENCE: 0.6", delay=10)
+
+    fake_claude.responder = cancelled_and_taken_over
+    events: list[SessionEvent] = []
+    status = await run(session, events)
+
+    await session.arefresh_from_db()
+    assert status is None and not any(e.finished for e in events)
+    assert session.worker_id == "another-worker" and session.active_seconds == 0
+
+
+async def test_a_worker_that_lost_its_lease_writes_nothing(
+    fake_claude: Any, make_session: Any, caplog: Any
+):
     session = await make_session_async(make_session, budget_seconds=30, interval=60)
 
     def taken_over(body: dict) -> Reply:
@@ -204,9 +379,14 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(fake_claude: Any, mak
         return Reply(text="THOUGHT: mine\nTYPE: insight\nCONFIDENCE: 0.6")
 
     fake_claude.responder = taken_over
-    status = await run(session)
+    with caplog.at_level(logging.WARNING, logger="thinking"):
+        status = await run(session)
 
     assert status is None
+    # Operators see why the session stopped here, and which one.
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Session {session.pk} was taken over by another worker; stopping"
+    ]
     assert not await session.thoughts.aexists()
     await session.arefresh_from_db()
     assert session.status == Status.THINKING and session.worker_id == "someone-else"

@@ -41,6 +41,7 @@ MUTANTS = ROOT / "mutants"
 CACHE = ROOT / "mutation" / ".cache"
 RESULTS = ROOT / "mutation" / "results"  # each module's last verdicts, kept in git (resume)
 MARKER = "deepthink-module.txt"  # which slot (a module, or "smoke") the current mutants/ is
+TESTS = "deepthink-tests.txt"  # the test files the slot's local results were measured with
 SMOKE = "smoke"
 ATTEMPTS = int(os.environ.get("MUTATE_ATTEMPTS", 3))  # a module's run, when mutmut stops
 SURVIVED_CODES = (0, 33, 255)  # mutmut: survived, no tests, harness failed (report.py)
@@ -113,11 +114,27 @@ def keep(module: str) -> None:
         shutil.copyfile(meta, kept_verdicts(module))
 
 
+def widen_tests(module: str, tests: tuple[str, ...]) -> None:
+    """mutmut throws every verdict away when a module's test files change. When files were
+    only added, a kill still stands (it had fewer tests against it) and survivors are tested
+    again anyway, so the local results are kept in git's copy and the local cache starts over
+    from them (the fresh-clone path) instead of re-running every mutant (hours for the loop).
+    A file taken away resets as mutmut does: a kill may have come from it."""
+    recorded = MUTANTS / TESTS
+    before = set(recorded.read_text().split()) if recorded.exists() else None
+    if before is not None and before < set(tests):
+        keep(module)
+        shutil.rmtree(MUTANTS)
+        activate(module)
+    recorded.write_text("\n".join(tests) + "\n")
+
+
 def run_module(module: str, *, workers: int, smoke: bool = False) -> int:
     activate(SMOKE if smoke else module)
-    if not smoke:  # the smoke run measures afresh every time
-        resume(module)
     tests = SMOKE_TESTS if smoke else MODULES[module]
+    if not smoke:  # the smoke run measures afresh every time
+        widen_tests(module, tests)
+        resume(module)
     command = [sys.executable, "-m", "mutation.run", "--child", module, "--workers", str(workers)]
     if smoke:
         command.append("--smoke")

@@ -97,3 +97,32 @@ def test_a_fresh_clone_resumes_from_the_verdicts_kept_in_git(tmp_path, monkeypat
     assert json.loads(meta.read_text()) == local
     run.keep(module)  # and are kept for the next clone
     assert json.loads((results / "thinking.loop.json").read_text()) == local
+
+
+def test_a_module_given_more_test_files_keeps_its_verdicts(tmp_path, monkeypatch):
+    from mutation import run
+
+    module = "thinking/loop.py"
+    mutants, results = tmp_path / "mutants", tmp_path / "results"
+    monkeypatch.setattr(run, "MUTANTS", mutants)
+    monkeypatch.setattr(run, "RESULTS", results)
+    monkeypatch.setattr(run, "CACHE", tmp_path / "cache")
+    run.activate(module)
+    local = {"exit_code_by_key": {"m.killed": 1, "m.survivor": 0}}
+    meta = mutants / "thinking" / "loop.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps(local))
+    (mutants / "mutmut-stats.json").write_text("{}")  # built with the old test files
+    run.widen_tests(module, ("tests/a.py",))  # the first run records its test files
+
+    run.widen_tests(module, ("tests/a.py", "tests/b.py"))
+    run.resume(module)
+
+    # mutmut would reset every verdict for the new selection: it starts from the kept ones.
+    assert json.loads(meta.read_text()) == local
+    assert not (mutants / "mutmut-stats.json").exists()
+    assert (mutants / run.TESTS).read_text().split() == ["tests/a.py", "tests/b.py"]
+
+    (mutants / "mutmut-stats.json").write_text("{}")
+    run.widen_tests(module, ("tests/b.py",))  # a file taken away: left to mutmut's reset
+    assert (mutants / "mutmut-stats.json").exists()

@@ -125,14 +125,19 @@ def set_fields(**fields: Any) -> Callable[[Any], None]:
 
 
 async def run(
-    session: Any, events: list[SessionEvent] | None = None, *, clock: Clock | None = None
+    session: Any,
+    events: list[SessionEvent] | None = None,
+    *,
+    clock: Clock | None = None,
+    llm: Any = None,
 ) -> str | None:
-    """Claim and run a session to its end with the LLM of the settings (a fake server)."""
+    """Claim and run a session to its end with `llm` (by default the LLM of the settings: a
+    fake server); the LLM is closed afterwards."""
     from thinking import loop
     from thinking.llm import LLM
 
     await claim(session)
-    llm = LLM.from_settings()
+    llm = llm or LLM.from_settings()
     sink = events if events is not None else []
 
     async def publish(event: SessionEvent) -> None:

@@ -27,6 +27,19 @@ def load_settings(**env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def run_on_database(code: str, url: str) -> subprocess.CompletedProcess[str]:
+    """`code` in a fresh process whose settings come from the environment, on `url`."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPTHINK_", "DATABASE_"))}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
@@ -62,19 +75,7 @@ def test_a_sqlite_database_url_is_the_embedded_database_at_that_path(tmp_path: P
         "settings.DEEPTHINK_DB_THREADS, "
         "connection.cursor().execute('PRAGMA journal_mode').fetchone()[0])"
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPTHINK_", "DATABASE_"))}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={
-            **clean,
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-            "DATABASE_URL": f"sqlite:///{path}",
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_on_database(code, f"sqlite:///{path}")
     assert result.returncode == 0, result.stderr
     # SQLite's own options (one hop thread, WAL), not PostgreSQL's pool.
     assert result.stdout.split() == ["sqlite", str(path), "1", "wal"]
@@ -102,18 +103,6 @@ async def main():
 
 print(asyncio.run(main()), len(opened))
 """
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPTHINK_", "DATABASE_"))}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={
-            **clean,
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-            "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_on_database(code, f"sqlite:///{tmp_path / 'db.sqlite3'}")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["[0,", "1,", "2,", "3,", "4]", "1"]

@@ -10,10 +10,8 @@ import pytest
 
 from tests.fakes.anthropic_server import HttpError, Reply, StreamError
 from tests.helpers import (
-    WORKER,
     FrozenClock,
     TakenOverWhen,
-    claim,
     each_call_takes,
     logged_error,
     prompt_of,
@@ -21,7 +19,6 @@ from tests.helpers import (
     set_fields,
     take_over,
 )
-from thinking import loop
 from thinking.events import SessionEvent
 from thinking.llm import LLM
 from thinking.models import CompletionReason, Status, SubQuestion, ThinkingSession
@@ -206,20 +203,6 @@ class BreaksOnCall(LLM):
         return await super().stream(*args, **kwargs)
 
 
-async def run_with(session: Any, llm: LLM, events: list, clock: Any = None) -> str | None:
-    await claim(session)
-
-    async def publish(event: SessionEvent) -> None:
-        events.append(event)
-
-    try:
-        return await loop.run_session(
-            session.pk, llm=llm, publish=publish, worker_id=WORKER, clock=clock
-        )
-    finally:
-        await llm.close()
-
-
 async def test_an_unexpected_error_fails_the_session_in_words_and_keeps_what_was_stored(
     fake_claude: Any, make_session: Any, settings: Any, caplog: Any
 ):
@@ -233,7 +216,7 @@ async def test_an_unexpected_error_fails_the_session_in_words_and_keeps_what_was
     events: list[SessionEvent] = []
 
     with caplog.at_level(logging.ERROR, logger="thinking"):
-        status = await run_with(session, llm, events, clock=frozen.clock)
+        status = await run(session, events, clock=frozen.clock, llm=llm)
 
     await session.arefresh_from_db()
     assert status == Status.FAILED and session.completion_reason == CompletionReason.ERROR

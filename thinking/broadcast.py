@@ -118,7 +118,7 @@ def _thought_part(
 
 
 def _regions(
-    session: ThinkingSession, numbers: set[int], *, plan: bool, finished: bool
+    session: ThinkingSession, numbers: set[int], *, plan: bool, finished: bool = False
 ) -> list[UpdatePart]:
     base = {"session": session, "oob": True, "source_numbers": numbers}
     parts: list[UpdatePart] = []
@@ -177,9 +177,13 @@ def render_event(event: SessionEvent) -> UpdateMessage:
         return render_live(event)
     # The stage history is read only when the plan region is drawn (its list of stages).
     session = ThinkingSession.objects.defer("stages").get(pk=event.session_id)
+    finished = event.finished or session.is_finished
+    sent = _last_sent(session.pk)
+    if not (event.header or finished or sent is None):
+        # A stage entered: the plan region is all that changed (half of a cycle's events).
+        return {"type": "session.update", "parts": _regions(session, set(), plan=True)}
     numbers = source_numbers(session)
     top = max(numbers, default=0)
-    sent = _last_sent(session.pk)
     if sent is None:
         # New to this process: what pages have now is the base (one read, once).
         sent = Sent(top, sub_question_states(session.pk))
@@ -213,7 +217,6 @@ def render_event(event: SessionEvent) -> UpdateMessage:
         synthesis = session.syntheses.get(sequence=event.checked)
         context = {"synthesis": synthesis, "replace_row": True, "source_numbers": numbers}
         parts.append({"kind": "replace", "html": _render("_synthesis.html", context)})
-    finished = event.finished or session.is_finished
     parts += _regions(
         session, numbers, plan=event.plan or event.sources or finished, finished=finished
     )

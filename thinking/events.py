@@ -28,6 +28,8 @@ class SessionEvent:
     plan: bool = False  # the plan, its current step, the progress line or research notes changed
     live: LiveStep | None = None  # a step in flight (nothing stored by this event)
     checked: int | None = None  # sequence of a synthesis whose citations were just checked
+    # False when nothing the header shows changed (a stage entered: the plan region only).
+    header: bool = True
 
 
 Publish = Callable[[SessionEvent], Awaitable[None]]

@@ -39,6 +39,7 @@ def merge(earlier: SessionEvent, later: SessionEvent) -> SessionEvent | None:
         sources=earlier.sources or later.sources,
         plan=earlier.plan or later.plan,
         checked=earlier.checked if earlier.checked is not None else later.checked,
+        header=earlier.header or later.header,
     )
 
 

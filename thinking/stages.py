@@ -135,9 +135,10 @@ async def enter(
     **extras: Any,
 ) -> None:
     """The loop enters a stage: store it (through the session's step, so only while this
-    worker holds the lease), then show it (the plan region shows progress)."""
+    worker holds the lease), then show it (the plan region shows progress; the header's
+    counts, tokens and state are as the last step left them)."""
     if await _record(session_id, entry(stage, message, **extras), worker_id=worker_id):
-        await publish_safely(publish, SessionEvent(session_id, plan=True))
+        await publish_safely(publish, SessionEvent(session_id, plan=True, header=False))
 
 
 def served(session: ThinkingSession) -> list[StageEntry]:

@@ -442,3 +442,35 @@ async def test_two_cycles_sent_as_one_message_show_their_parts_as_a_reload_does(
     opened = re.compile(r'id="parts-(\d+)"')
     assert opened.findall(live) == ["1", "3"]
     assert opened.findall(page) == opened.findall(live)
+
+
+async def test_a_stage_entered_sends_the_plan_region_as_a_reload_shows_it(
+    make_session: Any, client: Any, alice: Any
+):
+    """Half of a cycle's updates are a stage entered: those carry the plan region alone (the
+    header's counts and state are as the last step left them, and it re-renders then)."""
+    from thinking import stages
+    from thinking.broadcast import render_event
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    await sync_to_async(render_event)(SessionEvent(session.pk))  # what open pages have
+    await sync_to_async(stages.record_sync)(
+        session.pk, stages.entry("analysis", "Thinking about: <b>tides</b>")
+    )
+
+    message = await sync_to_async(render_event)(SessionEvent(session.pk, plan=True, header=False))
+
+    [part] = message["parts"]
+    assert part["kind"] == "replace" and 'id="plan"' in part["html"]
+    assert "Thinking about: &lt;b&gt;tides&lt;/b&gt;" in part["html"]
+    await sync_to_async(client.force_login)(alice)
+    page = (await sync_to_async(client.get)(f"/sessions/{session.pk}/")).content.decode()
+    region = re.compile(r'<div id="plan".*?</div>\n', re.DOTALL)
+    assert region.search(part["html"].replace('hx-swap-oob="true"', "")).group() == (
+        region.search(page).group()
+    )
+    # A page new to this process, or a session that ended, gets the header all the same.
+    finished = await sync_to_async(render_event)(
+        SessionEvent(session.pk, plan=True, header=False, finished=True)
+    )
+    assert finished["parts"][0]["kind"] == "header"

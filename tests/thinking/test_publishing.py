@@ -133,6 +133,10 @@ def test_what_waits_together_is_sent_as_one_unless_it_cannot_be():
         SESSION, thoughts=(5,), checked=3, finished=True
     )
     assert merge(checked, SessionEvent(SESSION, checked=3)) == checked
+    # A stage entered leaves the header alone; merged with a step, the header comes along.
+    stage = SessionEvent(SESSION, plan=True, header=False)
+    assert merge(stage, stage) == stage
+    assert merge(stage, stored(1)) == SessionEvent(SESSION, thoughts=(1,), plan=True)
     # A message carries one new synthesis and one citation check.
     assert merge(synthesis, SessionEvent(SESSION, synthesis=5)) is None
     assert merge(checked, SessionEvent(SESSION, checked=4)) is None

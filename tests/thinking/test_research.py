@@ -267,9 +267,9 @@ async def test_the_model_can_search_report_progress_and_use_its_scratchpad(
     stored = [event for event in events if event.live is None]
     first_thoughts = next(i for i, event in enumerate(stored) if event.thoughts)
     assert stored[first_thoughts - 3 : first_thoughts] == [
-        SessionEvent(session.pk, plan=True),
+        SessionEvent(session.pk, plan=True, header=False),  # the stage: the plan region only
         SessionEvent(session.pk, sources=True),
-        SessionEvent(session.pk, plan=True),
+        SessionEvent(session.pk, plan=True),  # the model's report may move the plan's step
     ]
     await session.arefresh_from_db()
     # The model's report joins the stage history the loop keeps (the latest line moves on).

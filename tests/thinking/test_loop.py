@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from tests.fakes.anthropic_server import HttpError, Reply, StreamError
 from tests.helpers import (
@@ -76,7 +77,6 @@ async def test_a_session_thinks_asks_synthesises_and_answers(
 
 
 async def make_session_async(factory: Any, *, budget_seconds: float, interval: float) -> Any:
-    from asgiref.sync import sync_to_async
 
     return await sync_to_async(factory)(
         budget_seconds=budget_seconds, synthesis_interval_seconds=interval
@@ -193,12 +193,15 @@ class BreaksOnCall(LLM):
 
     n, calls = 3, 0
     frozen: FrozenClock | None = None
+    taken_over: Any = None  # a session another worker claims just before the bug surfaces
 
     async def stream(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
         if self.calls == self.n:
             if self.frozen is not None:
                 self.frozen.advance(0.5)  # it surfaces half a second into the call
+            if self.taken_over is not None:
+                await sync_to_async(take_over)(self.taken_over)
             raise RuntimeError("boom")
         return await super().stream(*args, **kwargs)
 
@@ -230,6 +233,26 @@ async def test_an_unexpected_error_fails_the_session_in_words_and_keeps_what_was
     assert session.worker_id == "" and session.running_since is None
     assert events[-1] == SessionEvent(session.pk, finished=True)
     assert session.active_seconds == 2.5  # up to the moment it broke
+
+
+async def test_an_unexpected_error_after_another_worker_took_the_session_fails_nothing(
+    fake_claude: Any, make_session: Any, settings: Any, caplog: Any
+):
+    settings.DEEPTHINK_TOOLS = False
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+    fake_claude.responder = lambda body: Reply(text="THOUGHT: first\nTYPE: insight")
+    llm = BreaksOnCall.from_settings()
+    llm.taken_over = session.pk
+
+    with caplog.at_level(logging.ERROR, logger="thinking"):
+        status = await run(session, clock=FrozenClock().clock, llm=llm)
+
+    await session.arefresh_from_db()
+    assert status is None
+    assert logged_error(caplog) == f"Session {session.pk} failed"  # the bug is logged
+    # ...but the session goes on with the worker that holds it now.
+    assert session.status == Status.THINKING and session.error_message == ""
+    assert session.worker_id == "another-worker"
 
 
 async def test_a_worker_shutting_down_mid_call_lets_go_of_the_session_at_once(
@@ -378,7 +401,6 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(
 async def test_a_session_taken_over_before_it_plans_stops_without_a_call_or_a_write(
     fake_claude: Any, make_session: Any
 ):
-    from asgiref.sync import sync_to_async
 
     session = await sync_to_async(make_session)(plan={})  # it plans first
 

@@ -228,8 +228,15 @@ def _commit() -> str:
         return result.stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    # The file this report writes is not a change to what was measured.
-    changed = git("status", "--porcelain", "--", ".", ":(exclude)mutation/README.md")
+    # This report and the verdicts the run keeps are not changes to what was measured.
+    changed = git(
+        "status",
+        "--porcelain",
+        "--",
+        ".",
+        ":(exclude)mutation/README.md",
+        ":(exclude)mutation/results",
+    )
     return commit + (" (with uncommitted changes)" if changed else "")
 
 

@@ -118,7 +118,7 @@ def _thought_part(
 
 
 def _regions(
-    session: ThinkingSession, numbers: set[int], *, plan: bool, finished: bool = False
+    session: ThinkingSession, numbers: set[int], *, plan: bool, finished: bool
 ) -> list[UpdatePart]:
     base = {"session": session, "oob": True, "source_numbers": numbers}
     parts: list[UpdatePart] = []
@@ -181,7 +181,8 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     sent = _last_sent(session.pk)
     if not (event.header or finished or sent is None):
         # A stage entered: the plan region is all that changed (half of a cycle's events).
-        return {"type": "session.update", "parts": _regions(session, set(), plan=True)}
+        plan_only = _regions(session, set(), plan=True, finished=False)
+        return {"type": "session.update", "parts": plan_only}
     numbers = source_numbers(session)
     top = max(numbers, default=0)
     if sent is None:

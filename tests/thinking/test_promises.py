@@ -63,13 +63,18 @@ def without_tools(fake: Any) -> Any:
     return lambda body: fake.scripted_mind({**body, "tools": []})
 
 
-async def run_with_calls_of(fake: Any, session: ThinkingSession, seconds: float) -> None:
-    """Run the session on a frozen clock that moves `seconds` with each model call, the model
-    never calling a tool: the same steps on any machine."""
+def on_frozen_clock(fake: Any, seconds: float) -> FrozenClock:
+    """Each model call moves the clock `seconds`, the model never calling a tool."""
     fake.responder = without_tools(fake)
     frozen = FrozenClock()
     each_call_takes(fake, frozen, seconds)
-    await run(session, clock=frozen.clock)
+    return frozen
+
+
+async def run_with_calls_of(fake: Any, session: ThinkingSession, seconds: float) -> None:
+    """Run the session on a frozen clock that moves `seconds` with each model call, the model
+    never calling a tool: the same steps on any machine."""
+    await run(session, clock=on_frozen_clock(fake, seconds).clock)
 
 
 async def new_session(make_session: Any, **fields: Any) -> ThinkingSession:
@@ -703,14 +708,6 @@ async def cited_session(make_session: Any, **fields: Any) -> ThinkingSession:
         return session
 
     return await sync_to_async(make)()
-
-
-def on_frozen_clock(fake: Any, seconds: float) -> FrozenClock:
-    """Each model call moves the clock `seconds`, the model never calling a tool."""
-    fake.responder = without_tools(fake)
-    frozen = FrozenClock()
-    each_call_takes(fake, frozen, seconds)
-    return frozen
 
 
 def check_rows(session: ThinkingSession) -> list[tuple[int, bool, int]]:

@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from research.knowledge import add_item
 from research.memory import search_memory
 from tests.fakes.anthropic_server import Reply
-from tests.helpers import WORKER, FrozenClock, claim, each_call_takes, prompt_of, run
+from tests.helpers import WORKER, FrozenClock, claim, each_call_takes, prompt_of, run, take_over
 from thinking import evidence
 from thinking.events import SessionEvent
 from thinking.models import Source, ThinkingSession
@@ -384,3 +384,87 @@ async def test_web_text_is_data_not_instructions(
     html = (await sync_to_async(client.get)(session.get_absolute_url())).content.decode()
     assert "<script>alert" not in html and "onerror=alert(1)>" not in html
     assert 'href="javascript:' not in html and "&lt;b&gt;Evil&lt;/b&gt;" in html
+
+
+# --- one query that fails: a note on the page, written only by the worker holding it ------
+
+
+async def search_for(session: ThinkingSession, query: str) -> list[Source]:
+    research = await sync_to_async(evidence.Research.for_session)(session)
+    try:
+        return await evidence.search_one(
+            session_id=session.pk,
+            research=research,
+            kind="web",
+            query=query,
+            limit=3,
+            worker_id=WORKER,
+        )
+    finally:
+        await research.close()
+
+
+async def test_a_failed_search_is_noted_with_its_query_clipped_for_the_page(
+    fake_exa: Any, make_session: Any
+):
+    session = await sync_to_async(make_session)()
+    await claim(session)
+    fake_exa.fail_next(503, count=10)  # the client's own retry fails too
+    query = "why do we dream " * 8  # 128 characters
+
+    assert await search_for(session, query) == []
+
+    await session.arefresh_from_db()
+    [note] = session.research_notes
+    assert note.startswith(f'Web search for "{query[:79]}…" failed: ')
+
+
+async def test_a_failed_search_notes_nothing_once_another_worker_took_the_session(
+    fake_exa: Any, make_session: Any
+):
+    from thinking.models import LeaseLost
+
+    session = await sync_to_async(make_session)()
+    await claim(session)
+    fake_exa.fail_next(503, count=10)
+    await sync_to_async(take_over)(session.pk)  # this worker has not noticed yet
+
+    with pytest.raises(LeaseLost):  # the loop stops, as at any step
+        await search_for(session, "why do we dream")
+
+    await session.arefresh_from_db()
+    assert session.research_notes == [] and session.worker_id == "another-worker"
+
+
+async def test_a_search_that_breaks_unexpectedly_notes_nothing_once_another_worker_took_it(
+    fake_exa: Any, make_session: Any, caplog: Any
+):
+    from thinking.models import LeaseLost
+
+    session = await sync_to_async(make_session)()
+    await claim(session)
+    fake_exa.enqueue({"results": [{"url": 5}]})  # a reply no client expects
+    await sync_to_async(take_over)(session.pk)
+
+    with caplog.at_level(logging.ERROR), pytest.raises(LeaseLost):
+        await search_for(session, "why do we dream")
+
+    assert "failed unexpectedly" in caplog.text  # the operator still hears of it
+    await session.arefresh_from_db()
+    assert session.research_notes == [] and session.worker_id == "another-worker"
+
+
+async def test_a_search_within_a_short_time_limit_finds_its_sources(
+    fake_exa: Any, make_session: Any, settings: Any
+):
+    # The limit bounds a hung provider (two attempts and a second); a healthy search well
+    # inside it is never cut short.
+    settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS = 0.3
+    fake_exa.delay = 0.05
+    session = await sync_to_async(make_session)()
+    await claim(session)
+
+    found = await search_for(session, "why do we dream")
+
+    await session.arefresh_from_db()
+    assert found and session.research_notes == []

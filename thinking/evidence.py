@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db.models import Max
 
 from accounts.models import team_ids_of
 from config.hops import db_hop
@@ -109,11 +108,12 @@ def store_sources(
     known_again: list[int] = []
     # The step's row lock serialises numbering between parallel searches of one session.
     with ThinkingSession.step(session_id, worker_id=worker_id) as step:
-        existing = dict(
-            Source.objects.filter(session_id=session_id, kind=kind).values_list("key", "number")
+        # One read for the numbers taken and the keys of this kind already found.
+        taken = list(
+            Source.objects.filter(session_id=session_id).values_list("kind", "key", "number")
         )
-        top = Source.objects.filter(session_id=session_id).aggregate(top=Max("number"))["top"]
-        number = (top or 0) + 1
+        existing = {key: n for k, key, n in taken if k == kind}
+        number = max((n for _, _, n in taken), default=0) + 1
         for result in results:
             if isinstance(result, WebResult) and not is_web_url(result.url):
                 continue  # only http(s) links are stored (research/web.py filters too)
@@ -125,7 +125,7 @@ def store_sources(
                 continue
             existing[key] = number
             created.append(
-                Source.objects.create(
+                Source(
                     session_id=session_id,
                     number=number,
                     kind=kind,
@@ -139,6 +139,8 @@ def store_sources(
                 )
             )
             number += 1
+        # One INSERT for the query's new sources (both databases return their ids).
+        Source.objects.bulk_create(created)
         tally = dict(step.session.search_tally or {})
         row = dict(tally.get(found_by) or {"searches": 0, "new": 0, "known": 0})
         row["searches"] += 1

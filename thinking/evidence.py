@@ -88,8 +88,7 @@ def _identity(result: WebResult | MemoryResult) -> tuple[str, str, str, str, flo
     return f"item:{result.item_id}", result.url, title, result.snippet, result.score
 
 
-@db_hop
-def store_sources(
+def _store_sources(
     session_id: uuid.UUID,
     kind: str,
     results: Sequence[WebResult | MemoryResult],
@@ -153,13 +152,18 @@ def store_sources(
     return created
 
 
-@db_hop
-def add_note(session_id: uuid.UUID, note: str, *, worker_id: str) -> None:
+store_sources = db_hop(_store_sources)
+
+
+def _add_note(session_id: uuid.UUID, note: str, *, worker_id: str) -> None:
     """A research note for the page ("web search is off", a failed query)."""
     with ThinkingSession.step(session_id, worker_id=worker_id) as step:
         notes = step.session.research_notes
         if note not in notes:
             step.update(research_notes=[*notes, note][-20:])
+
+
+add_note = db_hop(_add_note)
 
 
 OnSources = Callable[[list[Source]], Awaitable[None]]

@@ -67,8 +67,7 @@ logger = logging.getLogger(__name__)
 RECENT_HINTS = 5
 
 
-@db_hop
-def select_focus(*, session: ThinkingSession) -> Focus:
+def _select_focus(*, session: ThinkingSession) -> Focus:
     """The highest-priority unexplored sub-question, else the original question."""
     # A person's question first (they asked for it now), then by priority, oldest first.
     candidate = (
@@ -79,6 +78,9 @@ def select_focus(*, session: ThinkingSession) -> Focus:
     if candidate is None:
         return Focus(text=session.question)
     return Focus(text=candidate.text, sub_question_id=candidate.pk, priority=candidate.priority)
+
+
+select_focus = db_hop(_select_focus)
 
 
 # --- steps -----------------------------------------------------------------------------

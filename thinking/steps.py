@@ -94,8 +94,7 @@ def record_calls(step: Step, purpose: str, replies: Sequence[Reply]) -> None:
 # --- the lifecycle ----------------------------------------------------------------------
 
 
-@db_hop
-def begin(session_id: uuid.UUID, *, worker_id: str) -> ThinkingSession | None:
+def _begin(session_id: uuid.UUID, *, worker_id: str) -> ThinkingSession | None:
     """Move a claimed session to `thinking` and start its clock. None if it is not runnable,
     or another worker claimed it since (that worker runs it: not an error)."""
     try:
@@ -106,8 +105,10 @@ def begin(session_id: uuid.UUID, *, worker_id: str) -> ThinkingSession | None:
     return step.session
 
 
-@db_hop
-def current_status(session_id: uuid.UUID, *, worker_id: str) -> str:
+begin = db_hop(_begin)
+
+
+def _current_status(session_id: uuid.UUID, *, worker_id: str) -> str:
     """The status a person may have changed; raises LeaseLost if the lease went elsewhere."""
     status, owner = ThinkingSession.objects.filter(pk=session_id).values_list(
         "status", "worker_id"
@@ -117,8 +118,10 @@ def current_status(session_id: uuid.UUID, *, worker_id: str) -> str:
     return status
 
 
-@db_hop
-def stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> ThinkingSession:
+current_status = db_hop(_current_status)
+
+
+def _stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> ThinkingSession:
     """Pause or cancel seen at a step boundary: keep the time spent, stop the clock."""
     with ThinkingSession.step(
         session_id, worker_id=worker_id, meter=meter, stop_on_cancel=False
@@ -127,8 +130,10 @@ def stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> Thin
     return step.session
 
 
-@db_hop
-def release_lease(session_id: uuid.UUID, *, worker_id: str) -> None:
+stop_running = db_hop(_stop_running)
+
+
+def _release_lease(session_id: uuid.UUID, *, worker_id: str) -> None:
     """Let go of a session this worker holds (it is shutting down); no-op if it lost it."""
     try:
         with ThinkingSession.step(session_id, worker_id=worker_id, stop_on_cancel=False) as step:
@@ -137,8 +142,10 @@ def release_lease(session_id: uuid.UUID, *, worker_id: str) -> None:
         pass
 
 
-@db_hop
-def fail(
+release_lease = db_hop(_release_lease)
+
+
+def _fail(
     session_id: uuid.UUID, *, worker_id: str, meter: Meter, message: str
 ) -> ThinkingSession | None:
     """Record the error in words and keep everything already stored. None if the lease
@@ -155,8 +162,10 @@ def fail(
     return step.session
 
 
-@db_hop
-def set_waiting(session_id: uuid.UUID, worker_id: str, reason: str) -> str:
+fail = db_hop(_fail)
+
+
+def _set_waiting(session_id: uuid.UUID, worker_id: str, reason: str) -> str:
     """Mark (or, with no reason, unmark) the session as waiting for the provider; returns
     its status, so a person's pause or cancel is noticed while it waits."""
     with ThinkingSession.step(session_id, worker_id=worker_id, stop_on_cancel=False) as step:
@@ -167,6 +176,9 @@ def set_waiting(session_id: uuid.UUID, worker_id: str, reason: str) -> str:
         else:
             step.update(waiting_since=None, waiting_reason="")
     return step.session.status
+
+
+set_waiting = db_hop(_set_waiting)
 
 
 # --- storing what the model said ---------------------------------------------------------
@@ -183,8 +195,7 @@ def _stop_note(session: ThinkingSession, reading: parsing.ThoughtReply) -> str:
     return f"{note} Its reasoning: {why[:600]}" if why else note
 
 
-@db_hop
-def store_thoughts(
+def _store_thoughts(
     session_id: uuid.UUID,
     focus: Focus,
     reading: parsing.ThoughtReply,
@@ -263,8 +274,10 @@ def store_thoughts(
     return step.session, event
 
 
-@db_hop
-def store_questions(
+store_thoughts = db_hop(_store_thoughts)
+
+
+def _store_questions(
     session_id: uuid.UUID,
     focus: Focus,
     parsed: list[parsing.ParsedQuestion],
@@ -301,8 +314,10 @@ def store_questions(
     return step.session, SessionEvent(session_id, questions=bool(new))
 
 
-@db_hop
-def store_synthesis(
+store_questions = db_hop(_store_questions)
+
+
+def _store_synthesis(
     session_id: uuid.UUID,
     parsed: parsing.ParsedSynthesis,
     reply: Reply,
@@ -360,8 +375,10 @@ def store_synthesis(
     return step.session, SessionEvent(session_id, synthesis=synthesis.sequence, finished=final)
 
 
-@db_hop
-def save_plan(
+store_synthesis = db_hop(_store_synthesis)
+
+
+def _save_plan(
     session_id: uuid.UUID,
     plan: planner.Plan,
     replies: Sequence[Reply],
@@ -382,3 +399,6 @@ def save_plan(
             step.update(research_notes=[*session.research_notes, plan.note][-20:])
         record_calls(step, "plan", replies)
     return step.session
+
+
+save_plan = db_hop(_save_plan)

@@ -180,11 +180,13 @@ async def run_tool(
     return ToolOutcome(f"There is no tool named {clip_text(name, 60)!r}.", is_error=True)
 
 
-@db_hop
-def save_progress(session_id: uuid.UUID, progress: StageEntry, *, worker_id: str) -> None:
+def _save_progress(session_id: uuid.UUID, progress: StageEntry, *, worker_id: str) -> None:
     """The model's update joins the session's stage history (thinking.stages), through the
     session's step: refused without the lease."""
     stages.record_sync(session_id, progress, worker_id=worker_id)
+
+
+save_progress = db_hop(_save_progress)
 
 
 ToolRunner = Callable[[str, object], Awaitable[ToolOutcome]]

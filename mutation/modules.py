@@ -91,7 +91,8 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_views.py",  # start: the form's errors on the page
     ),
     "thinking/models.py": LIFECYCLE_TESTS,
-    "thinking/steps.py": LOOP_TESTS,
+    # the stores one at a time (a cancel mid-failure, the notice while waiting), then sessions
+    "thinking/steps.py": ("tests/thinking/test_step_stores.py", *LOOP_TESTS),
     # the loop (the longest runs)
     "thinking/prompts.py": ("tests/thinking/test_prompts.py", *LOOP_TESTS),
     "thinking/loop.py": LOOP_TESTS,

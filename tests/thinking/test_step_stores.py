@@ -1,0 +1,238 @@
+"""What each of the worker's stores keeps, called as the loop calls them (issue 16: mutants of
+thinking/steps.py that no session test noticed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.utils import timezone
+
+from accounts.models import Team
+from research.models import KnowledgeItem
+from thinking import parsing, planner, steps
+from thinking.llm import Reply
+from thinking.models import (
+    Delivery,
+    LeaseLost,
+    ModelCall,
+    Status,
+    SubQuestion,
+    ThinkingSession,
+)
+
+pytestmark = pytest.mark.django_db
+
+WORKER = "w1"
+
+
+class FixedLap:
+    """A meter that hands out 2.5 s of active time per stored step."""
+
+    def lap(self) -> float:
+        return 2.5
+
+
+def held(make_session: Any, **fields: Any) -> ThinkingSession:
+    """A session this test's worker is running."""
+    fields.setdefault("status", Status.THINKING)
+    return make_session(worker_id=WORKER, **fields)
+
+
+def cancel(session: ThinkingSession) -> None:
+    """A person cancels while the worker is still busy with the session."""
+    session.cancel()
+    session.refresh_from_db()
+    assert session.status == Status.CANCELLED
+
+
+# --- a cancel that lands while the worker is failing, waiting or shutting down -----------
+
+
+def test_a_failure_after_a_person_cancelled_keeps_the_cancel_and_raises_nothing(
+    make_session: Any,
+):
+    session = held(make_session)
+    cancel(session)
+    stored = fail(session)
+    assert stored is not None and stored.status == Status.CANCELLED
+    session.refresh_from_db()
+    assert (session.status, session.error_message) == (Status.CANCELLED, "")
+
+
+def test_a_worker_shutting_down_lets_go_of_a_cancelled_session_too(make_session: Any):
+    session = held(make_session)
+    cancel(session)
+    async_to_sync(steps.release_lease)(session.pk, worker_id=WORKER)
+    session.refresh_from_db()
+    assert session.worker_id == "" and session.heartbeat_at is None
+
+
+def test_waiting_for_the_provider_reports_a_cancel_instead_of_raising(make_session: Any):
+    session = held(make_session)
+    cancel(session)
+    status = async_to_sync(steps.set_waiting)(session.pk, WORKER, "Overloaded (529).")
+    assert status == Status.CANCELLED
+
+
+def test_the_waiting_notice_keeps_when_the_wait_began_and_clips_a_long_reason(
+    make_session: Any,
+):
+    session = held(make_session)
+    async_to_sync(steps.set_waiting)(session.pk, WORKER, "Overloaded (529).")
+    session.refresh_from_db()
+    began = session.waiting_since
+    assert began is not None
+
+    # Still waiting a retry later, for a longer reason: the notice says since when.
+    async_to_sync(steps.set_waiting)(session.pk, WORKER, "x" * 1000)
+    session.refresh_from_db()
+    assert session.waiting_since == began
+    assert session.waiting_reason == "x" * 300
+
+    async_to_sync(steps.set_waiting)(session.pk, WORKER, "")
+    session.refresh_from_db()
+    assert (session.waiting_since, session.waiting_reason) == (None, "")
+
+
+# --- sub-questions ----------------------------------------------------------------------
+
+
+def ask(session: ThinkingSession, focus: steps.Focus, *questions: parsing.ParsedQuestion) -> Any:
+    reply = Reply(text="…", model="claude-test", stop_reason="end_turn")
+    return async_to_sync(steps.store_questions)(
+        session.pk, focus, list(questions), reply, worker_id=WORKER, meter=FixedLap()
+    )
+
+
+def test_questions_asked_while_exploring_a_sub_question_hang_under_it(make_session: Any):
+    session = held(make_session)
+    parent = SubQuestion.objects.create(session=session, text="What do we measure?", priority=8)
+    focus = steps.Focus(text=parent.text, sub_question_id=parent.pk, priority=8)
+    ask(
+        session,
+        focus,
+        parsing.ParsedQuestion("How is it measured?", priority=7, why="Methods differ."),
+        parsing.ParsedQuestion("how is it  measured", priority=5, why="The same, reworded."),
+    )
+    [child] = SubQuestion.objects.filter(session=session).exclude(pk=parent.pk)
+    assert (child.text, child.priority, child.why) == ("How is it measured?", 7, "Methods differ.")
+    assert child.parent_id == parent.pk
+
+
+def test_a_question_round_is_accounted_as_one_and_its_time_counted(make_session: Any):
+    session = held(make_session, active_seconds=10.0)
+    stored, event = ask(session, steps.Focus(text=session.question), parsing.ParsedQuestion("Why?"))
+    # The page redraws the question list of this session.
+    assert (event.session_id, event.questions) == (session.pk, True)
+    assert stored.active_seconds == pytest.approx(12.5)
+    assert list(ModelCall.objects.filter(session=session).values_list("purpose", flat=True)) == [
+        "questions"
+    ]
+
+
+# --- the research plan --------------------------------------------------------------------
+
+
+def save(session: ThinkingSession, plan: planner.Plan) -> ThinkingSession:
+    return async_to_sync(steps.save_plan)(session.pk, plan, [], worker_id=WORKER, meter=FixedLap())
+
+
+def test_planning_counts_its_time_and_a_plan_without_a_note_adds_none(make_session: Any):
+    session = held(make_session, active_seconds=1.0, research_notes=["Web search is off."])
+    stored = save(session, planner.Plan(steps=["Look it up"]))
+    assert stored.active_seconds == pytest.approx(3.5)
+    assert stored.research_notes == ["Web search is off."]
+
+
+def test_the_page_keeps_the_twenty_newest_research_notes(make_session: Any):
+    notes = [f"Note {n}" for n in range(20)]
+    session = held(make_session, research_notes=notes)
+    stored = save(session, planner.Plan(steps=["Simple"], note="The planning call failed."))
+    assert stored.research_notes == [*notes[1:], "The planning call failed."]
+
+
+# --- syntheses ----------------------------------------------------------------------------
+
+
+def synthesise(session: ThinkingSession, reply: Reply, *, worker_id: str = WORKER) -> Any:
+    parsed = parsing.ParsedSynthesis(
+        "Mostly scattering [1].",
+        key_insights=["Short wavelengths scatter more."],
+        confidence=0.7,
+        remaining_questions=["Why not violet?"],
+    )
+    return async_to_sync(steps.store_synthesis)(
+        session.pk, parsed, reply, worker_id=worker_id, meter=FixedLap(), final=False, reason=""
+    )
+
+
+def test_a_synthesis_keeps_its_insights_its_reasoning_and_when_it_was_written(
+    make_session: Any,
+):
+    session = held(make_session, active_seconds=61.23456)
+    reply = Reply(text="…", model="claude-test", thinking="Weigh the sources first.")
+    synthesise(session, reply)
+    [synthesis] = session.syntheses.all()
+    assert synthesis.key_insights == ["Short wavelengths scatter more."]
+    assert synthesis.remaining_questions == ["Why not violet?"]
+    assert synthesis.reasoning == "Weigh the sources first."
+    assert synthesis.time_offset_seconds == 61.23  # as the timeline shows it
+
+
+def test_a_worker_that_lost_the_session_stores_no_synthesis(make_session: Any):
+    session = held(make_session)
+    with pytest.raises(LeaseLost):
+        synthesise(session, Reply(text="…", model="claude-test"), worker_id="w-gone")
+    assert not session.syntheses.exists()
+
+
+def final_answer(session: ThinkingSession, text: str) -> Any:
+    parsed = parsing.ParsedSynthesis(text, confidence=0.8)
+    reply = Reply(text=text, model="claude-test")
+    return async_to_sync(steps.store_synthesis)(
+        session.pk, parsed, reply, worker_id=WORKER, meter=FixedLap(), final=True, reason="budget"
+    )
+
+
+def test_a_shared_sessions_answer_joins_its_teams_knowledge_once(make_session: Any):
+    team = Team.objects.create(name="Optics")
+    question = "Why is the sky blue? " + "Explain it carefully. " * 20
+    session = held(make_session, team=team, question=question)
+    before = timezone.now()
+    stored, event = final_answer(session, "Rayleigh scattering [1].")
+    assert event.finished and stored.status == Status.COMPLETED
+    assert stored.finished_at is not None and stored.finished_at >= before
+
+    [item] = KnowledgeItem.objects.all()
+    assert item.team_id == team.pk  # teammates' later sessions find it
+    assert item.title == f"Deep Think: {question}"[:200]
+    assert item.body == "Rayleigh scattering [1]."
+
+    # Given more time (a follow-up), the session's newer answer replaces it: no second item.
+    ThinkingSession.objects.filter(pk=session.pk).update(status=Status.THINKING, worker_id=WORKER)
+    final_answer(session, "Rayleigh scattering, and our eyes [1].")
+    [item] = KnowledgeItem.objects.all()
+    assert item.body == "Rayleigh scattering, and our eyes [1]."
+
+
+def fail(session: ThinkingSession) -> Any:
+    return async_to_sync(steps.fail)(
+        session.pk, worker_id=WORKER, meter=FixedLap(), message="The provider refused."
+    )
+
+
+@pytest.mark.parametrize(
+    "end", [fail, lambda session: final_answer(session, "Rayleigh.")], ids=["failed", "completed"]
+)
+def test_a_session_that_ends_sends_its_owner_the_mail_they_asked_for(
+    make_session: Any, alice: Any, django_capture_on_commit_callbacks: Any, end: Any
+):
+    alice.email = "alice@example.org"
+    alice.save()
+    session = held(make_session, notify_email=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        end(session)
+    [mail] = Delivery.objects.filter(session=session)
+    assert (mail.kind, mail.target) == ("mail", "alice@example.org")

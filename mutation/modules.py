@@ -61,6 +61,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "thinking/tags.py": ("tests/thinking/test_tags.py", "tests/thinking/test_parsing.py"),
     # evidence and citations
     "thinking/evidence.py": (
+        "tests/thinking/test_source_store.py",  # the stores one at a time
         "tests/thinking/test_evidence_blocks.py",
         "tests/thinking/test_tools.py",
         "tests/thinking/test_research.py",

@@ -11,12 +11,13 @@ from django.utils import timezone
 
 from accounts.models import Team
 from research.models import KnowledgeItem
-from thinking import parsing, planner, steps
+from thinking import export, parsing, planner, steps
 from thinking.llm import Reply
 from thinking.models import (
     Delivery,
     LeaseLost,
     ModelCall,
+    Source,
     Status,
     SubQuestion,
     ThinkingSession,
@@ -181,6 +182,25 @@ def test_a_synthesis_keeps_its_insights_its_reasoning_and_when_it_was_written(
     assert synthesis.time_offset_seconds == 61.23  # as the timeline shows it
 
 
+def test_a_synthesis_cut_off_at_the_length_limit_is_marked_on_the_page(
+    client: Any, alice: Any, make_session: Any
+):
+    session = held(make_session)
+    synthesise(session, Reply(text="Mostly scat", model="claude-test", truncated=True))
+    client.force_login(alice)
+    html = client.get(session.get_absolute_url()).content.decode()
+    [row] = [part for part in html.split('<li id="synthesis-')[1:]]
+    assert "cut off" in row.split("</li>")[0]
+
+
+def test_a_whole_synthesis_carries_no_cut_off_mark(client: Any, alice: Any, make_session: Any):
+    session = held(make_session)
+    synthesise(session, Reply(text="Mostly scattering [1].", model="claude-test"))
+    client.force_login(alice)
+    html = client.get(session.get_absolute_url()).content.decode()
+    assert 'id="synthesis-0"' in html and "cut off" not in html
+
+
 def test_a_worker_that_lost_the_session_stores_no_synthesis(make_session: Any):
     session = held(make_session)
     with pytest.raises(LeaseLost):
@@ -209,6 +229,7 @@ def test_a_shared_sessions_answer_joins_its_teams_knowledge_once(make_session: A
     assert item.team_id == team.pk  # teammates' later sessions find it
     assert item.title == f"Deep Think: {question}"[:200]
     assert item.body == "Rayleigh scattering [1]."
+    assert item.get_source_display() == "Session"  # the knowledge list's label for it
 
     # Given more time (a follow-up), the session's newer answer replaces it: no second item.
     ThinkingSession.objects.filter(pk=session.pk).update(status=Status.THINKING, worker_id=WORKER)
@@ -236,3 +257,68 @@ def test_a_session_that_ends_sends_its_owner_the_mail_they_asked_for(
         end(session)
     [mail] = Delivery.objects.filter(session=session)
     assert (mail.kind, mail.target) == ("mail", "alice@example.org")
+
+
+# --- a thought cycle ----------------------------------------------------------------------
+
+
+def test_a_cycle_on_a_sub_question_files_its_notes_and_thoughts_under_it(make_session: Any):
+    session = held(make_session, cycles=3, active_seconds=61.23456)
+    parent = SubQuestion.objects.create(session=session, text="What do we measure?", priority=8)
+    focus = steps.Focus(text=parent.text, sub_question_id=parent.pk, priority=8)
+    reading = parsing.ThoughtReply(
+        thoughts=[
+            parsing.ParsedThought("Measure the spectrum.", "analysis", 0.6),
+            parsing.ParsedThought("Then compare it.", "exploration", 0.4),
+        ],
+        route="lines",
+    )
+    # A think-tool round: two calls, each with its own reasoning, then the thoughts.
+    replies = [
+        Reply(text="", model="claude-test", thinking="First look at the question."),
+        Reply(text="…", model="claude-test", thinking="Now weigh the sources."),
+    ]
+    async_to_sync(steps.store_thoughts)(
+        session.pk, focus, reading, replies, ["Checked the units.", ""],
+        worker_id=WORKER, meter=FixedLap(),
+    )  # fmt: skip
+
+    rows = [export.thought_row(t) for t in session.thoughts.order_by("sequence")]
+    assert [(r["type"], r["text"]) for r in rows] == [
+        ("scratchpad", "Checked the units."),
+        ("analysis", "Measure the spectrum."),
+        ("exploration", "Then compare it."),
+    ]
+    # The download and the page's sub-question filter find all three under the sub-question,
+    # in the cycle they were written in.
+    assert {(r["cycle"], r["sub_question"]) for r in rows} == {(3, "What do we measure?")}
+    # When they were written, as the timeline shows it.
+    assert {r["time_offset_seconds"] for r in rows} == {61.23}
+    # Both calls' reasoning, in order, shown once with the cycle's first thought.
+    assert rows[1]["reasoning"] == "First look at the question.\n\nNow weigh the sources."
+    assert rows[2]["reasoning"] is None
+    parent.refresh_from_db()
+    assert parent.explored and parent.answer == "Measure the spectrum."
+
+
+def test_thoughts_citing_sources_that_do_not_exist_are_counted_for_the_page(
+    make_session: Any,
+):
+    session = held(make_session, unknown_citations=1)  # one from an earlier synthesis
+    for number in (1, 2):
+        url = f"https://example.org/{number}"
+        Source.objects.create(session=session, number=number, kind="web", url=url, key=url)
+    reading = parsing.ThoughtReply(
+        thoughts=[
+            parsing.ParsedThought("Scattering, per [1] and [7].", "analysis", 0.6),
+            parsing.ParsedThought("See [9] and [2].", "exploration", 0.4),
+        ]
+    )
+    reply = Reply(text="…", model="claude-test")
+    async_to_sync(steps.store_thoughts)(
+        session.pk, steps.Focus(text=session.question), reading, [reply], [],
+        worker_id=WORKER, meter=FixedLap(),
+    )  # fmt: skip
+    session.refresh_from_db()
+    # "3 citations pointed to no source and are not linked."
+    assert session.unknown_citations == 3

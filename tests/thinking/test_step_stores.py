@@ -3,6 +3,7 @@ thinking/steps.py that no session test noticed)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -278,6 +279,7 @@ def test_a_cycle_on_a_sub_question_files_its_notes_and_thoughts_under_it(make_se
         Reply(text="", model="claude-test", thinking="First look at the question."),
         Reply(text="…", model="claude-test", thinking="Now weigh the sources."),
     ]
+    before = timezone.now()
     async_to_sync(steps.store_thoughts)(
         session.pk, focus, reading, replies, ["Checked the units.", ""],
         worker_id=WORKER, meter=FixedLap(),
@@ -297,8 +299,53 @@ def test_a_cycle_on_a_sub_question_files_its_notes_and_thoughts_under_it(make_se
     # Both calls' reasoning, in order, shown once with the cycle's first thought.
     assert rows[1]["reasoning"] == "First look at the question.\n\nNow weigh the sources."
     assert rows[2]["reasoning"] is None
+    # A scratch note is a working note, not a claim: the download gives it no confidence.
+    assert rows[0]["confidence"] == 0.0
     parent.refresh_from_db()
     assert parent.explored and parent.answer == "Measure the spectrum."
+    # The download and the API say when the sub-question was explored.
+    explored_at = export.sub_question_row(parent)["explored_at"]
+    assert explored_at is not None
+    assert before <= datetime.fromisoformat(explored_at) <= timezone.now()
+
+
+def test_a_cycle_on_a_sub_question_that_yields_no_thought_still_marks_it_explored(
+    make_session: Any,
+):
+    session = held(make_session)
+    question = SubQuestion.objects.create(session=session, text="Is it stable?", priority=6)
+    focus = steps.Focus(text=question.text, sub_question_id=question.pk, priority=6)
+    # Only a scratch note came back: nothing to answer the sub-question with.
+    _, event = async_to_sync(steps.store_thoughts)(
+        session.pk, focus, parsing.ThoughtReply(thoughts=[]),
+        [Reply(text="", model="claude-test")], ["Looked, found nothing."],
+        worker_id=WORKER, meter=FixedLap(),
+    )  # fmt: skip
+    question.refresh_from_db()
+    # Explored (the loop moves on to the next), with no answer rather than a crash.
+    assert question.explored and export.sub_question_row(question)["answer"] is None
+    assert event.questions and len(event.thoughts) == 1
+    assert session.thoughts.get().text == "Looked, found nothing."
+
+
+def test_the_session_counts_its_cycles_and_how_each_reply_was_read(make_session: Any):
+    session = held(make_session, parse_routes={"tags": 1})
+    for _ in range(2):
+        async_to_sync(steps.store_thoughts)(
+            session.pk, steps.Focus(text=session.question),
+            parsing.ThoughtReply(
+                thoughts=[parsing.ParsedThought("A thought.", "analysis", 0.5)], route="lines"
+            ),
+            [Reply(text="…", model="claude-test")], [],
+            worker_id=WORKER, meter=FixedLap(),
+        )  # fmt: skip
+    session.refresh_from_db()
+    # The format's health in the API and the download: two cycles read line by line.
+    assert session.parse_routes == {"tags": 1, "lines": 2}
+    # Two cycles counted, each thought in its own, and the header shows the focus.
+    assert session.cycles == 2
+    assert [t.cycle for t in session.thoughts.order_by("sequence")] == [0, 1]
+    assert session.focus == session.question
 
 
 def test_thoughts_citing_sources_that_do_not_exist_are_counted_for_the_page(
@@ -322,3 +369,21 @@ def test_thoughts_citing_sources_that_do_not_exist_are_counted_for_the_page(
     session.refresh_from_db()
     # "3 citations pointed to no source and are not linked."
     assert session.unknown_citations == 3
+
+
+def test_citations_are_checked_against_source_numbers_not_row_ids(make_session: Any):
+    session = held(make_session)
+    # Numbers 7 and 9 (the earlier ones were deleted): the page links [7] and [9].
+    for number in (7, 9):
+        url = f"https://example.org/{number}"
+        Source.objects.create(session=session, number=number, kind="web", url=url, key=url)
+    reading = parsing.ThoughtReply(
+        thoughts=[parsing.ParsedThought("Per [7], [9] and [1].", "analysis", 0.6)]
+    )
+    async_to_sync(steps.store_thoughts)(
+        session.pk, steps.Focus(text=session.question), reading,
+        [Reply(text="…", model="claude-test")], [],
+        worker_id=WORKER, meter=FixedLap(),
+    )  # fmt: skip
+    session.refresh_from_db()
+    assert session.unknown_citations == 1  # only [1]

@@ -112,14 +112,16 @@ def _store_sources(
             Source.objects.filter(session_id=session_id).values_list("kind", "key", "number")
         )
         existing = {key: n for k, key, n in taken if k == kind}
-        number = max((n for _, _, n in taken), default=0) + 1
+        number = first_new = max((n for _, _, n in taken), default=0) + 1
         for result in results:
             if isinstance(result, WebResult) and not is_web_url(result.url):
                 continue  # only http(s) links are stored (research/web.py filters too)
             key, url, title, passage, score = _identity(result)
             key = key[:2000]
             if key in existing:
-                if existing[key] not in known_again:
+                # Found again: a source of an earlier search, not a repeat within this one
+                # (the model would be told of a new source twice).
+                if existing[key] < first_new and existing[key] not in known_again:
                     known_again.append(existing[key])
                 continue
             existing[key] = number
@@ -187,10 +189,13 @@ async def search_one(
         if kind == SourceKind.WEB:
             if research.web is None:
                 return []
-            # The web client retries once itself: allow for two attempts.
+            # The web client retries once itself: allow for two attempts and the wait
+            # between them (twice the base after a rate limit), so this bound only ever
+            # stops a call the client's own limits did not.
+            wait = 2 * settings.DEEPTHINK_RETRY_BASE_SECONDS
             results: Sequence[WebResult | MemoryResult] = await asyncio.wait_for(
                 research.web.search(query, num_results=limit, scope=research.scope),
-                timeout=2 * timeout + 1,
+                timeout=2 * timeout + wait + 1,
             )
         else:
             results = await asyncio.wait_for(

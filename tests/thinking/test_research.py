@@ -454,13 +454,18 @@ async def test_a_search_that_breaks_unexpectedly_notes_nothing_once_another_work
     assert session.research_notes == [] and session.worker_id == "another-worker"
 
 
-async def test_a_search_within_a_short_time_limit_finds_its_sources(
-    fake_exa: Any, make_session: Any, settings: Any
+@pytest.mark.parametrize(
+    ("limit", "delay"),
+    [(0.3, 0.05), (3.0, 1.8)],
+    ids=["short-limit", "slow-search-inside-its-limit"],
+)
+async def test_a_search_within_its_time_limit_finds_its_sources(
+    fake_exa: Any, make_session: Any, settings: Any, limit: float, delay: float
 ):
-    # The limit bounds a hung provider (two attempts and a second); a healthy search well
-    # inside it is never cut short.
-    settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS = 0.3
-    fake_exa.delay = 0.05
+    # The limit bounds a hung provider (two attempts and a second); a healthy search
+    # inside it is never cut short, however close to the limit it answers.
+    settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS = limit
+    fake_exa.delay = delay
     session = await sync_to_async(make_session)()
     await claim(session)
 
@@ -468,3 +473,24 @@ async def test_a_search_within_a_short_time_limit_finds_its_sources(
 
     await session.arefresh_from_db()
     assert found and session.research_notes == []
+
+
+async def test_a_rate_limited_search_gets_its_whole_second_attempt(
+    fake_exa: Any, make_session: Any, settings: Any
+):
+    # Rate limited first, the client waits twice its retry base (2 s), then the second
+    # attempt answers well inside its own 0.5 s limit: the search must not be cut short
+    # by a wall bound that forgot the wait (it ends at ~2.4 s; two attempts and a second
+    # would be 2 s).
+    settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS = 0.5
+    settings.DEEPTHINK_RETRY_BASE_SECONDS = 1.0
+    fake_exa.fail_next(429)
+    fake_exa.delay = 0.35
+    session = await sync_to_async(make_session)()
+    await claim(session)
+
+    found = await search_for(session, "why do we dream")
+
+    await session.arefresh_from_db()
+    assert found and session.research_notes == []
+    assert fake_exa.request_count == 2

@@ -66,8 +66,17 @@ def test_a_page_found_again_keeps_its_number_and_is_reported_once(make_session: 
 
 def test_a_page_found_twice_in_one_search_is_stored_once(make_session: Any):
     session = held(make_session)
-    new = store(session, "web", [web("https://a.org/"), web("https://a.org/", "Same page")])
-    assert [(s.number, s.title) for s in new] == [(1, "Page")]
+    store(session, "web", [web("https://a.org/")])
+    again: list[int] = []
+    new = store(
+        session,
+        "web",
+        [web("https://b.org/"), web("https://b.org/", "Same page"), web("https://a.org/")],
+        again=again,
+    )
+    assert [(s.number, s.title) for s in new] == [(2, "Page")]
+    # The model is told of [2] once, as new, and of [1] as found again.
+    assert again == [1]
 
 
 def test_each_search_tool_has_its_own_tally_of_searches_and_sources(make_session: Any):

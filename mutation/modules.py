@@ -96,7 +96,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "thinking/steps.py": ("tests/thinking/test_step_stores.py", *LOOP_TESTS),
     # the loop (the longest runs)
     "thinking/prompts.py": ("tests/thinking/test_prompts.py", *LOOP_TESTS),
-    "thinking/loop.py": LOOP_TESTS,
+    "thinking/loop.py": ("tests/thinking/test_focus.py", *LOOP_TESTS),
 }
 
 # Only these mutants of a module are run and counted (mutmut's own names, as globs): of the

@@ -36,6 +36,7 @@ TEXT_CHARS = 3000  # page text asked of Exa per result (DEEPTHINK_WEB_TEXT_CHARS
 PASSAGE_CHARS = 1200  # the passage of a page shown to the model and kept with the source
 MAX_NUM_RESULTS = 100  # Exa's own ceiling
 SNIPPET_CHARS = 600
+RATE_LIMIT_BACKOFF = 2  # a rate limit waits this many retry bases before the second attempt
 STATUS_IN_MESSAGE = re.compile(r"status code (\d{3})")
 # Query parameters that only track where a click came from.
 TRACKING_PARAMS = re.compile(r"^(utm_\w+|fbclid|gclid|mc_cid|mc_eid|ref_src)$", re.IGNORECASE)
@@ -362,6 +363,12 @@ class WebSearch:
     def from_settings(cls) -> WebSearch:
         return cls(**cls.settings_kwargs())
 
+    def longest_call(self) -> float:
+        """The longest `search` can take before it answers or raises, in seconds: two
+        attempts, each bounded by `timeout`, and the wait between them (longest after a
+        rate limit). A caller's own deadline above it never cuts a healthy search short."""
+        return 2 * self.timeout + RATE_LIMIT_BACKOFF * self.retry_base_seconds
+
     async def aclose(self) -> None:
         if self._owns_exa:
             await self._exa.aclose()
@@ -421,7 +428,9 @@ class WebSearch:
                 if not failure.retryable or attempt > 0:
                     raise failure from error
                 # Rate limits need more room than a server hiccup.
-                delay = self.retry_base_seconds * (2 if failure.kind == "rate_limited" else 1)
+                delay = self.retry_base_seconds * (
+                    RATE_LIMIT_BACKOFF if failure.kind == "rate_limited" else 1
+                )
                 logger.warning("Web search failed (%s); retrying in %.2fs", failure, delay)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover

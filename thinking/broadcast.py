@@ -33,7 +33,7 @@ from .presenters import (
     chart_context,
     header_context,
     notes_context,
-    plan_steps,
+    plan_context,
     source_numbers,
     sources_summary_context,
     steer_context,
@@ -123,7 +123,7 @@ def _regions(
     base = {"session": session, "oob": True, "source_numbers": numbers}
     parts: list[UpdatePart] = []
     if plan:
-        html = _render("_plan.html", {**base, "plan_steps": plan_steps(session)})
+        html = _render("_plan.html", {**base, **plan_context(session)})
         parts.append({"kind": "replace", "html": html})
     if finished:
         parts.append({"kind": "replace", "html": _render("_answer.html", base)})
@@ -175,10 +175,14 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     """
     if event.live is not None:
         return render_live(event)
-    # The stage history is read only when the plan region is drawn (its list of stages).
-    session = ThinkingSession.objects.defer("stages").get(pk=event.session_id)
+    sent = _last_sent(event.session_id)
+    # The stage history (up to MAX_STAGES entries of JSON) is read only when the plan region
+    # is drawn: a stage entered, new sources, a new plan, the end. Read with the row then,
+    # since loading a deferred field later costs a second query and more ORM work.
+    draws_plan = not event.header or event.plan or event.sources or event.finished
+    rows = ThinkingSession.objects if draws_plan else ThinkingSession.objects.defer("stages")
+    session = rows.get(pk=event.session_id)
     finished = event.finished or session.is_finished
-    sent = _last_sent(session.pk)
     if not (event.header or finished or sent is None):
         # A stage entered: the plan region is all that changed (half of a cycle's events).
         plan_only = _regions(session, set(), plan=True, finished=False)
@@ -434,7 +438,7 @@ def catch_up(
     def regions() -> list[str]:
         return [
             _render("_live.html", base),
-            _render("_plan.html", {**base, "plan_steps": plan_steps(session)}),
+            _render("_plan.html", {**base, **plan_context(session)}),
             _render("_answer.html", base),
             _render("_steer.html", steer_context(session)),
             _render("_confidence.html", {"oob": True, **chart_context(session)}),

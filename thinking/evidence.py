@@ -184,18 +184,14 @@ async def search_one(
 ) -> list[Source]:
     """One query against one provider, with a time limit; its sources stored (the numbers
     of sources found again go to `again`). A failure becomes a note and raises nothing."""
-    timeout = settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS
     try:
         if kind == SourceKind.WEB:
             if research.web is None:
                 return []
-            # The web client retries once itself: allow for two attempts and the wait
-            # between them (twice the base after a rate limit), so this bound only ever
-            # stops a call the client's own limits did not.
-            wait = 2 * settings.DEEPTHINK_RETRY_BASE_SECONDS
+            # The client bounds its own attempts; this only stops a call they did not.
             results: Sequence[WebResult | MemoryResult] = await asyncio.wait_for(
                 research.web.search(query, num_results=limit, scope=research.scope),
-                timeout=2 * timeout + wait + 1,
+                timeout=research.web.longest_call() + 1,
             )
         else:
             results = await asyncio.wait_for(
@@ -205,7 +201,7 @@ async def search_one(
                     query=query,
                     limit=limit,
                 ),
-                timeout=timeout,
+                timeout=settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS,
             )
     except (ResearchError, TimeoutError) as error:
         where = "Web search" if kind == SourceKind.WEB else "Knowledge-base search"

@@ -235,6 +235,39 @@ def plan_steps(session: ThinkingSession) -> list[PlanStep]:
     ]
 
 
+STAGES_SHOWN = 20  # the plan region shows the newest stages only, so it never grows
+
+
+def _stage_line(item: Any) -> dict[str, Any]:
+    """A stage entry with every key the stage line reads. Optional keys are absent from most
+    entries, and each absent key a template looks up costs it a failed lookup (exceptions
+    and a `dir()`): with 21 lines a render, most of the plan region's time."""
+    return {
+        "stage": "",
+        "label": "",
+        "message": "",
+        "by": "",
+        "plan_step": None,
+        "total_steps": None,
+        "confidence": "",
+        "metadata": None,
+        **(item if isinstance(item, dict) else {}),
+    }
+
+
+def plan_context(session: ThinkingSession) -> dict[str, Any]:
+    """The plan region: the checklist, the latest stage, and the newest stages before it."""
+    stages = session.stages
+    progress = session.progress
+    return {
+        "plan_steps": plan_steps(session),
+        "progress_line": _stage_line(progress) if progress.get("message") else None,
+        "stage_count": len(stages),
+        "stage_history": [_stage_line(item) for item in reversed(stages[-STAGES_SHOWN:])],
+        "stages_shown": STAGES_SHOWN,
+    }
+
+
 THOUGHT_PAGE = 50  # thoughts a page shows at first and per "Show earlier": the DOM stays small
 NOTE_PAGE = 50  # scratchpad notes shown (the newest)
 
@@ -385,7 +418,7 @@ def session_context(session: ThinkingSession, viewer: object = None) -> dict[str
         **notes_context(session),
         "sub_questions": list(session.sub_questions.all()),
         "syntheses": list(session.syntheses.all()),
-        "plan_steps": plan_steps(session),
+        **plan_context(session),
         **steer_context(session),
         **sources_context(session),
         **chart_context(session),

@@ -474,3 +474,45 @@ async def test_a_stage_entered_sends_the_plan_region_as_a_reload_shows_it(
         SessionEvent(session.pk, plan=True, header=False, finished=True)
     )
     assert finished["parts"][0]["kind"] == "header"
+
+
+async def test_a_long_stage_history_shows_its_newest_twenty_live_as_on_a_reload(
+    make_session: Any, client: Any, alice: Any
+):
+    """The plan region carries the newest 20 stages, newest first, and says how many there
+    are; the model's extras show on its own reports. Live and reloaded, the same region."""
+    from thinking import stages
+    from thinking.broadcast import render_event
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    await sync_to_async(render_event)(SessionEvent(session.pk))  # what open pages have
+    for n in range(24):
+        await sync_to_async(stages.record_sync)(
+            session.pk, stages.entry("analysis", f"Entry {n:02d} of the loop")
+        )
+    report = stages.entry(
+        "research", "Reading studies", by="model", plan_step=2, total_steps=3,
+        confidence="medium", metadata={"studies": "2"},
+    )  # fmt: skip
+    await sync_to_async(stages.record_sync)(session.pk, report)
+
+    message = await sync_to_async(render_event)(SessionEvent(session.pk, plan=True, header=False))
+
+    [part] = message["parts"]
+    html = part["html"]
+    assert "Stages so far (25; the latest 20 here, all of them in the JSON export)" in html
+    history = html[html.index('class="stage-history"') :]
+    shown = re.findall(r"Entry (\d\d) of the loop", history)
+    assert shown == [f"{n:02d}" for n in range(23, 4, -1)]  # 19 of the loop's, newest first
+    assert history.index("Reading studies") < history.index("Entry 23")  # the report is newest
+    assert "step 2 of 3" in history and "confidence: medium" in history
+    assert "studies: 2" in history and history.count("reported by the model") == 1
+    # The line above the history is the latest stage, extras included.
+    latest = html[: html.index('class="stage-history"')]
+    assert "Reading studies" in latest and "step 2 of 3" in latest
+    await sync_to_async(client.force_login)(alice)
+    page = (await sync_to_async(client.get)(f"/sessions/{session.pk}/")).content.decode()
+    region = re.compile(r'<div id="plan".*?</div>\n', re.DOTALL)
+    assert region.search(html.replace('hx-swap-oob="true"', "")).group() == (
+        region.search(page).group()
+    )

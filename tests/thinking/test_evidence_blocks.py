@@ -262,6 +262,9 @@ async def test_a_search_that_breaks_unexpectedly_is_logged_and_noted(
         async def search(self, query: str, **kwargs: Any) -> Any:
             raise RuntimeError("boom")
 
+        def longest_call(self) -> float:
+            return 60.0
+
         async def aclose(self) -> None:
             pass
 
@@ -308,6 +311,9 @@ async def test_a_worker_that_lost_the_lease_stores_nothing_and_stops_its_other_s
                 await asyncio.sleep(30)
             finally:
                 SlowWeb.stopped = True
+
+        def longest_call(self) -> float:
+            return 60.0
 
         async def aclose(self) -> None:
             pass

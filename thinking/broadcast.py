@@ -177,9 +177,9 @@ def render_event(event: SessionEvent) -> UpdateMessage:
         return render_live(event)
     sent = _last_sent(event.session_id)
     # The stage history (up to MAX_STAGES entries of JSON) is read only when the plan region
-    # is drawn: a stage entered, new sources, a new plan, the end. Read with the row then,
-    # since loading a deferred field later costs a second query and more ORM work.
-    draws_plan = not event.header or event.plan or event.sources or event.finished
+    # is drawn (a stage entered is a plan event; new sources; the end). Read with the row
+    # then, since loading a deferred field later costs a second query and more ORM work.
+    draws_plan = event.plan or event.sources or event.finished
     rows = ThinkingSession.objects if draws_plan else ThinkingSession.objects.defer("stages")
     session = rows.get(pk=event.session_id)
     finished = event.finished or session.is_finished
@@ -222,9 +222,7 @@ def render_event(event: SessionEvent) -> UpdateMessage:
         synthesis = session.syntheses.get(sequence=event.checked)
         context = {"synthesis": synthesis, "replace_row": True, "source_numbers": numbers}
         parts.append({"kind": "replace", "html": _render("_synthesis.html", context)})
-    parts += _regions(
-        session, numbers, plan=event.plan or event.sources or finished, finished=finished
-    )
+    parts += _regions(session, numbers, plan=draws_plan or finished, finished=finished)
     message: UpdateMessage = {"type": "session.update", "parts": parts}
     if event.sources or event.synthesis is not None or finished:
         message["sources"] = _source_rows(session, sent.source, top)

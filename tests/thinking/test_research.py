@@ -462,8 +462,8 @@ async def test_a_search_that_breaks_unexpectedly_notes_nothing_once_another_work
 async def test_a_search_within_its_time_limit_finds_its_sources(
     fake_exa: Any, make_session: Any, settings: Any, limit: float, delay: float
 ):
-    # The limit bounds a hung provider (two attempts and a second); a healthy search
-    # inside it is never cut short, however close to the limit it answers.
+    # The limit bounds a hung provider (the client's longest call and a second); a healthy
+    # search inside it is never cut short, however close to the limit it answers.
     settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS = limit
     fake_exa.delay = delay
     session = await sync_to_async(make_session)()

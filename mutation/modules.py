@@ -92,6 +92,13 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_views.py",  # start: the form's errors on the page
     ),
     "thinking/models.py": LIFECYCLE_TESTS,
+    # the session row every step locks and every live update reads, without the ORM's work
+    "thinking/row_reads.py": (
+        "tests/thinking/test_row_reads.py",
+        "tests/thinking/test_models.py",
+        "tests/thinking/test_step_hops.py",
+        "tests/thinking/test_consumers.py",
+    ),
     # the stores one at a time (a cancel mid-failure, the notice while waiting), then sessions
     "thinking/steps.py": ("tests/thinking/test_step_stores.py", *LOOP_TESTS),
     # the loop (the longest runs)

@@ -41,6 +41,7 @@ from .presenters import (
     thought_page,
     thought_rows,
 )
+from .row_reads import read_by_pk, values_by
 from .state import QuestionRows, SourceRows, UpdateMessage, UpdatePart
 
 # What one WebSocket message may carry. Rows are never split: a single row bigger than this
@@ -180,8 +181,7 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     # is drawn (a stage entered is a plan event; new sources; the end). Read with the row
     # then, since loading a deferred field later costs a second query and more ORM work.
     draws_plan = event.plan or event.sources or event.finished
-    rows = ThinkingSession.objects if draws_plan else ThinkingSession.objects.defer("stages")
-    session = rows.get(pk=event.session_id)
+    session = read_by_pk(ThinkingSession, event.session_id, defer=() if draws_plan else ["stages"])
     finished = event.finished or session.is_finished
     if not (event.header or finished or sent is None):
         # A stage entered: the plan region is all that changed (half of a cycle's events).
@@ -252,8 +252,9 @@ def _question_rows(
     session_id: uuid.UUID, known: dict[int, str]
 ) -> tuple[QuestionRows, dict[int, str]]:
     """The sub-questions new or moved since the states `known`, and the states now."""
-    rows = SubQuestion.objects.filter(session_id=session_id).order_by()
-    values = list(rows.values_list("pk", "parent_id", "explored", "priority"))
+    values = values_by(
+        SubQuestion, "session_id", session_id, "pk", "parent_id", "explored", "priority"
+    )
     parents = {pk: parent for pk, parent, _, _ in values}
     states = {pk: question_state(explored, priority) for pk, _, explored, priority in values}
     new = sorted(pk for pk in states if pk not in known)
@@ -333,11 +334,8 @@ def question_state(explored: bool, priority: int) -> str:
 
 
 def sub_question_states(session_id: uuid.UUID) -> dict[int, str]:
-    rows = SubQuestion.objects.filter(session_id=session_id).order_by()
-    return {
-        pk: question_state(explored, priority)
-        for pk, explored, priority in rows.values_list("pk", "explored", "priority")
-    }
+    rows = values_by(SubQuestion, "session_id", session_id, "pk", "explored", "priority")
+    return {pk: question_state(explored, priority) for pk, explored, priority in rows}
 
 
 def sub_question_changes(

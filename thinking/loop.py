@@ -54,6 +54,7 @@ from .models import (
     ThinkingSession,
     ThoughtType,
 )
+from .row_reads import read_by_pk
 from .run import Clock, Meter, Run
 from .steps import Focus
 
@@ -360,7 +361,7 @@ async def plan_research(
     )
     # No event of its own: each query's sources were shown as it finished, and the research
     # notes (a failed search) show with the stage the loop enters next, thoughts or the end.
-    return await db_hop(lambda: ThinkingSession.objects.get(pk=session.pk))()
+    return await db_hop(lambda: read_by_pk(ThinkingSession, session.pk))()
 
 
 # --- when to do what -------------------------------------------------------------------

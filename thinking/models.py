@@ -25,6 +25,7 @@ from django.utils import timezone
 from . import pricing
 from .capabilities import ThinkingSettings
 from .events import SessionEvent
+from .row_reads import read_by_pk
 
 
 class Status(models.TextChoices):
@@ -168,7 +169,7 @@ def _open_step(
     """`ThinkingSession.step`'s body, a plain generator (mutation testing skips decorated
     methods, and this is the one door every write goes through)."""
     with transaction.atomic():
-        session = cls.objects.select_for_update().get(pk=pk)
+        session = read_by_pk(cls, pk, for_update=True)
         if worker_id is not None and session.worker_id != worker_id:
             raise LeaseLost(pk)
         if stop_on_cancel and session.status == Status.CANCELLED:

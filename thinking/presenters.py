@@ -15,6 +15,7 @@ from . import trend
 from .forms import SteerForm
 from .models import (
     CitationCheck,
+    Source,
     SourceKind,
     Status,
     SubQuestion,
@@ -23,6 +24,7 @@ from .models import (
     Thought,
     ThoughtType,
 )
+from .row_reads import values_by
 from .state import PlanState, PlanStep
 
 # WebSocket routes are not in Django's URLconf; routing.py builds its pattern from this.
@@ -273,7 +275,7 @@ NOTE_PAGE = 50  # scratchpad notes shown (the newest)
 
 
 def source_numbers(session: ThinkingSession) -> set[int]:
-    return set(session.sources.values_list("number", flat=True))
+    return {number for (number,) in values_by(Source, "session_id", session.pk, "number")}
 
 
 def sources_summary_context(session: ThinkingSession) -> dict[str, Any]:

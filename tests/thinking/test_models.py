@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -8,12 +9,13 @@ from typing import Any
 import pytest
 import time_machine
 from asgiref.sync import sync_to_async
+from django.db import connection
 from django.utils import timezone
 
 from tests.fakes.anthropic_server import Reply
 from thinking import loop
 from thinking.llm import LLM
-from thinking.models import IllegalTransition, Status, ThinkingSession, Thought
+from thinking.models import IllegalTransition, Status, Stopped, ThinkingSession, Thought
 
 
 @pytest.mark.django_db
@@ -195,6 +197,45 @@ def test_finished_sessions_cannot_be_claimed(make_session: Any):
     for status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.PAUSED):
         session = make_session(status=status)
         assert not ThinkingSession.claim(session.pk, worker_id="a", lease_seconds=30)
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_mid_step_waits_for_the_step_to_commit(make_session: Any):
+    """A step locks the session's row (on PostgreSQL; SQLite lets one writer in at a time
+    anyway): a person's cancel that arrives while the worker's step is open waits for it,
+    so neither overwrites the other, and the worker's next step stops."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (DATABASE_URL)")
+    session = make_session(status=Status.THINKING, worker_id="w")
+    inside, cancelled = threading.Event(), threading.Event()
+    order: list[str] = []
+    errors: list[BaseException] = []
+
+    def worker_step() -> None:
+        try:
+            with ThinkingSession.step(session.pk, worker_id="w") as step:
+                inside.set()
+                cancelled.wait(timeout=1.0)  # without the lock the cancel ends in here
+                step.update(focus="the step's last word")
+                order.append("step's last write")  # before its commit: no race with the cancel
+        except BaseException as error:  # reported in the test's thread, below
+            errors.append(error)
+        finally:
+            connection.close()  # this thread's own connection
+
+    worker = threading.Thread(target=worker_step)
+    worker.start()
+    assert inside.wait(timeout=10)
+    ThinkingSession.objects.get(pk=session.pk).cancel()
+    order.append("cancelled")
+    cancelled.set()
+    worker.join(timeout=10)
+    assert not errors and order == ["step's last write", "cancelled"]
+    session.refresh_from_db()
+    assert (session.status, session.focus) == (Status.CANCELLED, "the step's last word")
+    with pytest.raises(Stopped), ThinkingSession.step(session.pk, worker_id="w"):
+        pass
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,110 @@
+"""CPU of the reads every stored step and live update make: the ORM against `row_reads`.
+
+    .venv/bin/python -m bench.row_read_cost            # SQLite (a throwaway file)
+    DATABASE_URL=postgres://... .venv/bin/python -m bench.row_read_cost
+
+Runs one 30-cycle benchmark session against the fake servers (so the rows are a real
+session's: ~75 stage entries, 100 thoughts, sub-questions and sources), then reads it back
+each way, side by side, and prints CPU milliseconds per read and the ratio (issue 17, "The
+session row, compiled once").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from . import harness
+from .fakehost import FakeHost
+
+READS = 1000
+
+
+def cpu_ms(read: Callable[[], Any], count: int = READS) -> float:
+    read()
+    started = time.thread_time()
+    for _ in range(count):
+        read()
+    return 1000 * (time.thread_time() - started) / count
+
+
+def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
+    from django.db import transaction
+
+    from thinking.models import Source, SubQuestion, ThinkingSession
+    from thinking.row_reads import read_by_pk, values_by
+
+    def locked_orm() -> None:
+        with transaction.atomic():
+            ThinkingSession.objects.select_for_update().get(pk=session_id)
+
+    def locked_compiled() -> None:
+        with transaction.atomic():
+            read_by_pk(ThinkingSession, session_id, for_update=True)
+
+    questions = ("pk", "parent_id", "explored", "priority")
+    pairs: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
+        (
+            "the session row",
+            lambda: ThinkingSession.objects.get(pk=session_id),
+            lambda: read_by_pk(ThinkingSession, session_id),
+        ),
+        (
+            "the row without its stage history",
+            lambda: ThinkingSession.objects.defer("stages").get(pk=session_id),
+            lambda: read_by_pk(ThinkingSession, session_id, defer=["stages"]),
+        ),
+        ("the row locked, in its transaction", locked_orm, locked_compiled),
+        (
+            "the source numbers",
+            lambda: set(
+                Source.objects.filter(session_id=session_id).values_list("number", flat=True)
+            ),
+            lambda: set(values_by(Source, "session_id", session_id, "number")),
+        ),
+        (
+            "the sub-questions' states",
+            lambda: list(
+                SubQuestion.objects.filter(session_id=session_id).order_by().values_list(*questions)
+            ),
+            lambda: values_by(SubQuestion, "session_id", session_id, *questions),
+        ),
+    ]
+    rows = []
+    for label, orm, compiled in pairs:
+        # Alternated twice, the lower of each kept: the machine's other work only adds.
+        orm_ms = min(cpu_ms(orm), cpu_ms(orm))
+        compiled_ms = min(cpu_ms(compiled), cpu_ms(compiled))
+        rows.append((label, orm_ms, compiled_ms))
+    return rows
+
+
+def main() -> None:
+    fakes = FakeHost().start()
+    setup = harness.prepare(quick=False, fakes=fakes)
+    try:
+        harness.start_django()
+        from .scenarios import _new_sessions, _new_user
+
+        async def one_session() -> uuid.UUID:
+            fakes.configure(delay=0.0, exa_delay=0.0, cycles=30)
+            user = await _new_user(f"rows-{setup.run_id}")
+            runs = await _new_sessions(user, [f"{setup.run_id}-rows"], synthesis_seconds=0.5)
+            await harness.run_supervised(runs, timeout=300)
+            return runs[0].id
+
+        session_id = asyncio.run(one_session())
+        print(f"{setup.database}: CPU ms per read ({READS} reads, best of two)")
+        print(f"{'read':38} {'ORM':>7} {'compiled':>9} {'ratio':>6}")
+        for label, orm_ms, compiled_ms in measure(session_id):
+            print(f"{label:38} {orm_ms:7.3f} {compiled_ms:9.3f} {orm_ms / compiled_ms:5.1f}x")
+    finally:
+        harness.teardown(setup)
+        fakes.stop()
+
+
+if __name__ == "__main__":
+    main()

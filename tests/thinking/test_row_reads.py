@@ -1,0 +1,160 @@
+"""The session row read without the ORM's per-query work (thinking/row_reads.py, issue 17):
+every stored step and every live update reads it, so it must be the row the ORM would give,
+field for field, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.db.transaction import TransactionManagementError
+from django.test.utils import CaptureQueriesContext
+
+from thinking.models import Source, SourceKind, SubQuestion, ThinkingSession
+from thinking.row_reads import read_by_pk, values_by
+
+pytestmark = pytest.mark.django_db
+
+
+def a_busy_session(make_session: Any) -> ThinkingSession:
+    """A row with every kind of column set: JSON, a decimal, times, a null foreign key."""
+    session = make_session(
+        question="Ünïcode «question» — and a long one " * 20,
+        max_cost_usd=Decimal("1.2345"),
+        token_ceiling=10**12,
+    )
+    ThinkingSession.objects.filter(pk=session.pk).update(
+        stages=[{"stage": "plan", "at": "2026-11-25T10:00:00+00:00", "message": "ü"}] * 30,
+        plan={"steps": ["a", "b"], "current": 1, "source": "model"},
+        parse_routes={"tags": 3, "prose": 1},
+        confidence_evolution=[0.2, 0.5, 0.75],
+        started_at=datetime.datetime(2026, 11, 25, 10, 0, 0, 123456, tzinfo=datetime.UTC),
+        active_seconds=12.5,
+        final_confidence=0.8,
+        input_tokens=2**40,
+    )
+    return session
+
+
+def needs_postgresql() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (DATABASE_URL)")
+
+
+def fields_of(session: ThinkingSession) -> dict[str, Any]:
+    return {f.attname: getattr(session, f.attname) for f in ThinkingSession._meta.concrete_fields}
+
+
+def check_same_row_as_the_orm(session: ThinkingSession) -> None:
+    expected = ThinkingSession.objects.get(pk=session.pk)
+    read = read_by_pk(ThinkingSession, session.pk)
+    assert fields_of(read) == fields_of(expected)
+    assert read.stages[0]["message"] == "ü" and read.max_cost_usd == Decimal("1.2345")
+    assert read.started_at.microsecond == 123456 and read.input_tokens == 2**40
+    # A model instance like the ORM's: saved, from this database, related rows reachable.
+    assert (read._state.adding, read._state.db) == (False, "default")
+    assert read.owner == expected.owner and read.team is None
+    # Read again after a change: nothing is kept between reads but the compiled query.
+    ThinkingSession.objects.filter(pk=session.pk).update(cycles=41, focus="moved on")
+    again = read_by_pk(ThinkingSession, str(session.pk))  # a key as the URL gives it
+    assert (again.cycles, again.focus) == (41, "moved on")
+
+
+def check_same_values_as_the_orm(session: ThinkingSession, other: ThinkingSession) -> None:
+    root = SubQuestion.objects.create(session=session, text="Root", priority=3)
+    SubQuestion.objects.create(
+        session=session, text="Child", parent=root, explored=True, priority=1
+    )
+    SubQuestion.objects.create(session=other, text="Another session's", priority=9)
+    for number in (1, 2, 5):
+        Source.objects.create(
+            session=session, number=number, kind=SourceKind.WEB, key=f"k{number}", title="t"
+        )
+    columns = ("pk", "parent_id", "explored", "priority")
+    expected = SubQuestion.objects.filter(session=session).values_list(*columns)
+    read = values_by(SubQuestion, "session_id", str(session.pk), *columns)
+    assert sorted(read) == sorted(expected) and len(read) == 2
+    assert {explored for _, _, explored, _ in read} == {True, False}  # booleans, not 0 / 1
+    assert {parent for _, parent, _, _ in read} == {None, root.pk}
+    assert sorted(values_by(Source, "session_id", session.pk, "number")) == [(1,), (2,), (5,)]
+    assert values_by(Source, "session_id", other.pk, "number") == []
+
+
+def test_the_row_is_the_one_the_orm_reads(make_session: Any):
+    check_same_row_as_the_orm(a_busy_session(make_session))
+
+
+def test_column_values_are_the_ones_the_orm_reads(make_session: Any):
+    check_same_values_as_the_orm(make_session(), make_session())
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_the_row_and_column_values_are_the_ones_the_orm_reads_on_postgresql(make_session: Any):
+    needs_postgresql()
+    check_same_row_as_the_orm(a_busy_session(make_session))
+    check_same_values_as_the_orm(make_session(), make_session())
+
+
+def test_a_read_without_the_stage_history_loads_it_when_asked(make_session: Any):
+    session = a_busy_session(make_session)
+    with CaptureQueriesContext(connection) as queries:
+        read = read_by_pk(ThinkingSession, session.pk, defer=["stages"])
+    assert len(queries) == 1 and '"stages"' not in queries[0]["sql"]
+    assert read.get_deferred_fields() == {"stages"}
+    assert read.plan["current"] == 1
+    assert len(read.stages) == 30  # loaded on first use, as the ORM's deferred field is
+
+
+def test_an_unknown_or_malformed_key_fails_as_the_orm_does(make_session: Any):
+    make_session()
+    with pytest.raises(
+        ThinkingSession.DoesNotExist, match=r"^ThinkingSession matching query does not exist\.$"
+    ):
+        read_by_pk(ThinkingSession, uuid.uuid4())
+    with pytest.raises(ValidationError):
+        read_by_pk(ThinkingSession, "not-a-session-id")
+
+
+@pytest.mark.django_db(transaction=True)  # outside the test's own transaction
+def test_a_locking_read_needs_a_transaction_and_sees_the_row_in_it(make_session: Any):
+    session = make_session()
+    with pytest.raises(
+        TransactionManagementError,
+        match=r"^select_for_update cannot be used outside of a transaction\.$",
+    ):
+        read_by_pk(ThinkingSession, session.pk, for_update=True)
+    with transaction.atomic():
+        ThinkingSession.objects.filter(pk=session.pk).update(revision=7)
+        locked = read_by_pk(ThinkingSession, session.pk, for_update=True)
+    assert locked.revision == 7
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_a_locking_read_takes_the_row_lock_on_postgresql(make_session: Any):
+    """The same connection reads the row both ways: each read keeps its own statement."""
+    needs_postgresql()
+    session = make_session()
+    with CaptureQueriesContext(connection) as queries:
+        read_by_pk(ThinkingSession, session.pk)
+        with transaction.atomic():
+            read_by_pk(ThinkingSession, session.pk, for_update=True)
+        read_by_pk(ThinkingSession, session.pk)
+    reads = [query["sql"] for query in queries if query["sql"].startswith("SELECT")]
+    assert ["FOR UPDATE" in sql for sql in reads] == [False, True, False]
+
+
+def test_a_read_it_cannot_build_from_its_own_columns_is_refused(make_session: Any):
+    """Only reads of the model's own columns by one key are compiled: anything else would
+    be built wrong, so it is refused rather than misread."""
+    session = make_session()
+    with pytest.raises(ValueError, match=r"^not a plain read of Source rows by one key: SELECT"):
+        values_by(Source, "session_id", session.pk, "session__question")  # a joined column
+    with pytest.raises(ValueError, match=r"^not a plain read of Source rows by one key: SELECT"):
+        values_by(Source, "number__range", (1, 5), "number")  # two parameters

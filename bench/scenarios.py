@@ -365,7 +365,7 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
             "machine_cpu_cores_busy": cpu_shares(machine0, machine_cpu_seconds(), span),
         }
         rows[str(count)] = row
-        limit = CONCURRENCY_TARGETS.get(count)
+        target = CONCURRENCY_TARGETS.get(count)
         figures.append(
             figure(
                 f"3. concurrency, {count} at once, one process",
@@ -373,8 +373,8 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
                 f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single; "
                 f"+{memory.peak - memory.before:.0f} MB resident at peak "
                 f"({row['rss_mb_per_session']:.2f} MB/session)",
-                f"max <= {limit}" if limit else "",
-                row["max"] <= limit if limit else None,
+                f"max <= {target}" if target else "",
+                row["max"] <= target if target else None,
             )
         )
     details = {"latency_s": latency, "cycles": cycles, "single_session_s": baseline, **rows}

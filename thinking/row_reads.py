@@ -26,10 +26,13 @@ from django.db.transaction import TransactionManagementError
 @dataclass(frozen=True)
 class _Read:
     sql: str
+    key: models.Field  # the field the one parameter is compared with
     columns: list[str]  # the model's attribute names, in the SELECT's order
     converters: list[tuple[int, list[Any], Any]]  # (position, converters, expression)
 
-    def run(self, connection: BaseDatabaseWrapper, key: Any) -> list[list[Any]]:
+    def run(self, connection: BaseDatabaseWrapper, value: Any) -> list[list[Any]]:
+        # As the ORM prepares a lookup's value: a malformed key fails here (ValidationError).
+        key = self.key.get_db_prep_value(value, connection)
         with connection.cursor() as cursor:
             cursor.execute(self.sql, [key])
             rows = [list(row) for row in cursor.fetchall()]
@@ -52,7 +55,9 @@ _compiled: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[tuple[Any, ...], 
 def _compiled_read(
     connection: BaseDatabaseWrapper, kind: tuple[Any, ...], rows: Callable[[], models.QuerySet]
 ) -> _Read:
-    reads = _compiled.setdefault(connection, {})
+    reads = _compiled.get(connection)
+    if reads is None:
+        reads = _compiled[connection] = {}
     read = reads.get(kind)
     if read is None:
         query = rows()
@@ -65,9 +70,12 @@ def _compiled_read(
             isinstance(column, Col) and column.target.model is query.model for column in select
         ):
             raise ValueError(f"not a plain read of {query.model.__name__} rows by one key: {sql}")
+        filters: list[Any] = query.query.where.children
+        (lookup,) = filters  # the one filter, on the key's column: its field prepares a key
         converters = compiler.get_converters(select)
         read = reads[kind] = _Read(
             sql=sql,
+            key=lookup.lhs.target,
             columns=[column.target.attname for column in select],
             converters=[(i, convs, expression) for i, (convs, expression) in converters.items()],
         )
@@ -92,8 +100,7 @@ def read_by_pk[M: models.Model](
         return query.defer(*defer) if defer else query
 
     read = _compiled_read(connection, ("row", model, for_update, tuple(defer)), rows)
-    key = model._meta.pk.get_db_prep_value(pk, connection)
-    found = read.run(connection, key)
+    found = read.run(connection, pk)
     if not found:
         raise model.DoesNotExist(f"{model.__name__} matching query does not exist.")  # type: ignore[attr-defined]
     return model.from_db(connection.alias, read.columns, found[0])
@@ -111,5 +118,4 @@ def values_by(
         return manager.filter(**{field: value}).order_by().values_list(*columns)
 
     read = _compiled_read(connection, ("values", model, field, columns), rows)
-    key = model._meta.get_field(field).get_db_prep_value(value, connection)  # type: ignore[union-attr]
-    return [tuple(row) for row in read.run(connection, key)]
+    return [tuple(row) for row in read.run(connection, value)]

@@ -216,8 +216,7 @@ async def add_thought(session: Any, sequence: int, text: str, **fields: Any) -> 
                 session=session,
                 sequence=sequence,
                 text=text,
-                type="insight",
-                **{"confidence": 0.7, "time_offset_seconds": 1, **fields},
+                **{"type": "insight", "confidence": 0.7, "time_offset_seconds": 1, **fields},
             )
             ThinkingSession.objects.filter(pk=session.pk).update(revision=sequence + 1)
 

@@ -21,6 +21,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import AnonymousUser
+from django.db import models
 from django.template.loader import render_to_string
 
 from config.hops import db_hop
@@ -33,6 +34,7 @@ from .presenters import (
     chart_context,
     header_context,
     notes_context,
+    notes_summary_context,
     plan_context,
     source_numbers,
     sources_summary_context,
@@ -41,7 +43,7 @@ from .presenters import (
     thought_page,
     thought_rows,
 )
-from .row_reads import read_by_pk, values_by
+from .row_reads import Param, compiled_rows, read_by_pk, values_by
 from .state import QuestionRows, SourceRows, UpdateMessage, UpdatePart
 
 # What one WebSocket message may carry. Rows are never split: a single row bigger than this
@@ -193,11 +195,7 @@ def render_event(event: SessionEvent) -> UpdateMessage:
         # New to this process: what pages have now is the base (one read, once).
         sent = Sent(top, sub_question_states(session.pk))
     parts: list[UpdatePart] = [render_header(session)]
-    thoughts = list(
-        session.thoughts.filter(sequence__in=event.thoughts)
-        .select_related("sub_question")
-        .order_by("sequence")
-    )
+    thoughts = _event_thoughts(session.pk, event.thoughts)
     visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]
     # A cycle's parts show once, under its first thought (as on a reload); an event may carry
     # several cycles when the publisher sent steps that waited together as one.
@@ -207,7 +205,7 @@ def render_event(event: SessionEvent) -> UpdateMessage:
             _thought_part(thought, numbers, show_parts=thought.pk in opens, session=session)
         )
     if len(visible) < len(thoughts):
-        summary = {**notes_context(session), "oob": True}
+        summary = {**notes_summary_context(session), "oob": True}
         parts.append({"kind": "replace", "html": _render("_scratchpad_summary.html", summary)})
     if event.synthesis is not None:
         synthesis = session.syntheses.get(sequence=event.synthesis)
@@ -233,6 +231,42 @@ def render_event(event: SessionEvent) -> UpdateMessage:
         sent = Sent(sent.source, states)
     _remember(session.pk, sent)
     return message
+
+
+_SESSION = Param("session", ThinkingSession._meta.pk)
+_FIRST, _LAST = (Param(name, models.PositiveIntegerField()) for name in ("first", "last"))
+
+
+def _thoughts_between() -> models.QuerySet[Thought]:
+    rows = Thought.objects.filter(session_id=_SESSION, sequence__gte=_FIRST, sequence__lte=_LAST)
+    return rows.order_by("sequence")
+
+
+def _event_thoughts(session_id: uuid.UUID, sequences: Iterable[int]) -> list[Thought]:
+    """The thoughts an event names, in order, each with the sub-question it was on: compiled
+    reads (row_reads.py), since a step's update reads them every cycle. Most full updates
+    carry none (a synthesis, its check, sources, sub-questions): no query then."""
+    wanted = set(sequences)
+    if not wanted:
+        return []
+    # One range: an event's thoughts are one step's, or consecutive steps' merged.
+    rows = compiled_rows(
+        "live:thoughts", _thoughts_between, session=session_id, first=min(wanted), last=max(wanted)
+    )
+    thoughts = [thought for thought in rows if thought.sequence in wanted]
+    focuses: dict[int, SubQuestion | None] = {}
+    for thought in thoughts:
+        pk = thought.sub_question_id
+        if pk is None:
+            continue
+        if pk not in focuses:
+            try:
+                focuses[pk] = read_by_pk(SubQuestion, pk)
+            except SubQuestion.DoesNotExist:  # deleted since: the thought shows no focus
+                focuses[pk] = None
+        if (focus := focuses[pk]) is not None:
+            thought.sub_question = focus
+    return thoughts
 
 
 def _source_rows(session: ThinkingSession, after: int, top: int) -> SourceRows:

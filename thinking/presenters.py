@@ -348,10 +348,15 @@ def focus_thoughts(session: ThinkingSession, focus: int) -> dict[str, Any]:
 
 def notes_context(session: ThinkingSession) -> dict[str, Any]:
     notes = session.thoughts.filter(type=ThoughtType.SCRATCHPAD)
-    return {
-        "scratchpad": list(reversed(notes.order_by("-sequence")[:NOTE_PAGE])),
-        "note_count": notes.count(),
-    }
+    shown = list(reversed(notes.order_by("-sequence")[:NOTE_PAGE]))
+    return {"scratchpad": shown, "note_count": notes.count(), "note_shown": len(shown)}
+
+
+def notes_summary_context(session: ThinkingSession) -> dict[str, Any]:
+    """The scratchpad's summary line alone (what a live update sends): one count, not the
+    newest page of notes."""
+    count = session.thoughts.filter(type=ThoughtType.SCRATCHPAD).count()
+    return {"note_count": count, "note_shown": min(count, NOTE_PAGE)}
 
 
 @functools.cache

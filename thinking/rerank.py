@@ -20,6 +20,8 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
+from django.db import models
+from django.db.models import Count
 from django.utils import timezone
 
 from config.hops import db_hop
@@ -28,7 +30,8 @@ from . import interrupt, parsing, prompts, stages, steps
 from .events import SessionEvent
 from .live import publish_safely
 from .llm import LLMError, Reply, prompt_message
-from .models import Lap, SubQuestion, ThinkingSession
+from .models import Lap, Source, SubQuestion, ThinkingSession
+from .row_reads import Param, compiled_values
 from .run import Run
 
 logger = logging.getLogger(__name__)
@@ -95,10 +98,32 @@ def _open_questions(session: ThinkingSession) -> Any:
     return session.sub_questions.filter(explored=False, added_by__isnull=True)
 
 
+_SESSION = Param("session", ThinkingSession._meta.pk)
+
+
+def _counted(rows: models.QuerySet) -> models.QuerySet:
+    return rows.order_by().values("session_id").annotate(n=Count("pk")).values_list("n")
+
+
+def _open_count() -> models.QuerySet:
+    return _counted(SubQuestion.objects.filter(session_id=_SESSION, explored=False, added_by=None))
+
+
+def _source_count() -> models.QuerySet:
+    return _counted(Source.objects.filter(session_id=_SESSION))
+
+
+def _count(kind: str, rows: Any, session_id: uuid.UUID) -> int:
+    found = compiled_values(kind, rows, session=session_id)
+    return found[0][0] if found else 0  # no rows to group: none
+
+
 def _counts(session: ThinkingSession) -> tuple[int, int]:
     """What decides whether a re-ranking is due: open model-asked questions, sources. Read
-    every cycle, so only counted; the material is read when one is due."""
-    return _open_questions(session).count(), session.sources.count()
+    every cycle, so only counted (compiled reads, row_reads.py); the material is read when
+    one is due."""
+    open_count = _count("rerank:open", _open_count, session.pk)
+    return open_count, _count("rerank:sources", _source_count, session.pk)
 
 
 def _material(session: ThinkingSession) -> dict[str, Any]:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models.expressions import Col
+from django.db.models.expressions import Col, Value
+from django.db.models.query import ModelIterable
 from django.db.transaction import TransactionManagementError
 
 
@@ -33,16 +34,38 @@ class _Read:
     def run(self, connection: BaseDatabaseWrapper, value: Any) -> list[list[Any]]:
         # As the ORM prepares a lookup's value: a malformed key fails here (ValidationError).
         key = self.key.get_db_prep_value(value, connection)
-        with connection.cursor() as cursor:
-            cursor.execute(self.sql, [key])
-            rows = [list(row) for row in cursor.fetchall()]
-        for row in rows:
-            for position, convs, expression in self.converters:
-                value = row[position]
-                for convert in convs:
-                    value = convert(value, expression, connection)
-                row[position] = value
-        return rows
+        return _fetch(connection, self.sql, [key], self.converters)
+
+
+def _fetch(
+    connection: BaseDatabaseWrapper,
+    sql: str,
+    params: list[Any],
+    converters: list[tuple[int, list[Any], Any]],
+) -> list[list[Any]]:
+    """Run a compiled statement; each column of each row through its converters, as the
+    ORM's iterators do."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = [list(row) for row in cursor.fetchall()]
+    for row in rows:
+        for position, convs, expression in converters:
+            value = row[position]
+            for convert in convs:
+                value = convert(value, expression, connection)
+            row[position] = value
+    return rows
+
+
+def _of[V](
+    store: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[Any, V]],
+    connection: BaseDatabaseWrapper,
+) -> dict[Any, V]:
+    """The compiled reads of one connection object."""
+    reads = store.get(connection)
+    if reads is None:
+        reads = store[connection] = {}
+    return reads
 
 
 # Per connection object: converters are bound to the connection's backend, and each thread
@@ -52,18 +75,21 @@ _compiled: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[tuple[Any, ...], 
 )
 
 
+def _compile(query: models.QuerySet, connection: BaseDatabaseWrapper) -> tuple[Any, str, Any, list]:
+    """The ORM's own compilation: its compiler, SQL, parameters and selected columns."""
+    compiler = query.query.get_compiler(connection=connection)
+    sql, params = compiler.as_sql()
+    return compiler, sql, params, [column for column, _, _ in compiler.select]
+
+
 def _compiled_read(
     connection: BaseDatabaseWrapper, kind: tuple[Any, ...], rows: Callable[[], models.QuerySet]
 ) -> _Read:
-    reads = _compiled.get(connection)
-    if reads is None:
-        reads = _compiled[connection] = {}
+    reads = _of(_compiled, connection)
     read = reads.get(kind)
     if read is None:
         query = rows()
-        compiler = query.query.get_compiler(connection=connection)
-        sql, params = compiler.as_sql()
-        select = [column for column, _, _ in compiler.select]
+        compiler, sql, params, select = _compile(query, connection)
         # The key is the query's one parameter (any key compiles to the same SQL), and every
         # column is the model's own, so the rows can be built without the ORM's iterators.
         if len(params) != 1 or not all(
@@ -119,3 +145,104 @@ def values_by(
 
     read = _compiled_read(connection, ("values", model, field, columns), rows)
     return [tuple(row) for row in read.run(connection, value)]
+
+
+# --- reads with named parameters --------------------------------------------------------
+# The reads above take one key. A read filtered on more than that (a session's thoughts of
+# an epoch, a page of its sources) names each varying value with a `Param`: the ORM compiles
+# it to a placeholder, and each run fills the placeholders from its own values. Everything
+# else in the query (constants, the order, a LIMIT) is compiled into the statement once.
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """A placeholder's place in the compiled parameters: filled by name on each run."""
+
+    name: str
+    field: models.Field
+
+
+class Param(Value):
+    """A named parameter of a compiled read (`compiled_values`, `compiled_rows`): the ORM
+    compiles it to a placeholder; each run's value is prepared as `output_field` prepares
+    a lookup's value."""
+
+    def __init__(self, name: str, output_field: models.Field) -> None:
+        super().__init__(None, output_field=output_field)
+        self.name = name
+
+    def as_sql(self, compiler: Any, connection: Any) -> Any:
+        return "%s", (_Slot(self.name, self.output_field),)
+
+
+@dataclass(frozen=True)
+class _Statement:
+    sql: str
+    params: list[Any]  # constants, and a `_Slot` for each Param
+    names: frozenset[str]
+    model: type[models.Model]
+    columns: list[str]  # attribute names, for instances
+    instances: bool  # a query of instances (not values) of the model's own columns
+    converters: list[tuple[int, list[Any], Any]]
+
+    def run(self, connection: BaseDatabaseWrapper, values: dict[str, Any]) -> list[list[Any]]:
+        if values.keys() != self.names:
+            raise ValueError(f"this read takes {sorted(self.names)}, not {sorted(values)}")
+        params = [
+            p.field.get_db_prep_value(values[p.name], connection) if isinstance(p, _Slot) else p
+            for p in self.params
+        ]
+        return _fetch(connection, self.sql, params, self.converters)
+
+
+_statements: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[Any, _Statement]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _statement(
+    connection: BaseDatabaseWrapper, kind: str, build: Callable[[], models.QuerySet]
+) -> _Statement:
+    statements = _of(_statements, connection)
+    statement = statements.get(kind)
+    if statement is None:
+        query = build()
+        compiler, sql, params, select = _compile(query, connection)
+        model = query.model
+        own = all(isinstance(c, Col) and c.target.model is model for c in select)
+        converters = compiler.get_converters(select)
+        statement = statements[kind] = _Statement(
+            sql=sql,
+            params=list(params),
+            names=frozenset(p.name for p in params if isinstance(p, _Slot)),
+            model=model,
+            columns=[c.target.attname if isinstance(c, Col) else "" for c in select],
+            instances=own and query._iterable_class is ModelIterable,
+            converters=[(i, convs, expression) for i, (convs, expression) in converters.items()],
+        )
+    return statement
+
+
+def compiled_values(
+    kind: str, build: Callable[[], models.QuerySet], **values: Any
+) -> list[tuple[Any, ...]]:
+    """The rows of `build()` (a `values_list` query whose varying values are `Param`s), as
+    the ORM would return them, compiled once per connection under the name `kind`: one
+    `kind` must always build the same query."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    statement = _statement(connection, kind, build)
+    return [tuple(row) for row in statement.run(connection, values)]
+
+
+def compiled_rows[M: models.Model](
+    kind: str, build: Callable[[], models.QuerySet[M]], **values: Any
+) -> list[M]:
+    """The instances `build()` (a query of its model's own columns, varying values as
+    `Param`s) would give, compiled once per connection under the name `kind`."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    statement = _statement(connection, kind, build)
+    if not statement.instances:
+        raise ValueError(f"not a read of {statement.model.__name__} rows: {statement.sql}")
+    rows = statement.run(connection, values)
+    model = cast(type[M], statement.model)
+    return [model.from_db(connection.alias, statement.columns, row) for row in rows]

@@ -12,14 +12,16 @@ synthesis carries the earlier ones forward), which keeps the prompt bounded.
 from __future__ import annotations
 
 import bisect
+from collections import namedtuple
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Max
+from django.db import models
 
 from .evidence import evidence_pack
 from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought
+from .row_reads import Param, compiled_rows, compiled_values
 
 EPOCH_CYCLES = 30
 MAX_SOURCES = 60  # beyond this many, sources are reached through the search tools only
@@ -44,6 +46,46 @@ def epoch_start_for(last_cycle: int) -> int:
     return (last_cycle // EPOCH_CYCLES) * EPOCH_CYCLES
 
 
+# The log's reads, each compiled once per connection (thinking/row_reads.py): every model
+# call reads the log, and building its five queries through the ORM was about half its CPU.
+_SESSION = Param("session", ThinkingSession._meta.pk)
+_EPOCH = Param("epoch", models.PositiveIntegerField())
+LogThought = namedtuple("LogThought", "cycle type confidence text created_at focus")
+LogSynthesis = namedtuple("LogSynthesis", "sequence is_final confidence text created_at")
+LogQuestion = namedtuple("LogQuestion", "text priority initial_priority created_at")
+
+
+def _model_thoughts() -> models.QuerySet:
+    return Thought.objects.filter(session_id=_SESSION, type__in=MODEL_TYPES)
+
+
+def _last_cycle() -> models.QuerySet:
+    return _model_thoughts().order_by("-cycle").values_list("cycle")[:1]
+
+
+def _epoch_thoughts() -> models.QuerySet:
+    return (
+        _model_thoughts()
+        .filter(cycle__gte=_EPOCH)
+        .order_by("sequence")
+        .values_list(*LogThought._fields[:-1], "sub_question__text")
+    )
+
+
+def _syntheses() -> models.QuerySet:
+    syntheses = Synthesis.objects.filter(session_id=_SESSION).order_by("sequence")
+    return syntheses.values_list(*LogSynthesis._fields)
+
+
+def _sources() -> models.QuerySet:
+    return Source.objects.filter(session_id=_SESSION).order_by("number")[:MAX_SOURCES]
+
+
+def _questions() -> models.QuerySet:
+    questions = SubQuestion.objects.filter(session_id=_SESSION).order_by("created_at", "id")
+    return questions.values_list(*LogQuestion._fields)[:MAX_SUB_QUESTIONS]
+
+
 def session_log(session: ThinkingSession) -> tuple[str, ...]:
     """The session's events so far as prompt blocks, oldest first (synchronous ORM).
 
@@ -51,36 +93,29 @@ def session_log(session: ThinkingSession) -> tuple[str, ...]:
     the few columns it writes, not model instances (their JSON fields were most of the
     cost)."""
     events: list[_Event] = []
-    model_thoughts = Thought.objects.filter(session=session, type__in=MODEL_TYPES)
-    last_cycle = model_thoughts.aggregate(last=Max("cycle"))["last"] or 0
-    epoch_start = epoch_start_for(last_cycle)
+    key = session.pk
+    last = compiled_values("log:last-cycle", _last_cycle, session=key)
+    epoch_start = epoch_start_for(last[0][0] if last else 0)
     # Only this epoch's rows: every call of a session reads the log, and reading all of a
     # long session's thoughts each time made every call's work (and the peak memory of
     # the database threads, which the allocator keeps) grow with the session.
-    thoughts = (
-        model_thoughts.filter(cycle__gte=epoch_start)
-        .order_by("sequence")
-        .values_list(
-            "cycle", "type", "confidence", "text", "created_at", "sub_question__text", named=True
-        )
-    )
+    thoughts = compiled_values("log:thoughts", _epoch_thoughts, session=key, epoch=epoch_start)
     cycles: dict[int, list[Any]] = {}
-    for thought in thoughts:
+    for thought in map(LogThought._make, thoughts):
         cycles.setdefault(thought.cycle, []).append(thought)
-    all_syntheses = (
-        Synthesis.objects.filter(session=session)
-        .order_by("sequence")
-        .values_list("sequence", "is_final", "confidence", "text", "created_at", named=True)
+    # A session has a few dozen syntheses at most: all of them, then this epoch's here.
+    all_syntheses = list(
+        map(LogSynthesis._make, compiled_values("log:syntheses", _syntheses, session=key))
     )
     if epoch_start and cycles:
         # The latest synthesis before this epoch carries the earlier ones forward.
         first = min(rows[0].created_at for rows in cycles.values())
-        carried = all_syntheses.filter(created_at__lt=first).last()
-        syntheses = [*([carried] if carried else []), *all_syntheses.filter(created_at__gte=first)]
+        before = [s for s in all_syntheses if s.created_at < first]
+        syntheses = [*before[-1:], *(s for s in all_syntheses if s.created_at >= first)]
     else:
-        syntheses = list(all_syntheses)
+        syntheses = all_syntheses
     for cycle, rows in cycles.items():
-        focus = rows[0].sub_question__text
+        focus = rows[0].focus
         focus = session.question if focus is None else focus
         events.append(_Event(rows[0].created_at, 2, _cycle_block(cycle, focus, rows)))
     for synthesis in syntheses:
@@ -88,15 +123,11 @@ def session_log(session: ThinkingSession) -> tuple[str, ...]:
         text = f"{label} (confidence {synthesis.confidence:.2f}):\n{synthesis.text}"
         events.append(_Event(synthesis.created_at, 3, text))
     # Consecutive rows of one kind (a research batch, one question step) make one block.
-    sources = list(Source.objects.filter(session=session).order_by("number")[:MAX_SOURCES])
+    sources = compiled_rows("log:sources", _sources, session=key)
     for batch in _batches(sources, [e.at for e in events]):
         events.append(_Event(batch[0].created_at, 0, evidence_pack(batch)))
     questions = list(
-        SubQuestion.objects.filter(session=session)
-        .order_by("created_at", "id")
-        .values_list("text", "priority", "initial_priority", "created_at", named=True)[
-            :MAX_SUB_QUESTIONS
-        ]
+        map(LogQuestion._make, compiled_values("log:questions", _questions, session=key))
     )
     for batch in _batches(questions, [e.at for e in events]):
         # The priority it was added with: re-ranking (rerank.py) must not rewrite a block.

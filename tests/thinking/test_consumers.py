@@ -516,3 +516,61 @@ async def test_a_long_stage_history_shows_its_newest_twenty_live_as_on_a_reload(
     assert region.search(html.replace('hx-swap-oob="true"', "")).group() == (
         region.search(page).group()
     )
+
+
+async def test_a_cycle_with_scratchpad_notes_updates_the_summary_as_a_reload_shows_it(
+    make_session: Any, client: Any, alice: Any
+):
+    """A cycle that wrote to the scratchpad sends the summary line with it: the count of all
+    notes, and how many of the newest the page shows, the same line a reload draws."""
+    from thinking.broadcast import render_event
+    from thinking.presenters import NOTE_PAGE
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    notes = NOTE_PAGE + 2
+    for sequence in range(1, notes + 1):
+        await add_thought(session, sequence, f"Note {sequence}", type="scratchpad", cycle=0)
+    await add_thought(session, notes + 1, "Tides follow the moon.", cycle=0)
+
+    message = await sync_to_async(render_event)(
+        SessionEvent(session.pk, thoughts=(notes, notes + 1))
+    )
+
+    summary = re.compile(r'<summary id="scratchpad-summary"[^>]*>(.*?)</summary>')
+    [live] = [m for part in message["parts"] if (m := summary.search(part["html"]))]
+    assert live.group(1) == (
+        f"Scratchpad ({notes} notes the model wrote to itself; the newest {NOTE_PAGE} shown)"
+    )
+    await sync_to_async(client.force_login)(alice)
+    page = (await sync_to_async(client.get)(f"/sessions/{session.pk}/")).content.decode()
+    assert summary.search(page).group(1) == live.group(1)
+
+
+async def test_a_live_thought_shows_its_sub_question_as_a_reload_does(
+    make_session: Any, client: Any, alice: Any
+):
+    """A cycle's thoughts go out with the sub-question they were on (the "on: …" button the
+    stream filter uses), drawn as a reload draws them; the thoughts named, no others."""
+    from thinking.broadcast import render_event
+    from thinking.models import SubQuestion
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    focus = await sync_to_async(SubQuestion.objects.create)(
+        session=session, text="Why do <tides> lag the moon?", priority=5
+    )
+    await add_thought(session, 1, "Before: on the question itself.", cycle=0)
+    await add_thought(session, 2, "A person's hint.", type="hint", cycle=0)
+    for sequence in (3, 4):
+        await add_thought(session, sequence, f"On the lag {sequence}.", cycle=1, sub_question=focus)
+
+    message = await sync_to_async(render_event)(SessionEvent(session.pk, thoughts=(1, 3, 4)))
+
+    live = {part["seq"]: part["html"] for part in message["parts"] if part["kind"] == "thought"}
+    assert list(live) == [1, 3, 4]
+    assert "on: Why do &lt;tides&gt; lag the moon?" in live[3] and "on: " not in live[1]
+    await sync_to_async(client.force_login)(alice)
+    page = (await sync_to_async(client.get)(f"/sessions/{session.pk}/")).content.decode()
+    item = re.compile(r'<li id="thought-(\d+)".*?</li>', re.DOTALL)
+    reloaded = {int(m.group(1)): m.group() for m in item.finditer(page)}
+    for sequence, html in live.items():
+        assert item.search(html).group() == reloaded[sequence]

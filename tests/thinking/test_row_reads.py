@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
-from thinking.models import Source, SourceKind, SubQuestion, ThinkingSession
-from thinking.row_reads import read_by_pk, values_by
+from thinking.models import Source, SourceKind, SubQuestion, ThinkingSession, Thought
+from thinking.row_reads import Param, compiled_rows, compiled_values, read_by_pk, values_by
 
 pytestmark = pytest.mark.django_db
 
@@ -158,3 +158,106 @@ def test_a_read_it_cannot_build_from_its_own_columns_is_refused(make_session: An
         values_by(Source, "session_id", session.pk, "session__question")  # a joined column
     with pytest.raises(ValueError, match=r"^not a plain read of Source rows by one key: SELECT"):
         values_by(Source, "number__range", (1, 5), "number")  # two parameters
+
+
+# --- reads with named parameters ----------------------------------------------------------
+
+SESSION = Param("session", ThinkingSession._meta.pk)
+FROM = Param("from", models.IntegerField())
+LOG_COLUMNS = ("cycle", "type", "confidence", "parts", "created_at", "sub_question__text")
+
+
+def epoch_thoughts() -> models.QuerySet:
+    """A read of the session log's shape: two parameters, constants, a join, an order."""
+    return (
+        Thought.objects.filter(session_id=SESSION, type__in=("insight", "critique"))
+        .filter(cycle__gte=FROM)
+        .order_by("sequence")
+        .values_list(*LOG_COLUMNS)
+    )
+
+
+def newest_sources() -> models.QuerySet:
+    return Source.objects.filter(session_id=SESSION).order_by("-number")[:2]
+
+
+def a_session_with_thoughts(make_session: Any) -> tuple[ThinkingSession, ThinkingSession]:
+    session, other = make_session(), make_session()
+    focus = SubQuestion.objects.create(session=session, text="Why «tides»?", priority=3)
+    for sequence, (cycle, kind) in enumerate(
+        [(0, "insight"), (1, "critique"), (1, "scratchpad"), (2, "insight"), (3, "hint")]
+    ):
+        Thought.objects.create(
+            session=session, sequence=sequence, cycle=cycle, type=kind, text=f"t{sequence}",
+            confidence=0.25 * cycle, time_offset_seconds=1.5, parts={"why": "ü"},
+            sub_question=focus if cycle == 1 else None,
+        )  # fmt: skip
+    Thought.objects.create(
+        session=other, sequence=0, cycle=2, type="insight", text="x", confidence=0.5,
+        time_offset_seconds=0,
+    )  # fmt: skip
+    for number in (1, 2, 5):
+        Source.objects.create(
+            session=session, number=number, kind=SourceKind.WEB, key=f"k{number}", title="t"
+        )
+    return session, other
+
+
+def check_compiled_reads_as_the_orm(session: ThinkingSession, other: ThinkingSession) -> None:
+    for epoch in (0, 1, 2, 9):
+        expected = list(
+            Thought.objects.filter(session=session, type__in=("insight", "critique"))
+            .filter(cycle__gte=epoch)
+            .order_by("sequence")
+            .values_list(*LOG_COLUMNS)
+        )
+        read = compiled_values(
+            "test:epoch", epoch_thoughts, session=str(session.pk), **{"from": epoch}
+        )
+        assert read == [tuple(row) for row in expected]
+    everything = compiled_values("test:epoch", epoch_thoughts, session=session.pk, **{"from": 0})
+    assert [row[0] for row in everything] == [0, 1, 2]  # the scratchpad note and hint left out
+    assert everything[1][3] == {"why": "ü"} and everything[1][5] == "Why «tides»?"
+    assert everything[0][5] is None and everything[0][4].tzinfo is not None
+    other_rows = compiled_values("test:epoch", epoch_thoughts, session=other.pk, **{"from": 0})
+    assert [row[0] for row in other_rows] == [2]
+
+    rows = compiled_rows("test:sources", newest_sources, session=session.pk)
+    expected_rows = list(Source.objects.filter(session=session).order_by("-number")[:2])
+    assert [r.number for r in rows] == [5, 2]  # the LIMIT and the order compiled in
+    assert [vars(r) | {"_state": None} for r in rows] == [
+        vars(r) | {"_state": None} for r in expected_rows
+    ]
+    assert rows[0]._state.db == "default" and not rows[0]._state.adding
+    assert compiled_rows("test:sources", newest_sources, session=uuid.uuid4()) == []
+
+
+def test_a_read_with_named_parameters_gives_what_the_orm_gives(make_session: Any):
+    check_compiled_reads_as_the_orm(*a_session_with_thoughts(make_session))
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_a_read_with_named_parameters_gives_what_the_orm_gives_on_postgresql(
+    make_session: Any,
+):
+    needs_postgresql()
+    check_compiled_reads_as_the_orm(*a_session_with_thoughts(make_session))
+
+
+def test_a_read_with_named_parameters_is_compiled_once_and_refuses_wrong_values(
+    make_session: Any,
+):
+    session, _ = a_session_with_thoughts(make_session)
+    compiled_values("test:once", epoch_thoughts, session=session.pk, **{"from": 0})
+    with CaptureQueriesContext(connection) as reads:
+        compiled_values("test:once", epoch_thoughts, session=session.pk, **{"from": 1})
+    assert len(reads) == 1 and "LIMIT" not in reads[0]["sql"]
+    with pytest.raises(
+        ValueError, match=r"^this read takes \['from', 'session'\], not \['session'\]$"
+    ):
+        compiled_values("test:once", epoch_thoughts, session=session.pk)
+    with pytest.raises(ValidationError):  # as the ORM prepares a malformed key
+        compiled_values("test:once", epoch_thoughts, session="not a key", **{"from": 0})
+    with pytest.raises(ValueError, match=r"^not a read of Thought rows: SELECT"):
+        compiled_rows("test:values as rows", epoch_thoughts, session=session.pk, **{"from": 0})

@@ -138,6 +138,52 @@ async def test_re_ranking_waits_until_it_is_due(fake_claude: Any, make_session: 
     assert fake_claude.requests == []
 
 
+async def test_only_open_model_asked_questions_and_new_sources_make_a_re_ranking_due(
+    fake_claude: Any, make_session: Any, alice: Any
+):
+    """Checked every cycle: a person's question, an explored one and another session's do
+    not count as open, and only this session's sources found since the last re-ranking make
+    one due before its cycle comes."""
+    from thinking import rerank
+    from thinking.models import Source
+
+    session = await sync_to_async(make_session)(cycles=1, status=Status.THINKING)
+    other = await sync_to_async(make_session)(cycles=1, status=Status.THINKING)
+    await SubQuestion.objects.acreate(session=session, text="Open?", priority=3)
+    await SubQuestion.objects.acreate(session=session, text="Done?", priority=4, explored=True)
+    await SubQuestion.objects.acreate(session=session, text="Mine?", priority=5, added_by=alice)
+    for n in (1, 2, 3):
+        await SubQuestion.objects.acreate(session=other, text=f"Elsewhere {n}?", priority=n)
+        await Source.objects.acreate(session=other, number=n, kind="web", key=f"k{n}")
+    for n in (1, 2):
+        await Source.objects.acreate(session=session, number=n, kind="web", key=f"k{n}")
+    await claim(session)
+    llm = LLM.from_settings()
+    run = Run(llm=llm, research=None, publish=publish_nothing, worker_id=WORKER, meter=Meter())
+
+    async def step(sources_seen: int) -> None:
+        await ThinkingSession.objects.filter(pk=session.pk).aupdate(
+            sources_at_last_rerank=sources_seen
+        )
+        await session.arefresh_from_db()
+        await rerank.maybe_rerank(session=session, run=run)
+
+    try:
+        await step(0)  # new sources, but one open question of the model's: nothing to order
+        await SubQuestion.objects.acreate(session=session, text="Also open?", priority=6)
+        await step(2)  # two open now; no new source of its own, and not its cycle yet
+        assert fake_claude.requests == []
+        await Source.objects.acreate(session=session, number=3, kind="web", key="k3")
+        await step(2)  # a new source: due
+    finally:
+        await llm.close()
+
+    [request] = fake_claude.requests
+    shown = prompt_of(request)
+    assert "Open?" in shown and "Also open?" in shown
+    assert not any(text in shown for text in ("Done?", "Mine?", "Elsewhere"))
+
+
 async def test_re_ranking_uses_the_fast_model_when_one_is_set(
     fake_claude: Any, make_session: Any, settings: Any
 ):

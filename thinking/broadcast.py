@@ -33,7 +33,6 @@ from .presenters import (
     THOUGHT_PAGE,
     chart_context,
     header_context,
-    notes_context,
     notes_summary_context,
     plan_context,
     source_numbers,
@@ -262,10 +261,9 @@ def _event_thoughts(session_id: uuid.UUID, sequences: Iterable[int]) -> list[Tho
         if pk not in focuses:
             try:
                 focuses[pk] = read_by_pk(SubQuestion, pk)
-            except SubQuestion.DoesNotExist:  # deleted since: the thought shows no focus
+            except SubQuestion.DoesNotExist:  # deleted since: no focus, as a reload shows
                 focuses[pk] = None
-        if (focus := focuses[pk]) is not None:
-            thought.sub_question = focus
+        thought.sub_question = focuses[pk]
     return thoughts
 
 
@@ -503,7 +501,7 @@ def catch_up(
             _thought_part(note, numbers, show_parts=False, session=session)["html"]
             for note in shown
         ]
-        summary = {**notes_context(session), "oob": True}
+        summary = {**notes_summary_context(session), "oob": True}
         return [*pieces, _render("_scratchpad_summary.html", summary)]
 
     # Each section records what it sent beyond the state read above, so a live message

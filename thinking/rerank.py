@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -94,8 +94,12 @@ def due(session: ThinkingSession, *, source_count: int, open_count: int) -> bool
     )
 
 
+# Open, and asked by the model: a person's sub-question keeps its place.
+OPEN = {"explored": False, "added_by": None}
+
+
 def _open_questions(session: ThinkingSession) -> Any:
-    return session.sub_questions.filter(explored=False, added_by__isnull=True)
+    return session.sub_questions.filter(**OPEN)
 
 
 _SESSION = Param("session", ThinkingSession._meta.pk)
@@ -106,14 +110,14 @@ def _counted(rows: models.QuerySet) -> models.QuerySet:
 
 
 def _open_count() -> models.QuerySet:
-    return _counted(SubQuestion.objects.filter(session_id=_SESSION, explored=False, added_by=None))
+    return _counted(SubQuestion.objects.filter(session_id=_SESSION, **OPEN))
 
 
 def _source_count() -> models.QuerySet:
     return _counted(Source.objects.filter(session_id=_SESSION))
 
 
-def _count(kind: str, rows: Any, session_id: uuid.UUID) -> int:
+def _count(kind: str, rows: Callable[[], models.QuerySet], session_id: uuid.UUID) -> int:
     found = compiled_values(kind, rows, session=session_id)
     return found[0][0] if found else 0  # no rows to group: none
 

@@ -12,7 +12,6 @@ result the way the ORM's own iterators do: each column through its converters, t
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -20,7 +19,7 @@ from typing import Any, cast
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.expressions import Col, Value
-from django.db.models.query import ModelIterable
+from django.db.models.query import ModelIterable, ValuesListIterable
 from django.db.transaction import TransactionManagementError
 
 
@@ -57,22 +56,15 @@ def _fetch(
     return rows
 
 
-def _of[V](
-    store: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[Any, V]],
-    connection: BaseDatabaseWrapper,
-) -> dict[Any, V]:
-    """The compiled reads of one connection object."""
-    reads = store.get(connection)
+def _of(connection: BaseDatabaseWrapper, store: str) -> dict[Any, Any]:
+    """The compiled reads of one connection object, kept on the object itself: the ORM's
+    converters are bound to its backend, and each thread has its own connection object, so
+    its reads go with it. (A map keyed by the object held it forever: a converter refers
+    back to it.)"""
+    reads = connection.__dict__.get(store)
     if reads is None:
-        reads = store[connection] = {}
+        reads = connection.__dict__[store] = {}
     return reads
-
-
-# Per connection object: converters are bound to the connection's backend, and each thread
-# has its own connection object (its reads are forgotten with it).
-_compiled: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[tuple[Any, ...], _Read]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def _compile(query: models.QuerySet, connection: BaseDatabaseWrapper) -> tuple[Any, str, Any, list]:
@@ -85,7 +77,7 @@ def _compile(query: models.QuerySet, connection: BaseDatabaseWrapper) -> tuple[A
 def _compiled_read(
     connection: BaseDatabaseWrapper, kind: tuple[Any, ...], rows: Callable[[], models.QuerySet]
 ) -> _Read:
-    reads = _of(_compiled, connection)
+    reads: dict[tuple[Any, ...], _Read] = _of(connection, "_deepthink_reads")
     read = reads.get(kind)
     if read is None:
         query = rows()
@@ -171,17 +163,19 @@ class Param(Value):
         super().__init__(None, output_field=output_field)
         self.name = name
 
-    def as_sql(self, compiler: Any, connection: Any) -> Any:
+    def as_sql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
         return "%s", (_Slot(self.name, self.output_field),)
 
 
 @dataclass(frozen=True)
 class _Statement:
+    build: Callable[[], models.QuerySet]  # what `kind` names: another is refused
     sql: str
     params: list[Any]  # constants, and a `_Slot` for each Param
     names: frozenset[str]
     model: type[models.Model]
     columns: list[str]  # attribute names, for instances
+    iterable: type  # the ORM's kind of result: instances, values_list rows, ...
     instances: bool  # a query of instances (not values) of the model's own columns
     converters: list[tuple[int, list[Any], Any]]
 
@@ -195,50 +189,57 @@ class _Statement:
         return _fetch(connection, self.sql, params, self.converters)
 
 
-_statements: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[Any, _Statement]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def _statement(
     connection: BaseDatabaseWrapper, kind: str, build: Callable[[], models.QuerySet]
 ) -> _Statement:
-    statements = _of(_statements, connection)
+    statements: dict[str, _Statement] = _of(connection, "_deepthink_statements")
     statement = statements.get(kind)
     if statement is None:
         query = build()
         compiler, sql, params, select = _compile(query, connection)
         model = query.model
         own = all(isinstance(c, Col) and c.target.model is model for c in select)
+        # Rows are taken as the database returns them: nothing the ORM does after the SELECT
+        # (prefetching, trimming the columns DISTINCT ordering adds) would be done.
+        if getattr(query, "_prefetch_related_lookups", ()) or query.query.distinct:
+            raise ValueError(f"not a read compiled reads can give as the ORM would: {sql}")
         converters = compiler.get_converters(select)
         statement = statements[kind] = _Statement(
+            build=build,
             sql=sql,
             params=list(params),
             names=frozenset(p.name for p in params if isinstance(p, _Slot)),
             model=model,
             columns=[c.target.attname if isinstance(c, Col) else "" for c in select],
+            iterable=query._iterable_class,
             instances=own and query._iterable_class is ModelIterable,
             converters=[(i, convs, expression) for i, (convs, expression) in converters.items()],
         )
+    elif statement.build is not build:  # the SQL compiled is another query's
+        raise ValueError(f"{kind!r} names another query already")
     return statement
 
 
 def compiled_values(
-    kind: str, build: Callable[[], models.QuerySet], **values: Any
+    kind: str, build: Callable[[], models.QuerySet], /, **values: Any
 ) -> list[tuple[Any, ...]]:
     """The rows of `build()` (a `values_list` query whose varying values are `Param`s), as
     the ORM would return them, compiled once per connection under the name `kind`: one
-    `kind` must always build the same query."""
+    `kind` always names the same `build` (another is refused), and a value that varies must
+    be a `Param` (anything else is compiled in with the first call's value)."""
     connection = connections[DEFAULT_DB_ALIAS]
     statement = _statement(connection, kind, build)
+    if statement.iterable is not ValuesListIterable:  # flat, named, dicts, instances
+        raise ValueError(f"not a values_list read of {statement.model.__name__}: {statement.sql}")
     return [tuple(row) for row in statement.run(connection, values)]
 
 
 def compiled_rows[M: models.Model](
-    kind: str, build: Callable[[], models.QuerySet[M]], **values: Any
+    kind: str, build: Callable[[], models.QuerySet[M]], /, **values: Any
 ) -> list[M]:
     """The instances `build()` (a query of its model's own columns, varying values as
-    `Param`s) would give, compiled once per connection under the name `kind`."""
+    `Param`s) would give, compiled once per connection under the name `kind` (as for
+    `compiled_values`)."""
     connection = connections[DEFAULT_DB_ALIAS]
     statement = _statement(connection, kind, build)
     if not statement.instances:

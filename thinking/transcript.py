@@ -12,10 +12,9 @@ synthesis carries the earlier ones forward), which keeps the prompt bounded.
 from __future__ import annotations
 
 import bisect
-from collections import namedtuple
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import models
 
@@ -50,9 +49,31 @@ def epoch_start_for(last_cycle: int) -> int:
 # call reads the log, and building its five queries through the ORM was about half its CPU.
 _SESSION = Param("session", ThinkingSession._meta.pk)
 _EPOCH = Param("epoch", models.PositiveIntegerField())
-LogThought = namedtuple("LogThought", "cycle type confidence text created_at focus")
-LogSynthesis = namedtuple("LogSynthesis", "sequence is_final confidence text created_at")
-LogQuestion = namedtuple("LogQuestion", "text priority initial_priority created_at")
+_FIRST = Param("first", models.DateTimeField())  # when the epoch's first cycle was stored
+
+
+class LogThought(NamedTuple):
+    cycle: int
+    type: str
+    confidence: float
+    text: str
+    created_at: datetime
+    focus: str | None  # the sub-question's text; None: the session's question
+
+
+class LogSynthesis(NamedTuple):
+    sequence: int
+    is_final: bool
+    confidence: float
+    text: str
+    created_at: datetime
+
+
+class LogQuestion(NamedTuple):
+    text: str
+    priority: int
+    initial_priority: int | None
+    created_at: datetime
 
 
 def _model_thoughts() -> models.QuerySet:
@@ -75,6 +96,15 @@ def _epoch_thoughts() -> models.QuerySet:
 def _syntheses() -> models.QuerySet:
     syntheses = Synthesis.objects.filter(session_id=_SESSION).order_by("sequence")
     return syntheses.values_list(*LogSynthesis._fields)
+
+
+def _carried_synthesis() -> models.QuerySet:
+    """The latest synthesis before the epoch: it carries the earlier ones forward."""
+    return _syntheses().filter(created_at__lt=_FIRST).order_by("-sequence")[:1]
+
+
+def _epoch_syntheses() -> models.QuerySet:
+    return _syntheses().filter(created_at__gte=_FIRST)
 
 
 def _sources() -> models.QuerySet:
@@ -100,20 +130,19 @@ def session_log(session: ThinkingSession) -> tuple[str, ...]:
     # long session's thoughts each time made every call's work (and the peak memory of
     # the database threads, which the allocator keeps) grow with the session.
     thoughts = compiled_values("log:thoughts", _epoch_thoughts, session=key, epoch=epoch_start)
-    cycles: dict[int, list[Any]] = {}
+    cycles: dict[int, list[LogThought]] = {}
     for thought in map(LogThought._make, thoughts):
         cycles.setdefault(thought.cycle, []).append(thought)
-    # A session has a few dozen syntheses at most: all of them, then this epoch's here.
-    all_syntheses = list(
-        map(LogSynthesis._make, compiled_values("log:syntheses", _syntheses, session=key))
-    )
     if epoch_start and cycles:
         # The latest synthesis before this epoch carries the earlier ones forward.
         first = min(rows[0].created_at for rows in cycles.values())
-        before = [s for s in all_syntheses if s.created_at < first]
-        syntheses = [*before[-1:], *(s for s in all_syntheses if s.created_at >= first)]
+        found = [
+            *compiled_values("log:carried", _carried_synthesis, session=key, first=first),
+            *compiled_values("log:epoch-syntheses", _epoch_syntheses, session=key, first=first),
+        ]
     else:
-        syntheses = all_syntheses
+        found = compiled_values("log:syntheses", _syntheses, session=key)
+    syntheses = list(map(LogSynthesis._make, found))
     for cycle, rows in cycles.items():
         focus = rows[0].focus
         focus = session.question if focus is None else focus

@@ -5,13 +5,16 @@ field for field, on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import datetime
+import gc
+import threading
 import uuid
+import weakref
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection, models, transaction
+from django.db import connection, connections, models, transaction
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
@@ -261,3 +264,49 @@ def test_a_read_with_named_parameters_is_compiled_once_and_refuses_wrong_values(
         compiled_values("test:once", epoch_thoughts, session="not a key", **{"from": 0})
     with pytest.raises(ValueError, match=r"^not a read of Thought rows: SELECT"):
         compiled_rows("test:values as rows", epoch_thoughts, session=session.pk, **{"from": 0})
+
+
+def test_a_name_given_to_another_query_or_a_read_it_cannot_give_is_refused(make_session: Any):
+    """A compiled read runs the SQL its name was first compiled with, so a name is one
+    query's, and a query whose rows the ORM would change after the SELECT is refused."""
+    session, _ = a_session_with_thoughts(make_session)
+    compiled_rows("test:named", newest_sources, session=session.pk)
+    with pytest.raises(ValueError, match=r"^'test:named' names another query already$"):
+        compiled_rows("test:named", lambda: newest_sources(), session=session.pk)
+
+    def flat() -> models.QuerySet:
+        return Source.objects.filter(session_id=SESSION).values_list("number", flat=True)
+
+    def distinct() -> models.QuerySet:
+        return Source.objects.filter(session_id=SESSION).distinct().values_list("kind")
+
+    def prefetching() -> models.QuerySet:
+        return Thought.objects.filter(session_id=SESSION).prefetch_related("sub_question")
+
+    with pytest.raises(ValueError, match=r"^not a values_list read of Source: SELECT"):
+        compiled_values("test:flat", flat, session=session.pk)
+    for kind, build in (("test:distinct", distinct), ("test:prefetching", prefetching)):
+        with pytest.raises(ValueError, match=r"^not a read compiled reads can give as the ORM"):
+            compiled_values(kind, build, session=session.pk)
+
+
+@pytest.mark.django_db(transaction=True)  # the thread's own connection sees the rows
+def test_a_threads_compiled_reads_go_with_its_connection(make_session: Any):
+    """Each thread has its own connection object, and its compiled reads are kept on it: a
+    thread that ends leaves no connection (an open SQLite file) behind. The ORM's converters
+    refer back to the connection, so a map keyed by it would keep it forever."""
+    session, _ = a_session_with_thoughts(make_session)
+    left: list[weakref.ref] = []
+
+    def read_in_a_thread() -> None:
+        rows = compiled_values("test:epoch", epoch_thoughts, session=session.pk, **{"from": 0})
+        assert [row[0] for row in rows] == [0, 1, 2]
+        read_by_pk(ThinkingSession, session.pk)  # converters for its times and JSON
+        left.append(weakref.ref(connections["default"]))  # this thread's own object
+        connection.close()
+
+    worker = threading.Thread(target=read_in_a_thread)
+    worker.start()
+    worker.join()
+    gc.collect()
+    assert len(left) == 1 and left[0]() is None

@@ -209,3 +209,9 @@ def test_reading_the_log_builds_only_the_current_epochs_rows(make_session: Any) 
         q["sql"] for q in queries.captured_queries if '"thinking_thought"."text"' in q["sql"]
     ]
     assert f'"thinking_thought"."cycle" >= {2 * transcript.EPOCH_CYCLES}' in thoughts
+    # The syntheses too: the one carried forward and this epoch's, not all of them.
+    syntheses = [
+        q["sql"] for q in queries.captured_queries if '"thinking_synthesis"."text"' in q["sql"]
+    ]
+    assert len(syntheses) == 2
+    assert all('"thinking_synthesis"."created_at"' in sql.split("WHERE")[1] for sql in syntheses)

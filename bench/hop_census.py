@@ -56,6 +56,7 @@ class Census:
         self.cpu: collections.Counter[str] = collections.Counter()
         self.calls: collections.Counter[str] = collections.Counter()
         self._local = threading.local()
+        self._render: Callable[..., Any] | None = None
 
     def clear(self) -> None:
         self.cpu.clear()
@@ -78,8 +79,8 @@ class Census:
                 return original(hop, *args, **kwargs)
             finally:
                 local.depth = depth
-                if depth == 0:
-                    func = getattr(hop, "func", None)
+                func = getattr(hop, "func", None)
+                if depth == 0 and func is not self._render:  # a render counts itself, by kind
                     name = getattr(func, "__qualname__", repr(func))
                     self.add(f"hop {getattr(func, '__module__', '')}.{name}", started)
 
@@ -106,6 +107,7 @@ class Census:
         ]
         for cls, original in handlers:
             cls.thread_handler = self._hop(original)  # type: ignore[method-assign]
+        self._render = counted_render
         broadcast.render_event = counted_render
         try:
             yield self

@@ -1,12 +1,13 @@
-"""CPU of the reads every stored step and live update make: the ORM against `row_reads`.
+"""CPU of the reads every stored step and live update make, and of the UPDATE every step ends
+with: the ORM against `row_reads` and `row_writes`.
 
     .venv/bin/python -m bench.row_read_cost            # SQLite (a throwaway file)
     DATABASE_URL=postgres://... .venv/bin/python -m bench.row_read_cost
 
 Runs one 30-cycle benchmark session against the fake servers (so the rows are a real
 session's: ~75 stage entries, 100 thoughts, sub-questions and sources), then reads it back
-each way, side by side, and prints CPU milliseconds per read and the ratio (issue 17, "The
-session row, compiled once").
+each way, side by side, and prints CPU milliseconds per read (or write) and the ratio
+(issue 17, "The session row, compiled once", "The step's UPDATE, compiled once").
 """
 
 from __future__ import annotations
@@ -33,9 +34,47 @@ def cpu_ms(read: Callable[[], Any], count: int = READS) -> float:
 
 def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
     from django.db import transaction
+    from django.db.models import F
+    from django.utils import timezone
 
     from thinking.models import Source, SubQuestion, ThinkingSession
     from thinking.row_reads import read_by_pk, values_by
+    from thinking.row_writes import update_by_pk
+
+    stages = ThinkingSession.objects.get(pk=session_id).stages
+
+    def checkpoint(**changes: Any) -> Callable[[], dict[str, Any]]:
+        """A step's checkpoint (`models._open_step`) with the step's own changes."""
+
+        def build() -> dict[str, Any]:
+            now = timezone.now()
+            return {
+                "revision": F("revision") + 1,
+                "heartbeat_at": now,
+                "active_seconds": F("active_seconds") + 0.01,
+                "running_since": now,
+                **changes,
+            }
+
+        return build
+
+    # A stage entered rewrites the history (record_sync); a thought cycle adds to counters.
+    stage_entered = checkpoint(stages=stages, progress=stages[-1])
+    cycle_stored = checkpoint(
+        input_tokens=F("input_tokens") + 1200,
+        output_tokens=F("output_tokens") + 300,
+        cache_read_tokens=F("cache_read_tokens") + 0,
+        cache_write_tokens=F("cache_write_tokens") + 0,
+        parse_routes={"tags": 12},
+        cycles=F("cycles") + 1,
+        focus="What limits the tide's height?",
+    )
+
+    def orm_update(changes: Callable[[], dict[str, Any]]) -> Callable[[], Any]:
+        return lambda: ThinkingSession.objects.filter(pk=session_id).update(**changes())
+
+    def compiled_update(changes: Callable[[], dict[str, Any]]) -> Callable[[], Any]:
+        return lambda: update_by_pk(ThinkingSession, session_id, **changes())
 
     def locked_orm() -> None:
         with transaction.atomic():
@@ -72,6 +111,12 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
             ),
             lambda: values_by(SubQuestion, "session_id", session_id, *questions),
         ),
+        (
+            f"UPDATE: a stage entered ({len(stages)})",
+            orm_update(stage_entered),
+            compiled_update(stage_entered),
+        ),
+        ("UPDATE: a thought cycle", orm_update(cycle_stored), compiled_update(cycle_stored)),
     ]
     rows = []
     for label, orm, compiled in pairs:
@@ -97,7 +142,7 @@ def main() -> None:
             return runs[0].id
 
         session_id = asyncio.run(one_session())
-        print(f"{setup.database}: CPU ms per read ({READS} reads, best of two)")
+        print(f"{setup.database}: CPU ms per read or write ({READS} each, best of two)")
         print(f"{'read':38} {'ORM':>7} {'compiled':>9} {'ratio':>6}")
         for label, orm_ms, compiled_ms in measure(session_id):
             print(f"{label:38} {orm_ms:7.3f} {compiled_ms:9.3f} {orm_ms / compiled_ms:5.1f}x")

@@ -569,9 +569,17 @@ async def _watch(user: Any, cookie: str, viewers: int, key: str, latency: float)
     commits: list[tuple[float, set[str]]] = []
 
     # The loop hands each event to its session's publisher right after the step's transaction
-    # commits; the publisher renders and sends later, in order. Time from the hand-over, so the
-    # wait in that queue counts.
-    handed: dict[SessionEvent, float] = {}
+    # commits; the publisher renders and sends later, in order, and steps that waited together
+    # go out as one message. Time each step from its own hand-over, so the wait in that queue
+    # counts.
+    handed: dict[str, float] = {}
+
+    def shown(event: SessionEvent) -> set[str]:
+        ids = {f"thought-{n}" for n in event.thoughts}
+        if event.synthesis is not None:
+            ids.add(f"synthesis-{event.synthesis}")
+        return ids
+
     try:
         from thinking.publishing import SessionPublisher
     except ImportError:  # before issue 17: the loop published inline
@@ -580,17 +588,21 @@ async def _watch(user: Any, cookie: str, viewers: int, key: str, latency: float)
         queue = SessionPublisher.__call__
 
         async def stamped(self: Any, event: SessionEvent) -> None:
-            handed.setdefault(event, time.monotonic())
+            if event.live is None:
+                now = time.monotonic()
+                for shown_id in shown(event):
+                    handed.setdefault(shown_id, now)
             await queue(self, event)
 
         SessionPublisher.__call__ = stamped  # type: ignore[method-assign]
 
     async def timed_publish(event: SessionEvent) -> None:
-        if event.live is None and (event.thoughts or event.synthesis is not None):
-            ids = {f"thought-{n}" for n in event.thoughts}
-            if event.synthesis is not None:
-                ids.add(f"synthesis-{event.synthesis}")
-            commits.append((handed.pop(event, time.monotonic()), ids))
+        if event.live is None and (ids := shown(event)):
+            now = time.monotonic()
+            steps: dict[float, set[str]] = {}
+            for shown_id in ids:  # one entry per step handed over
+                steps.setdefault(handed.pop(shown_id, now), set()).add(shown_id)
+            commits.extend(steps.items())
         await broadcast.publish(event)
 
     try:

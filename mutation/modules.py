@@ -99,6 +99,12 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_step_hops.py",
         "tests/thinking/test_consumers.py",
     ),
+    # the UPDATE every stored step ends with, without the ORM's work
+    "thinking/row_writes.py": (
+        "tests/thinking/test_row_writes.py",
+        "tests/thinking/test_models.py",
+        "tests/thinking/test_step_hops.py",
+    ),
     # the stores one at a time (a cancel mid-failure, the notice while waiting), then sessions
     "thinking/steps.py": ("tests/thinking/test_step_stores.py", *LOOP_TESTS),
     # the loop (the longest runs)

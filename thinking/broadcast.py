@@ -27,7 +27,7 @@ from django.template.loader import render_to_string
 from config.hops import db_hop
 
 from .events import SessionEvent
-from .models import Source, SubQuestion, ThinkingSession, Thought, ThoughtType
+from .models import SESSION_KEY, Source, SubQuestion, ThinkingSession, Thought, ThoughtType
 from .presenters import (
     NOTE_PAGE,
     THOUGHT_PAGE,
@@ -232,12 +232,11 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     return message
 
 
-_SESSION = Param("session", ThinkingSession._meta.pk)
 _FIRST, _LAST = (Param(name, models.PositiveIntegerField()) for name in ("first", "last"))
 
 
 def _thoughts_between() -> models.QuerySet[Thought]:
-    rows = Thought.objects.filter(session_id=_SESSION, sequence__gte=_FIRST, sequence__lte=_LAST)
+    rows = Thought.objects.filter(session_id=SESSION_KEY, sequence__gte=_FIRST, sequence__lte=_LAST)
     return rows.order_by("sequence")
 
 

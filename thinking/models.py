@@ -25,7 +25,8 @@ from django.utils import timezone
 from . import pricing
 from .capabilities import ThinkingSettings
 from .events import SessionEvent
-from .row_reads import read_by_pk
+from .row_reads import Param, compiled_values, read_by_pk
+from .row_writes import update_by_pk
 
 
 class Status(models.TextChoices):
@@ -183,7 +184,7 @@ def _open_step(
         if meter is not None:
             changes.update(active_seconds=F("active_seconds") + meter.lap(), running_since=now)
         changes.update(step.changes)
-        cls.objects.filter(pk=pk).update(**changes)
+        update_by_pk(cls, pk, **changes)
         if not _apply_locally(session, changes):
             session.refresh_from_db()
         if on_commit is not None:
@@ -585,8 +586,9 @@ class ThinkingSession(models.Model):
         )
 
     def next_thought_sequence(self) -> int:
-        top = self.thoughts.aggregate(top=Max("sequence"))["top"]
-        return 0 if top is None else top + 1
+        # Every stored cycle asks: a compiled read (row_reads.py) of the top of the index.
+        top = compiled_values("top thought", _top_thought, session=self.pk)
+        return top[0][0] + 1 if top else 0
 
     STEERABLE = (Status.CREATED, Status.THINKING, Status.PAUSED)
 
@@ -640,6 +642,11 @@ class ThinkingSession(models.Model):
         return 0 if top is None else top + 1
 
 
+# A session's key as a compiled read's named parameter (thinking/row_reads.py): the session
+# log, a live update's thoughts and the re-ranking counts are read by it.
+SESSION_KEY = Param("session", ThinkingSession._meta.pk)
+
+
 class ThoughtType(models.TextChoices):
     EXPLORATION = "exploration", "Exploration"
     CRITIQUE = "critique", "Critique"
@@ -650,6 +657,14 @@ class ThoughtType(models.TextChoices):
     # Steering by a person: a hint for the next prompts, or the sub-question they added.
     HINT = "hint", "Your hint"
     QUESTION = "question", "Your question"
+
+
+def _top_thought() -> models.QuerySet:
+    return (
+        Thought.objects.filter(session_id=SESSION_KEY)
+        .order_by("-sequence")
+        .values_list("sequence")[:1]
+    )
 
 
 class ThoughtQuerySet(models.QuerySet["Thought"]):

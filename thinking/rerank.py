@@ -30,8 +30,8 @@ from . import interrupt, parsing, prompts, stages, steps
 from .events import SessionEvent
 from .live import publish_safely
 from .llm import LLMError, Reply, prompt_message
-from .models import Lap, Source, SubQuestion, ThinkingSession
-from .row_reads import Param, compiled_values
+from .models import SESSION_KEY, Lap, Source, SubQuestion, ThinkingSession
+from .row_reads import compiled_values
 from .run import Run
 
 logger = logging.getLogger(__name__)
@@ -102,19 +102,16 @@ def _open_questions(session: ThinkingSession) -> Any:
     return session.sub_questions.filter(**OPEN)
 
 
-_SESSION = Param("session", ThinkingSession._meta.pk)
-
-
 def _counted(rows: models.QuerySet) -> models.QuerySet:
     return rows.order_by().values("session_id").annotate(n=Count("pk")).values_list("n")
 
 
 def _open_count() -> models.QuerySet:
-    return _counted(SubQuestion.objects.filter(session_id=_SESSION, **OPEN))
+    return _counted(SubQuestion.objects.filter(session_id=SESSION_KEY, **OPEN))
 
 
 def _source_count() -> models.QuerySet:
-    return _counted(Source.objects.filter(session_id=_SESSION))
+    return _counted(Source.objects.filter(session_id=SESSION_KEY))
 
 
 def _count(kind: str, rows: Callable[[], models.QuerySet], session_id: uuid.UUID) -> int:

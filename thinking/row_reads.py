@@ -1,18 +1,19 @@
 """Reads of a live update and a stored step without the ORM's per-query work.
 
 Every stored step reads the session row under its lock, and every full live update reads it
-again, with the numbers of the session's sources and the states of its sub-questions.
-Through the ORM each read clones, builds and compiles its query anew: ~1 ms of CPU for the
-~50-column session row on this machine, where running the SELECT and building the instance
-cost about a third of that (bench/README.md, "The session row, compiled once"). Here each
-kind of read is compiled once per database connection, and a read runs it and builds its
-result the way the ORM's own iterators do: each column through its converters, then
-`Model.from_db` for an instance. Anything else goes through the ORM as usual.
+again, with the numbers of the session's sources and the states of its sub-questions; every
+thought cycle reads the session log. Through the ORM each read clones, builds and compiles
+its query anew: ~1 ms of CPU for the ~50-column session row on this machine, where running
+the SELECT and building the instance cost about a third of that (bench/README.md, "The
+session row, compiled once"). Here each kind of read is compiled once per database
+connection, and a read runs it and builds its result the way the ORM's own iterators do:
+each column through its converters, then `Model.from_db` for an instance. Anything else goes
+through the ORM as usual.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -21,19 +22,6 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.expressions import Col, Value
 from django.db.models.query import ModelIterable, ValuesListIterable
 from django.db.transaction import TransactionManagementError
-
-
-@dataclass(frozen=True)
-class _Read:
-    sql: str
-    key: models.Field  # the field the one parameter is compared with
-    columns: list[str]  # the model's attribute names, in the SELECT's order
-    converters: list[tuple[int, list[Any], Any]]  # (position, converters, expression)
-
-    def run(self, connection: BaseDatabaseWrapper, value: Any) -> list[list[Any]]:
-        # As the ORM prepares a lookup's value: a malformed key fails here (ValidationError).
-        key = self.key.get_db_prep_value(value, connection)
-        return _fetch(connection, self.sql, [key], self.converters)
 
 
 def _fetch(
@@ -56,14 +44,14 @@ def _fetch(
     return rows
 
 
-def _of(connection: BaseDatabaseWrapper, store: str) -> dict[Any, Any]:
-    """The compiled reads of one connection object, kept on the object itself: the ORM's
+def compiled_on(connection: BaseDatabaseWrapper) -> dict[Any, Any]:
+    """The compiled statements of one connection object, kept on the object itself: the ORM's
     converters are bound to its backend, and each thread has its own connection object, so
     its reads go with it. (A map keyed by the object held it forever: a converter refers
     back to it.)"""
-    reads = connection.__dict__.get(store)
+    reads = connection.__dict__.get("_deepthink_reads")
     if reads is None:
-        reads = connection.__dict__[store] = {}
+        reads = connection.__dict__["_deepthink_reads"] = {}
     return reads
 
 
@@ -74,84 +62,26 @@ def _compile(query: models.QuerySet, connection: BaseDatabaseWrapper) -> tuple[A
     return compiler, sql, params, [column for column, _, _ in compiler.select]
 
 
-def _compiled_read(
-    connection: BaseDatabaseWrapper, kind: tuple[Any, ...], rows: Callable[[], models.QuerySet]
-) -> _Read:
-    reads: dict[tuple[Any, ...], _Read] = _of(connection, "_deepthink_reads")
-    read = reads.get(kind)
-    if read is None:
-        query = rows()
-        compiler, sql, params, select = _compile(query, connection)
-        # The key is the query's one parameter (any key compiles to the same SQL), and every
-        # column is the model's own, so the rows can be built without the ORM's iterators.
-        if len(params) != 1 or not all(
-            isinstance(column, Col) and column.target.model is query.model for column in select
-        ):
-            raise ValueError(f"not a plain read of {query.model.__name__} rows by one key: {sql}")
-        filters: list[Any] = query.query.where.children
-        (lookup,) = filters  # the one filter, on the key's column: its field prepares a key
-        converters = compiler.get_converters(select)
-        read = reads[kind] = _Read(
-            sql=sql,
-            key=lookup.lhs.target,
-            columns=[column.target.attname for column in select],
-            converters=[(i, convs, expression) for i, (convs, expression) in converters.items()],
-        )
-    return read
-
-
-def read_by_pk[M: models.Model](
-    model: type[M], pk: Any, *, for_update: bool = False, defer: Sequence[str] = ()
-) -> M:
-    """`model.objects.get(pk=pk)`, with `select_for_update()` or `defer(*defer)` if asked, at a
-    fraction of the CPU. Raises `model.DoesNotExist` as `get` does; a locking read must run
-    inside a transaction, as with the ORM."""
-    connection = connections[DEFAULT_DB_ALIAS]
-    if for_update and connection.get_autocommit():
-        raise TransactionManagementError(
-            "select_for_update cannot be used outside of a transaction."
-        )
-
-    def rows() -> models.QuerySet:
-        query = model._default_manager.using(connection.alias).filter(pk=pk).order_by()
-        query = query.select_for_update() if for_update else query
-        return query.defer(*defer) if defer else query
-
-    read = _compiled_read(connection, ("row", model, for_update, tuple(defer)), rows)
-    found = read.run(connection, pk)
-    if not found:
-        raise model.DoesNotExist(f"{model.__name__} matching query does not exist.")  # type: ignore[attr-defined]
-    return model.from_db(connection.alias, read.columns, found[0])
-
-
-def values_by(
-    model: type[models.Model], field: str, value: Any, *columns: str
-) -> list[tuple[Any, ...]]:
-    """`model.objects.filter(**{field: value}).order_by().values_list(*columns)`, at a
-    fraction of the CPU: the rows in no particular order."""
-    connection = connections[DEFAULT_DB_ALIAS]
-
-    def rows() -> models.QuerySet:
-        manager = model._default_manager.using(connection.alias)
-        return manager.filter(**{field: value}).order_by().values_list(*columns)
-
-    read = _compiled_read(connection, ("values", model, field, columns), rows)
-    return [tuple(row) for row in read.run(connection, value)]
-
-
-# --- reads with named parameters --------------------------------------------------------
-# The reads above take one key. A read filtered on more than that (a session's thoughts of
-# an epoch, a page of its sources) names each varying value with a `Param`: the ORM compiles
-# it to a placeholder, and each run fills the placeholders from its own values. Everything
-# else in the query (constants, the order, a LIMIT) is compiled into the statement once.
+# Each varying value of a read (a session's key, the first cycle of an epoch) is named with a
+# `Param`: the ORM compiles it to a placeholder, and each run fills the placeholders from its
+# own values. Everything else in the query (constants, the order, a LIMIT) is compiled into
+# the statement once.
 
 
 @dataclass(frozen=True)
-class _Slot:
-    """A placeholder's place in the compiled parameters: filled by name on each run."""
+class Slot:
+    """A placeholder's place in the compiled parameters: filled by name on each run, with the
+    value prepared as `field` prepares a lookup's value, or a stored one's (`saved`, for an
+    UPDATE's SET: row_writes.py)."""
 
     name: str
     field: models.Field
+    saved: bool = False
+
+    def prepare(self, value: Any, connection: BaseDatabaseWrapper) -> Any:
+        if self.saved:
+            return self.field.get_db_prep_save(value, connection)
+        return self.field.get_db_prep_value(value, connection)
 
 
 class Param(Value):
@@ -164,14 +94,14 @@ class Param(Value):
         self.name = name
 
     def as_sql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
-        return "%s", (_Slot(self.name, self.output_field),)
+        return "%s", (Slot(self.name, self.output_field),)
 
 
 @dataclass(frozen=True)
 class _Statement:
     build: Callable[[], models.QuerySet]  # what `kind` names: another is refused
     sql: str
-    params: list[Any]  # constants, and a `_Slot` for each Param
+    params: list[Any]  # constants, and a `Slot` for each Param
     names: frozenset[str]
     model: type[models.Model]
     columns: list[str]  # attribute names, for instances
@@ -183,16 +113,17 @@ class _Statement:
         if values.keys() != self.names:
             raise ValueError(f"this read takes {sorted(self.names)}, not {sorted(values)}")
         params = [
-            p.field.get_db_prep_value(values[p.name], connection) if isinstance(p, _Slot) else p
-            for p in self.params
+            p.prepare(values[p.name], connection) if isinstance(p, Slot) else p for p in self.params
         ]
         return _fetch(connection, self.sql, params, self.converters)
 
 
 def _statement(
-    connection: BaseDatabaseWrapper, kind: str, build: Callable[[], models.QuerySet]
+    connection: BaseDatabaseWrapper, kind: Hashable, build: Callable[[], models.QuerySet]
 ) -> _Statement:
-    statements: dict[str, _Statement] = _of(connection, "_deepthink_statements")
+    """The statement `kind` names on this connection, compiled from `build()` the first
+    time."""
+    statements: dict[Hashable, _Statement] = compiled_on(connection)
     statement = statements.get(kind)
     if statement is None:
         query = build()
@@ -208,14 +139,21 @@ def _statement(
             build=build,
             sql=sql,
             params=list(params),
-            names=frozenset(p.name for p in params if isinstance(p, _Slot)),
+            names=frozenset(p.name for p in params if isinstance(p, Slot)),
             model=model,
             columns=[c.target.attname if isinstance(c, Col) else "" for c in select],
             iterable=query._iterable_class,
             instances=own and query._iterable_class is ModelIterable,
             converters=[(i, convs, expression) for i, (convs, expression) in converters.items()],
         )
-    elif statement.build is not build:  # the SQL compiled is another query's
+    return statement
+
+
+def _named(
+    connection: BaseDatabaseWrapper, kind: str, build: Callable[[], models.QuerySet]
+) -> _Statement:
+    statement = _statement(connection, kind, build)
+    if statement.build is not build:  # the SQL compiled is another query's
         raise ValueError(f"{kind!r} names another query already")
     return statement
 
@@ -228,7 +166,7 @@ def compiled_values(
     `kind` always names the same `build` (another is refused), and a value that varies must
     be a `Param` (anything else is compiled in with the first call's value)."""
     connection = connections[DEFAULT_DB_ALIAS]
-    statement = _statement(connection, kind, build)
+    statement = _named(connection, kind, build)
     if statement.iterable is not ValuesListIterable:  # flat, named, dicts, instances
         raise ValueError(f"not a values_list read of {statement.model.__name__}: {statement.sql}")
     return [tuple(row) for row in statement.run(connection, values)]
@@ -241,9 +179,54 @@ def compiled_rows[M: models.Model](
     `Param`s) would give, compiled once per connection under the name `kind` (as for
     `compiled_values`)."""
     connection = connections[DEFAULT_DB_ALIAS]
-    statement = _statement(connection, kind, build)
+    statement = _named(connection, kind, build)
     if not statement.instances:
         raise ValueError(f"not a read of {statement.model.__name__} rows: {statement.sql}")
     rows = statement.run(connection, values)
     model = cast(type[M], statement.model)
     return [model.from_db(connection.alias, statement.columns, row) for row in rows]
+
+
+# --- the reads every step and live update makes -------------------------------------------
+# Their kinds are tuples, so they never meet a named read's name; each kind is one query.
+
+
+def read_by_pk[M: models.Model](
+    model: type[M], pk: Any, *, for_update: bool = False, defer: Sequence[str] = ()
+) -> M:
+    """`model.objects.get(pk=pk)`, with `select_for_update()` or `defer(*defer)` if asked, at a
+    fraction of the CPU. Raises `model.DoesNotExist` as `get` does; a locking read must run
+    inside a transaction, as with the ORM."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if for_update and connection.get_autocommit():
+        raise TransactionManagementError(
+            "select_for_update cannot be used outside of a transaction."
+        )
+
+    def rows() -> models.QuerySet:
+        key = Param("pk", model._meta.pk)
+        query = model._default_manager.using(connection.alias).filter(pk=key).order_by()
+        query = query.select_for_update() if for_update else query
+        return query.defer(*defer) if defer else query
+
+    statement = _statement(connection, ("row", model, for_update, tuple(defer)), rows)
+    found = statement.run(connection, {"pk": pk})
+    if not found:
+        raise model.DoesNotExist(f"{model.__name__} matching query does not exist.")  # type: ignore[attr-defined]
+    return model.from_db(connection.alias, statement.columns, found[0])
+
+
+def values_by(
+    model: type[models.Model], field: str, value: Any, *columns: str
+) -> list[tuple[Any, ...]]:
+    """`model.objects.filter(**{field: value}).order_by().values_list(*columns)` for one of
+    the model's own fields, at a fraction of the CPU: the rows in no particular order."""
+    connection = connections[DEFAULT_DB_ALIAS]
+
+    def rows() -> models.QuerySet:
+        key = Param("key", model._meta.get_field(field))  # type: ignore[arg-type]
+        manager = model._default_manager.using(connection.alias)
+        return manager.filter(**{field: key}).order_by().values_list(*columns)
+
+    statement = _statement(connection, ("values", model, field, columns), rows)
+    return [tuple(row) for row in statement.run(connection, {"key": value})]

@@ -26,6 +26,7 @@ from .models import (
     IllegalTransition,
     LeaseLost,
     ModelCall,
+    Source,
     Step,
     Stopped,
     SubQuestion,
@@ -34,6 +35,8 @@ from .models import (
     Thought,
     ThoughtType,
 )
+from .row_reads import values_by
+from .row_writes import update_by_pk
 from .run import Meter
 
 if TYPE_CHECKING:
@@ -241,7 +244,7 @@ def _store_thoughts(
             for index, thought in enumerate(reading.thoughts)
         )
         record_calls(step, "thoughts", replies)
-        known = set(session.sources.values_list("number", flat=True))
+        known = {number for (number,) in values_by(Source, "session_id", session.pk, "number")}
         unknown = sum(len(citations.unknown_citations(t.text, known)) for t in reading.thoughts)
         if unknown:  # thoughts cite too: counted like the syntheses' citations
             step.update(unknown_citations=F("unknown_citations") + unknown)
@@ -256,7 +259,9 @@ def _store_thoughts(
         questions_changed = False
         if focus.sub_question_id is not None:
             best = max(parsed, key=lambda t: t.confidence, default=None)
-            SubQuestion.objects.filter(pk=focus.sub_question_id).update(
+            update_by_pk(
+                SubQuestion,
+                focus.sub_question_id,
                 explored=True,
                 explored_at=timezone.now(),
                 answer=best.text[:MAX_ANSWER_CHARS] if best else "",
@@ -291,7 +296,7 @@ def _store_questions(
         seen = {parsing.question_key(session.question)}
         seen.update(
             parsing.question_key(text)
-            for text in session.sub_questions.values_list("text", flat=True)
+            for (text,) in values_by(SubQuestion, "session_id", session.pk, "text")
         )
         new = []
         for question in parsed:
@@ -310,7 +315,8 @@ def _store_questions(
             )
         SubQuestion.objects.bulk_create(new)
         record_calls(step, "questions", [reply])
-        step.update(thoughts_at_last_questions=session.thoughts.count())
+        # Thoughts are numbered 0..n-1 under the row lock: the next number is their count.
+        step.update(thoughts_at_last_questions=session.next_thought_sequence())
     return step.session, SessionEvent(session_id, questions=bool(new))
 
 
@@ -345,7 +351,7 @@ def _store_synthesis(
         )
         record_calls(step, "final" if final else "synthesis", [reply])
         step.update(confidence_evolution=[*session.confidence_evolution, parsed.confidence])
-        numbers = set(session.sources.values_list("number", flat=True))
+        numbers = {number for (number,) in values_by(Source, "session_id", session.pk, "number")}
         unknown = [n for n in evidence.cited_numbers(parsed.text) if n not in numbers]
         if unknown:
             step.update(unknown_citations=F("unknown_citations") + len(unknown))

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from django.db import models
 
 from .evidence import evidence_pack
-from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought
+from .models import SESSION_KEY, Source, SubQuestion, Synthesis, ThinkingSession, Thought
 from .row_reads import Param, compiled_rows, compiled_values
 
 EPOCH_CYCLES = 30
@@ -47,7 +47,6 @@ def epoch_start_for(last_cycle: int) -> int:
 
 # The log's reads, each compiled once per connection (thinking/row_reads.py): every model
 # call reads the log, and building its five queries through the ORM was about half its CPU.
-_SESSION = Param("session", ThinkingSession._meta.pk)
 _EPOCH = Param("epoch", models.PositiveIntegerField())
 _FIRST = Param("first", models.DateTimeField())  # when the epoch's first cycle was stored
 
@@ -77,7 +76,7 @@ class LogQuestion(NamedTuple):
 
 
 def _model_thoughts() -> models.QuerySet:
-    return Thought.objects.filter(session_id=_SESSION, type__in=MODEL_TYPES)
+    return Thought.objects.filter(session_id=SESSION_KEY, type__in=MODEL_TYPES)
 
 
 def _last_cycle() -> models.QuerySet:
@@ -94,7 +93,7 @@ def _epoch_thoughts() -> models.QuerySet:
 
 
 def _syntheses() -> models.QuerySet:
-    syntheses = Synthesis.objects.filter(session_id=_SESSION).order_by("sequence")
+    syntheses = Synthesis.objects.filter(session_id=SESSION_KEY).order_by("sequence")
     return syntheses.values_list(*LogSynthesis._fields)
 
 
@@ -108,11 +107,11 @@ def _epoch_syntheses() -> models.QuerySet:
 
 
 def _sources() -> models.QuerySet:
-    return Source.objects.filter(session_id=_SESSION).order_by("number")[:MAX_SOURCES]
+    return Source.objects.filter(session_id=SESSION_KEY).order_by("number")[:MAX_SOURCES]
 
 
 def _questions() -> models.QuerySet:
-    questions = SubQuestion.objects.filter(session_id=_SESSION).order_by("created_at", "id")
+    questions = SubQuestion.objects.filter(session_id=SESSION_KEY).order_by("created_at", "id")
     return questions.values_list(*LogQuestion._fields)[:MAX_SUB_QUESTIONS]
 
 

@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.core.exceptions import ValidationError
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import connection, connections, models, transaction
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
@@ -153,14 +153,16 @@ def test_a_locking_read_takes_the_row_lock_on_postgresql(make_session: Any):
     assert ["FOR UPDATE" in sql for sql in reads] == [False, True, False]
 
 
-def test_a_read_it_cannot_build_from_its_own_columns_is_refused(make_session: Any):
-    """Only reads of the model's own columns by one key are compiled: anything else would
-    be built wrong, so it is refused rather than misread."""
+def test_a_read_by_a_field_takes_joined_columns_and_refuses_a_lookup(make_session: Any):
+    """A joined column is converted as the ORM converts it; the key must be one of the
+    model's fields (a lookup would compile to another number of placeholders)."""
     session = make_session()
-    with pytest.raises(ValueError, match=r"^not a plain read of Source rows by one key: SELECT"):
-        values_by(Source, "session_id", session.pk, "session__question")  # a joined column
-    with pytest.raises(ValueError, match=r"^not a plain read of Source rows by one key: SELECT"):
-        values_by(Source, "number__range", (1, 5), "number")  # two parameters
+    Source.objects.create(session=session, number=3, kind=SourceKind.WEB, key="k", title="t")
+    assert values_by(Source, "session_id", session.pk, "number", "session__question") == [
+        (3, session.question)
+    ]
+    with pytest.raises(FieldDoesNotExist):
+        values_by(Source, "number__range", (1, 5), "number")
 
 
 # --- reads with named parameters ----------------------------------------------------------
@@ -232,6 +234,15 @@ def check_compiled_reads_as_the_orm(session: ThinkingSession, other: ThinkingSes
         vars(r) | {"_state": None} for r in expected_rows
     ]
     assert rows[0]._state.db == "default" and not rows[0]._state.adding
+
+    def numbers_only() -> models.QuerySet:
+        return Source.objects.filter(session_id=SESSION).only("number").order_by("number")
+
+    slim = compiled_rows("test:slim sources", numbers_only, session=session.pk)
+    assert [(r.number, r.get_deferred_fields() >= {"title", "key"}) for r in slim] == [
+        (1, True), (2, True), (5, True)
+    ]  # fmt: skip
+    assert slim[0].title == "t"  # loaded on first use, as a deferred field is
     assert compiled_rows("test:sources", newest_sources, session=uuid.uuid4()) == []
 
 
@@ -283,8 +294,13 @@ def test_a_name_given_to_another_query_or_a_read_it_cannot_give_is_refused(make_
     def prefetching() -> models.QuerySet:
         return Thought.objects.filter(session_id=SESSION).prefetch_related("sub_question")
 
+    def joined() -> models.QuerySet:
+        return Thought.objects.filter(session_id=SESSION).select_related("sub_question")
+
     with pytest.raises(ValueError, match=r"^not a values_list read of Source: SELECT"):
         compiled_values("test:flat", flat, session=session.pk)
+    with pytest.raises(ValueError, match=r"^not a read of Thought rows: SELECT"):
+        compiled_rows("test:joined", joined, session=session.pk)  # the focus's columns too
     for kind, build in (("test:distinct", distinct), ("test:prefetching", prefetching)):
         with pytest.raises(ValueError, match=r"^not a read compiled reads can give as the ORM"):
             compiled_values(kind, build, session=session.pk)

@@ -49,13 +49,17 @@ def _assignment(
         field = model._meta.get_field(name)
     except FieldDoesNotExist:
         return None  # the ORM says why
-    # A related object is stored by its key, and a few fields compile their own placeholder:
-    # both are the ORM's to do.
+    # The ORM's to do: a related object (stored by its key), a field that compiles its own
+    # placeholder, a generated one, a parent model's (its own UPDATE), and a model instance
+    # given to a plain field (refused).
     if (
         not isinstance(field, models.Field)
         or not field.concrete
         or field.is_relation
         or hasattr(field, "get_placeholder_sql")
+        or field.generated
+        or field.model is not model
+        or hasattr(value, "prepare_database_save")
     ):
         return None
     if not hasattr(value, "resolve_expression"):
@@ -63,7 +67,7 @@ def _assignment(
     lhs, rhs = getattr(value, "lhs", None), getattr(value, "rhs", None)
     if (
         getattr(value, "connector", None) == "+"
-        and isinstance(lhs, F)
+        and type(lhs) is F  # not OuterRef, F's subclass
         and lhs.name == name  # type: ignore[attr-defined]  # F keeps its name; the stubs omit it
         and type(rhs) is Value  # `F(name) + n` wraps a plain n in Value
         and isinstance(rhs.value, int | float)
@@ -87,24 +91,28 @@ def update_by_pk(model: type[models.Model], pk: Any, /, **changes: Any) -> int:
         shape.append((name, how, type(fields[name])))
     if not shape:
         return model._default_manager.filter(pk=pk).update()  # nothing to set: the ORM's way
-    statements = compiled_on(connection)
-    kind = ("update", model, tuple(shape))
-    compiled = statements.get(kind)
-    if compiled is None:
-        query = UpdateQuery(model)
-        query.add_update_values(
-            {
-                name: F(name) + _Stored(name, fields[name])
-                if how == "+"
-                else _Stored(name, fields[name])
-                for name, how, _ in shape
-            }
-        )
-        query.add_filter("pk", Param("pk", model._meta.pk))  # type: ignore[arg-type]
-        compiled = statements[kind] = query.get_compiler(connection=connection).as_sql()
-    sql, params = compiled
-    prepared = [p.prepare(values[p.name], connection) if isinstance(p, Slot) else p for p in params]
-    # As the ORM's update: a failed UPDATE inside a transaction leaves it to be rolled back.
-    with transaction.mark_for_rollback_on_error(connection.alias), connection.cursor() as cursor:
-        cursor.execute(sql, prepared)
-        return cursor.rowcount
+    # As the ORM's update: an error here (a value the field refuses, a failed UPDATE) inside
+    # a transaction leaves it to be rolled back.
+    with transaction.mark_for_rollback_on_error(connection.alias):
+        statements = compiled_on(connection)
+        kind = ("update", model, tuple(shape))
+        compiled = statements.get(kind)
+        if compiled is None:
+            query = UpdateQuery(model)
+            query.add_update_values(
+                {
+                    name: F(name) + _Stored(name, fields[name])
+                    if how == "+"
+                    else _Stored(name, fields[name])
+                    for name, how, _ in shape
+                }
+            )
+            query.add_filter("pk", Param("pk", model._meta.pk))  # type: ignore[arg-type]
+            compiled = statements[kind] = query.get_compiler(connection=connection).as_sql()
+        sql, params = compiled
+        prepared = [
+            p.prepare(values[p.name], connection) if isinstance(p, Slot) else p for p in params
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, prepared)
+            return cursor.rowcount

@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.core.exceptions import FieldDoesNotExist, FieldError
+from django.core.exceptions import FieldDoesNotExist, FieldError, ValidationError
 from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import F
 from django.db.models.sql.compiler import SQLUpdateCompiler
@@ -118,6 +118,8 @@ def test_changes_it_does_not_compile_go_through_the_orm(make_session: Any, alice
         update_by_pk(ThinkingSession, session.pk, no_such_field=1)  # as the ORM says
     with pytest.raises(FieldError, match="only concrete fields are permitted"):
         update_by_pk(ThinkingSession, session.pk, thoughts=1)  # a reverse relation
+    with pytest.raises(TypeError, match="Tried to update field"):  # as the ORM refuses it
+        update_by_pk(ThinkingSession, session.pk, focus=team)  # a model in a text field
 
 
 def test_each_shape_is_compiled_once_and_only_the_orms_changes_each_time(
@@ -161,3 +163,7 @@ def test_a_failed_update_leaves_its_transaction_to_be_rolled_back(make_session: 
         assert connection.needs_rollback
     session.refresh_from_db()
     assert session.focus == "kept"
+    with transaction.atomic():  # a value the field refuses, before any SQL runs
+        with pytest.raises(ValidationError):
+            update_by_pk(ThinkingSession, session.pk, stop_requested="perhaps")
+        assert connection.needs_rollback

@@ -41,8 +41,7 @@ TARGETS = (
     ("thinking.evidence", "store_sources", "storing steps (transactions)"),
     ("thinking.tools", "save_progress", "storing steps (transactions)"),
     ("research.web", "store_results", "storing steps (transactions)"),
-    ("thinking.steps", "current_status", "reading state"),
-    ("thinking.loop", "select_focus", "reading state"),
+    ("thinking.loop", "open_cycle", "reading state"),
     ("research.web", "cached_results", "reading state"),
     ("channels.db", "DatabaseSyncToAsync.__call__", "other database hops"),
 )

@@ -21,6 +21,16 @@ def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str)
 
 
 @pytest.fixture(autouse=True)
+def _fresh_compiled_reads() -> None:
+    """Each test compiles its reads (thinking/row_reads.py) anew: one compiled by an earlier
+    test, or by the process mutmut forks each mutant's run from, would hide a mutant of the
+    query it was built from."""
+    from thinking.row_reads import forget_compiled
+
+    forget_compiled()
+
+
+@pytest.fixture(autouse=True)
 def _isolated_settings(settings: Any) -> None:
     # Never reach a real provider by accident; tests opt in to the fake server.
     settings.ANTHROPIC_API_KEY = ""

@@ -31,6 +31,13 @@ def services_available() -> tuple[bool, str]:
     return True, ""
 
 
+async def stage_history(session: Any) -> list[dict]:
+    """The session's stage history as the API serves it, oldest first."""
+    from thinking import stages
+
+    return await sync_to_async(stages.served)(session)
+
+
 def prompt_of(request: dict) -> str:
     """The text of the last user message of a request the fake Claude server recorded."""
     content = request["body"]["messages"][-1]["content"]

@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
+from . import stages
 from .models import (
     CitationCheck,
     Delivery,
@@ -205,16 +206,17 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
     @admin.display(description="Stages")
     def stage_history(self, obj: ThinkingSession) -> str:
         # format_html_join escapes every value: stage messages can come from the model.
+        history = stages.served(obj)
         rows = format_html_join(
             "",
             "<li>{} · <strong>{}</strong> {}: {}</li>",
             (
                 (item.get("at", ""), item.get("stage", ""), item.get("label", ""), item["message"])
-                for item in obj.stages
+                for item in history
                 if isinstance(item, dict) and "message" in item
             ),
         )
-        return format_html("<ol>{}</ol>", rows) if obj.stages else "—"
+        return format_html("<ol>{}</ol>", rows) if history else "—"
 
     @admin.display(description="Question", ordering="question")
     def question_short(self, obj: ThinkingSession) -> str:

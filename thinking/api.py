@@ -371,7 +371,7 @@ class SessionOut(SessionSummaryOut):
     web: bool = Field(description="Web search allowed for research.")
     plan: dict[str, Any] = Field(description="Steps, current step, terms and queries.")
     progress: StageOut | None = Field(description="The latest stage.")
-    stages: list[StageOut] = Field(description="Every stage so far, oldest first.")
+    stages: list[StageOut] = Field(description="The newest 300 stages, oldest first.")
     research_notes: list[str]
     unknown_citations: int = Field(description="Citations [n] that match no stored source.")
     parse_routes: dict[str, int] = Field(description="How thought replies were read.")

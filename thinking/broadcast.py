@@ -178,11 +178,9 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     if event.live is not None:
         return render_live(event)
     sent = _last_sent(event.session_id)
-    # The stage history (up to MAX_STAGES entries of JSON) is read only when the plan region
-    # is drawn (a stage entered is a plan event; new sources; the end). Read with the row
-    # then, since loading a deferred field later costs a second query and more ORM work.
+    # The plan region is drawn on a stage entered (a plan event), new sources and the end.
     draws_plan = event.plan or event.sources or event.finished
-    session = read_by_pk(ThinkingSession, event.session_id, defer=() if draws_plan else ["stages"])
+    session = read_by_pk(ThinkingSession, event.session_id)
     finished = event.finished or session.is_finished
     if not (event.header or finished or sent is None):
         # A stage entered: the plan region is all that changed (half of a cycle's events).

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 
 from django.conf import settings
+from django.db import models
 from django.db.models import F
 
 from config.hops import db_hop
@@ -46,15 +47,18 @@ from .events import Publish, SessionEvent
 from .live import publish_safely
 from .llm import LLM, LLMError, Reply, prompt_message
 from .models import (
+    SESSION_KEY,
     CompletionReason,
     FormatMode,
     LeaseLost,
     Status,
     Stopped,
+    SubQuestion,
     ThinkingSession,
+    Thought,
     ThoughtType,
 )
-from .row_reads import read_by_pk
+from .row_reads import compiled_rows, compiled_values, read_by_pk
 from .run import Clock, Meter, Run
 from .steps import Focus
 
@@ -68,20 +72,49 @@ logger = logging.getLogger(__name__)
 RECENT_HINTS = 5
 
 
-def _select_focus(*, session: ThinkingSession) -> Focus:
-    """The highest-priority unexplored sub-question, else the original question."""
+def _next_open_question() -> models.QuerySet[SubQuestion]:
     # A person's question first (they asked for it now), then by priority, oldest first.
-    candidate = (
-        session.sub_questions.filter(explored=False)
-        .order_by(F("added_by").desc(nulls_last=True), "-priority", "created_at")
-        .first()
-    )
-    if candidate is None:
+    rows = SubQuestion.objects.filter(session_id=SESSION_KEY, explored=False)
+    return rows.order_by(F("added_by").desc(nulls_last=True), "-priority", "created_at")[:1]
+
+
+def select_focus(*, session: ThinkingSession) -> Focus:
+    """The highest-priority unexplored sub-question, else the original question."""
+    found = compiled_rows("loop:focus", _next_open_question, session=session.pk)
+    if not found:
         return Focus(text=session.question)
+    (candidate,) = found
     return Focus(text=candidate.text, sub_question_id=candidate.pk, priority=candidate.priority)
 
 
-select_focus = db_hop(_select_focus)
+def _open_cycle(*, session: ThinkingSession, worker_id: str) -> tuple[str, Focus]:
+    """A thought cycle's first reads, in one hop: the status a person may have changed
+    (LeaseLost if the lease went elsewhere) and the focus."""
+    return steps.lease_status(session.pk, worker_id=worker_id), select_focus(session=session)
+
+
+open_cycle = db_hop(_open_cycle)
+
+
+def _recent_hints() -> models.QuerySet:
+    rows = Thought.objects.filter(session_id=SESSION_KEY, type=ThoughtType.HINT)
+    return rows.order_by("-sequence").values_list("text")[:RECENT_HINTS]
+
+
+def _open_analysis(
+    session: ThinkingSession, focus: Focus, *, worker_id: str
+) -> tuple[bool, int, list[str], tuple[str, ...]]:
+    """A thought cycle's stage and its prompt's reads, in one hop: whether the stage was
+    stored (not once the session ended), the sources known, the newest hints (newest
+    first) and the session log. The log carries the sources, earlier cycles and syntheses:
+    nothing else is read."""
+    entry = stages.entry("analysis", f"Thinking about: {focus.text}")
+    entered = stages.record_sync(session.pk, entry, worker_id=worker_id)
+    hints = [text for (text,) in compiled_values("loop:hints", _recent_hints, session=session.pk)]
+    return entered, rerank.source_count(session.pk), hints, transcript.session_log(session)
+
+
+open_analysis = db_hop(_open_analysis)
 
 
 # --- steps -----------------------------------------------------------------------------
@@ -113,22 +146,11 @@ async def generate_thoughts(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus."""
-    message = f"Thinking about: {focus.text}"
-    await stages.enter(
-        session.pk, "analysis", message, worker_id=run.worker_id, publish=run.publish
+    entered, known_sources, hints, log = await open_analysis(
+        session, focus, worker_id=run.worker_id
     )
-    # The log carries the sources, earlier cycles and syntheses: nothing else is read.
-    known_sources, hints, log = await db_hop(
-        lambda: (
-            session.sources.count(),
-            list(
-                session.thoughts.filter(type=ThoughtType.HINT)
-                .order_by("-sequence")
-                .values_list("text", flat=True)[:RECENT_HINTS]
-            ),
-            transcript.session_log(session),
-        )
-    )()
+    if entered:
+        await stages.show(session.pk, run.publish)
     mode, spec = _reading_mode(session)
     offered = _tools_for(session, run.research)
     prompt = prompts.thoughts_prompt(
@@ -416,7 +438,7 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
     if not session.plan and session.research_enabled:  # research off: no plan, no searches
         session = await plan_research(session=session, run=run)
     while True:
-        status = await steps.current_status(session.pk, worker_id=run.worker_id)
+        status, focus = await open_cycle(session=session, worker_id=run.worker_id)
         if status in (Status.PAUSED, Status.CANCELLED):
             session = await steps.stop_running(session.pk, worker_id=run.worker_id, meter=run.meter)
             finished = SessionEvent(session.pk, finished=session.is_finished)
@@ -424,7 +446,6 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             return session.status
         if ending_reason(session):
             break
-        focus = await select_focus(session=session)
         if replan_due(session, focus):
             session = await plan_research(session=session, run=run, focus=focus)
         session, event = await generate_thoughts(session=session, focus=focus, run=run)

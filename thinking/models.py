@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import models, transaction
-from django.db.models import F, Max, Q, Value
+from django.db.models import F, Max, Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -26,7 +26,7 @@ from . import pricing
 from .capabilities import ThinkingSettings
 from .events import SessionEvent
 from .row_reads import Param, compiled_values, read_by_pk
-from .row_writes import update_by_pk
+from .row_writes import addend, update_by_pk
 
 
 class Status(models.TextChoices):
@@ -138,15 +138,10 @@ def _apply_locally(session: ThinkingSession, changes: dict[str, Any]) -> bool:
     values: dict[str, Any] = {}
     for name, value in changes.items():
         if hasattr(value, "resolve_expression"):
-            lhs, rhs = getattr(value, "lhs", None), getattr(value, "rhs", None)
-            if not (
-                getattr(value, "connector", None) == "+"
-                and isinstance(lhs, F)
-                and lhs.name == name  # type: ignore[attr-defined]  # F keeps its name; the stubs omit it
-                and isinstance(rhs, Value)  # `F(name) + n` wraps a plain n in Value
-            ):
+            added = addend(name, value)
+            if added is None:
                 return False
-            values[name] = getattr(session, name) + rhs.value
+            values[name] = getattr(session, name) + added.value
         else:
             # A name that is no field never gets here: the UPDATE before refused it.
             model_field = session._meta.get_field(name)
@@ -290,7 +285,7 @@ class ThinkingSession(models.Model):
     plan = models.JSONField(default=dict, blank=True)
     # What people should know about the research: "web search is off", a failed query, ...
     research_notes = models.JSONField(default=list, blank=True)
-    # The latest `progress` the model reported: stage, label, message, step, confidence.
+    # The latest stage entry, the loop's or the model's: stage, label, message, step, confidence.
     progress = models.JSONField(default=dict, blank=True)
     tools_enabled = models.BooleanField(
         default=True, help_text="Let the model search the web and memory while it thinks."
@@ -330,8 +325,8 @@ class ThinkingSession(models.Model):
         default=True, help_text="Plan and search (knowledge base, and the web if on)."
     )
     web_enabled = models.BooleanField(default=True, help_text="Let research use web search.")
-    # Stage history: [{"stage", "label", "message", "at", "by", ...}], oldest first (stages.py).
-    stages = models.JSONField(default=list, blank=True)
+    # Stage entries recorded so far (each a `Stage` row; the newest 300 are served: stages.py).
+    stage_count = models.PositiveIntegerField(default=0)
     # Format extraction problems per thought cycle: [{"cycle", "route", "errors"}] (signals.py).
     format_errors = models.JSONField(default=list, blank=True)
     # When the open sub-questions were last re-ranked (rerank.py).
@@ -735,6 +730,29 @@ class SubQuestion(models.Model):
 
     def __str__(self) -> str:
         return f"[{self.priority}] {self.text[:70]}"
+
+
+class Stage(models.Model):
+    """One entry of a session's stage history (stages.py): {"stage", "label", "message",
+    "at", "by", ...}. A row each, so a stage entered inserts one small row instead of
+    rewriting the whole history on the session's row, which every step reads under its lock."""
+
+    # No index of its own: the unique (session, sequence) index serves every lookup by session.
+    session = models.ForeignKey(
+        ThinkingSession, on_delete=models.CASCADE, related_name="stage_entries", db_index=False
+    )
+    sequence = models.PositiveIntegerField()  # 1, 2, ... per session: `stage_count` then
+    entry = models.JSONField()
+
+    class Meta:
+        ordering = ["session", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "sequence"], name="stage_seq_unique"),
+        ]
+
+    def __str__(self) -> str:
+        entry = self.entry if isinstance(self.entry, dict) else {}
+        return f"#{self.sequence} {entry.get('stage', '')}: {str(entry.get('message', ''))[:60]}"
 
 
 class Synthesis(models.Model):

@@ -7,16 +7,18 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import connection
+from django.db import connection, models
 from django.db.models import Count
 from django.utils import timezone
 
-from . import trend
+from . import stages, trend
 from .forms import SteerForm
 from .models import (
+    SESSION_KEY,
     CitationCheck,
     Source,
     SourceKind,
+    Stage,
     Status,
     SubQuestion,
     Synthesis,
@@ -24,7 +26,7 @@ from .models import (
     Thought,
     ThoughtType,
 )
-from .row_reads import values_by
+from .row_reads import compiled_values, values_by
 from .state import PlanState, PlanStep
 
 # WebSocket routes are not in Django's URLconf; routing.py builds its pattern from this.
@@ -257,16 +259,23 @@ def _stage_line(item: Any) -> dict[str, Any]:
     }
 
 
+def _newest_stages() -> models.QuerySet:
+    rows = Stage.objects.filter(session_id=SESSION_KEY).order_by("-sequence")
+    return rows.values_list("entry")[:STAGES_SHOWN]
+
+
 def plan_context(session: ThinkingSession) -> dict[str, Any]:
-    """The plan region: the checklist, the latest stage, and the newest stages before it."""
-    stages = session.stages
+    """The plan region: the checklist, the latest stage, and the newest stages before it
+    (a compiled read: it is drawn on every stage a session enters)."""
     progress = session.progress
+    newest = compiled_values("plan:stages", _newest_stages, session=session.pk)
     return {
         "plan_steps": plan_steps(session),
         "progress_line": _stage_line(progress) if progress.get("message") else None,
-        "stage_count": len(stages),
-        "stage_history": [_stage_line(item) for item in reversed(stages[-STAGES_SHOWN:])],
+        "stage_count": session.stage_count,
+        "stage_history": [_stage_line(item) for (item,) in newest],
         "stages_shown": STAGES_SHOWN,
+        "stages_kept": stages.MAX_STAGES,
     }
 
 

@@ -119,12 +119,16 @@ def _count(kind: str, rows: Callable[[], models.QuerySet], session_id: uuid.UUID
     return found[0][0] if found else 0  # no rows to group: none
 
 
+def source_count(session_id: uuid.UUID) -> int:
+    """The session's sources, counted by a compiled read (the thoughts prompt reads it too)."""
+    return _count("rerank:sources", _source_count, session_id)
+
+
 def _counts(session: ThinkingSession) -> tuple[int, int]:
     """What decides whether a re-ranking is due: open model-asked questions, sources. Read
     every cycle, so only counted (compiled reads, row_reads.py); the material is read when
     one is due."""
-    open_count = _count("rerank:open", _open_count, session.pk)
-    return open_count, _count("rerank:sources", _source_count, session.pk)
+    return _count("rerank:open", _open_count, session.pk), source_count(session.pk)
 
 
 def _material(session: ThinkingSession) -> dict[str, Any]:

@@ -13,7 +13,7 @@ through the ORM as usual.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -44,15 +44,25 @@ def _fetch(
     return rows
 
 
+_generation = [0]  # bumped by `forget_compiled`: every connection's statements are stale
+
+
+def forget_compiled() -> None:
+    """Make every connection (of every thread) compile its statements anew on next use. For
+    tests: a statement compiled by an earlier test, or by the process a mutation run forks
+    from, would hide a change to the query it was built from."""
+    _generation[0] += 1
+
+
 def compiled_on(connection: BaseDatabaseWrapper) -> dict[Any, Any]:
     """The compiled statements of one connection object, kept on the object itself: the ORM's
     converters are bound to its backend, and each thread has its own connection object, so
     its reads go with it. (A map keyed by the object held it forever: a converter refers
     back to it.)"""
-    reads = connection.__dict__.get("_deepthink_reads")
-    if reads is None:
-        reads = connection.__dict__["_deepthink_reads"] = {}
-    return reads
+    kept = connection.__dict__.get("_deepthink_reads")
+    if kept is None or kept[0] != _generation[0]:
+        kept = connection.__dict__["_deepthink_reads"] = (_generation[0], {})
+    return kept[1]
 
 
 def _compile(query: models.QuerySet, connection: BaseDatabaseWrapper) -> tuple[Any, str, Any, list]:
@@ -84,6 +94,14 @@ class Slot:
         return self.field.get_db_prep_value(value, connection)
 
 
+def filled(
+    params: Sequence[Any], values: Mapping[str, Any], connection: BaseDatabaseWrapper
+) -> list[Any]:
+    """A compiled statement's parameters for one run: each `Slot` filled from `values` by its
+    name, prepared by its field; constants as compiled."""
+    return [p.prepare(values[p.name], connection) if isinstance(p, Slot) else p for p in params]
+
+
 class Param(Value):
     """A named parameter of a compiled read (`compiled_values`, `compiled_rows`): the ORM
     compiles it to a placeholder; each run's value is prepared as `output_field` prepares
@@ -112,9 +130,7 @@ class _Statement:
     def run(self, connection: BaseDatabaseWrapper, values: dict[str, Any]) -> list[list[Any]]:
         if values.keys() != self.names:
             raise ValueError(f"this read takes {sorted(self.names)}, not {sorted(values)}")
-        params = [
-            p.prepare(values[p.name], connection) if isinstance(p, Slot) else p for p in self.params
-        ]
+        params = filled(self.params, values, connection)
         return _fetch(connection, self.sql, params, self.converters)
 
 
@@ -191,12 +207,10 @@ def compiled_rows[M: models.Model](
 # Their kinds are tuples, so they never meet a named read's name; each kind is one query.
 
 
-def read_by_pk[M: models.Model](
-    model: type[M], pk: Any, *, for_update: bool = False, defer: Sequence[str] = ()
-) -> M:
-    """`model.objects.get(pk=pk)`, with `select_for_update()` or `defer(*defer)` if asked, at a
-    fraction of the CPU. Raises `model.DoesNotExist` as `get` does; a locking read must run
-    inside a transaction, as with the ORM."""
+def read_by_pk[M: models.Model](model: type[M], pk: Any, *, for_update: bool = False) -> M:
+    """`model.objects.get(pk=pk)`, with `select_for_update()` if asked, at a fraction of the
+    CPU. Raises `model.DoesNotExist` as `get` does; a locking read must run inside a
+    transaction, as with the ORM."""
     connection = connections[DEFAULT_DB_ALIAS]
     if for_update and connection.get_autocommit():
         raise TransactionManagementError(
@@ -206,10 +220,9 @@ def read_by_pk[M: models.Model](
     def rows() -> models.QuerySet:
         key = Param("pk", model._meta.pk)
         query = model._default_manager.using(connection.alias).filter(pk=key).order_by()
-        query = query.select_for_update() if for_update else query
-        return query.defer(*defer) if defer else query
+        return query.select_for_update() if for_update else query
 
-    statement = _statement(connection, ("row", model, for_update, tuple(defer)), rows)
+    statement = _statement(connection, ("row", model, for_update), rows)
     found = statement.run(connection, {"pk": pk})
     if not found:
         raise model.DoesNotExist(f"{model.__name__} matching query does not exist.")  # type: ignore[attr-defined]

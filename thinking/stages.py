@@ -5,8 +5,9 @@ The loop records `planning` (the plan), `research` (each search wave), `analysis
 cycle), `synthesis` (periodic and final syntheses) and `reflection` (re-ranking, the final
 review); the model adds `note`s and richer updates of its own (label, message, plan step,
 total steps, confidence, metadata). So a session whose model never calls `progress` still
-shows truthful stages. Every entry is kept in `ThinkingSession.stages` (bounded) and the
-latest is `ThinkingSession.progress`, the line the page shows.
+shows truthful stages. Every entry is a `Stage` row (the newest MAX_STAGES are served; the
+older ones are deleted PRUNE_EVERY at a time) and the latest is also
+`ThinkingSession.progress`, the line the page shows.
 """
 
 from __future__ import annotations
@@ -14,17 +15,19 @@ from __future__ import annotations
 import uuid
 from typing import Any, cast
 
+from django.db.models import F
 from django.utils import timezone
 
 from config.hops import db_hop
 
 from .events import Publish, SessionEvent
 from .live import publish_safely
-from .models import ThinkingSession
+from .models import Stage, ThinkingSession
 from .state import StageEntry
 
 STAGES = ("planning", "research", "analysis", "synthesis", "reflection", "note")
 MAX_STAGES = 300  # history kept per session; the oldest entries go first
+PRUNE_EVERY = 25  # entries past MAX_STAGES are deleted this many at a time, not one per entry
 MAX_METADATA_KEYS = 12
 
 LABELS = {
@@ -88,13 +91,16 @@ def entry(
     return item
 
 
-def apply(session: ThinkingSession, item: StageEntry) -> dict[str, Any]:
-    """The field changes that record `item` on a locked session row: history, the current
-    progress line and, for a step the model reported, the plan checklist."""
-    changes: dict[str, Any] = {
-        "stages": [*session.stages, item][-MAX_STAGES:],
-        "progress": item,
-    }
+def record(session: ThinkingSession, item: StageEntry) -> dict[str, Any]:
+    """Record `item` on a locked session row: its history row (the oldest past MAX_STAGES
+    deleted), and the field changes for the row: the count, the current progress line and,
+    for a step the model reported, the plan checklist."""
+    sequence = session.stage_count + 1
+    Stage.objects.create(session_id=session.pk, sequence=sequence, entry=item)
+    if sequence > MAX_STAGES and sequence % PRUNE_EVERY == 0:
+        kept_from = sequence - MAX_STAGES + 1
+        Stage.objects.filter(session_id=session.pk, sequence__lt=kept_from).delete()
+    changes: dict[str, Any] = {"stage_count": F("stage_count") + 1, "progress": item}
     steps = session.plan.get("steps") if isinstance(session.plan, dict) else None
     plan_step = item.get("plan_step")
     if plan_step and steps:
@@ -116,7 +122,7 @@ def record_sync(session_id: uuid.UUID, item: StageEntry, *, worker_id: str | Non
         with ThinkingSession.step(session_id, worker_id=worker_id) as step:
             if step.session.is_finished:
                 raise _Finished
-            step.update(**apply(step.session, item))
+            step.update(**record(step.session, item))
     except _Finished:
         return False
     return True
@@ -135,16 +141,23 @@ async def enter(
     **extras: Any,
 ) -> None:
     """The loop enters a stage: store it (through the session's step, so only while this
-    worker holds the lease), then show it (the plan region shows progress; the header's
-    counts, tokens and state are as the last step left them)."""
+    worker holds the lease), then show it."""
     if await _record(session_id, entry(stage, message, **extras), worker_id=worker_id):
-        await publish_safely(publish, SessionEvent(session_id, plan=True, header=False))
+        await show(session_id, publish)
+
+
+async def show(session_id: uuid.UUID, publish: Publish) -> None:
+    """Show a stage just stored: the plan region shows progress; the header's counts, tokens
+    and state are as the last step left them."""
+    await publish_safely(publish, SessionEvent(session_id, plan=True, header=False))
 
 
 def served(session: ThinkingSession) -> list[StageEntry]:
-    """The history for JSON, the API and exports: {stage, label, message, at} plus extras."""
+    """The history for JSON, the API and exports: {stage, label, message, at} plus extras,
+    oldest first (the newest MAX_STAGES)."""
+    rows = session.stage_entries.order_by("-sequence").values_list("entry", flat=True)
     # Every stored entry was built by `entry` (the JSON keeps its shape).
-    return [cast(StageEntry, dict(item)) for item in session.stages if isinstance(item, dict)]
+    return [cast(StageEntry, item) for item in list(rows[:MAX_STAGES])[::-1]]
 
 
 def planning_message(focus: Any = None) -> str:

@@ -10,7 +10,7 @@ from typing import Literal, NotRequired, TypedDict
 
 class PlanState(TypedDict, total=False):
     """`ThinkingSession.plan`: `{}` until the planner ran (planner.Plan.to_json), then moved by
-    reported steps (stages.apply) and the sub-questions researched (steps.py)."""
+    reported steps (stages.record) and the sub-questions researched (steps.py)."""
 
     steps: list[str]
     terms: list[str]
@@ -24,7 +24,8 @@ class PlanState(TypedDict, total=False):
 
 
 class StageEntry(TypedDict):
-    """One entry of `ThinkingSession.stages`; the latest is `ThinkingSession.progress`."""
+    """One entry of a session's stage history (`Stage.entry`); the latest is also
+    `ThinkingSession.progress`."""
 
     stage: str  # one of stages.STAGES
     label: str

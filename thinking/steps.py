@@ -111,17 +111,13 @@ def _begin(session_id: uuid.UUID, *, worker_id: str) -> ThinkingSession | None:
 begin = db_hop(_begin)
 
 
-def _current_status(session_id: uuid.UUID, *, worker_id: str) -> str:
-    """The status a person may have changed; raises LeaseLost if the lease went elsewhere."""
-    status, owner = ThinkingSession.objects.filter(pk=session_id).values_list(
-        "status", "worker_id"
-    )[0]
+def lease_status(session_id: uuid.UUID, *, worker_id: str) -> str:
+    """The status a person may have changed; raises LeaseLost if the lease went elsewhere.
+    Read at the start of every thought cycle (loop.open_cycle): a compiled read."""
+    ((status, owner),) = values_by(ThinkingSession, "id", session_id, "status", "worker_id")
     if owner != worker_id:
         raise LeaseLost(session_id)
     return status
-
-
-current_status = db_hop(_current_status)
 
 
 def _stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> ThinkingSession:

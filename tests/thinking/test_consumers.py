@@ -574,3 +574,34 @@ async def test_a_live_thought_shows_its_sub_question_as_a_reload_does(
     reloaded = {int(m.group(1)): m.group() for m in item.finditer(page)}
     for sequence, html in live.items():
         assert item.search(html).group() == reloaded[sequence]
+
+
+async def test_new_and_moved_sub_questions_reach_the_page_a_few_or_many_at_once(
+    make_session: Any,
+):
+    """A cycle's few sub-questions and a re-ranking's many are sent alike: a row for each
+    new one, a patch for each one that moved."""
+    from thinking import broadcast
+    from thinking.models import SubQuestion
+
+    async def ask(n: int) -> SubQuestion:
+        return await SubQuestion.objects.acreate(session=session, text=f"Why {n}?", priority=n)
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    render = sync_to_async(broadcast.render_event)
+    await render(SessionEvent(session.pk))  # what open pages have
+    few = [await ask(n) for n in range(1, 4)]
+
+    rows = (await render(SessionEvent(session.pk, questions=True)))["questions"]["rows"]
+    assert [(row["kind"], row["seq"]) for row in rows] == [("question", q.pk) for q in few]
+    assert ["Why 1?" in rows[0]["html"], "Why 3?" in rows[2]["html"]] == [True, True]
+
+    many = [await ask(n) for n in range(4, 10)]
+    await SubQuestion.objects.filter(pk__in=[q.pk for q in few]).aupdate(explored=True)
+    rows = (await render(SessionEvent(session.pk, questions=True)))["questions"]["rows"]
+    assert [(row["kind"], row["seq"]) for row in rows] == [
+        *[("question", q.pk) for q in many],
+        *[("subq", q.pk) for q in few],
+    ]
+    assert [row["state"] for row in rows[-3:]] == ["1:1", "1:2", "1:3"]
+    assert "Why 9?" in rows[5]["html"]

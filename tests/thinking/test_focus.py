@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.db import connection
 
 from thinking import loop
@@ -18,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 
 def focus_of(session: Any) -> str:
-    return async_to_sync(loop.select_focus)(session=session).text
+    return loop.select_focus(session=session).text
 
 
 def check_a_persons_question_comes_first(session: Any, person: Any) -> None:
@@ -38,7 +37,6 @@ def test_a_persons_question_is_explored_before_the_models(make_session: Any, ali
 
 
 @pytest.mark.services
-@pytest.mark.django_db(transaction=True)  # the hop threads read on their own connections
 def test_a_persons_question_is_explored_before_the_models_on_postgresql(
     make_session: Any, alice: Any
 ):
@@ -63,5 +61,5 @@ def test_with_every_sub_question_explored_the_session_returns_to_its_question(
 ):
     session = make_session(question="Why is the sky blue?")
     SubQuestion.objects.create(session=session, text="Done", priority=9, explored=True)
-    focus = async_to_sync(loop.select_focus)(session=session)
+    focus = loop.select_focus(session=session)
     assert (focus.text, focus.sub_question_id) == ("Why is the sky blue?", None)

@@ -18,6 +18,7 @@ from tests.helpers import (
     prompt_of,
     run,
     set_fields,
+    stage_history,
     take_over,
 )
 from thinking.events import SessionEvent
@@ -52,10 +53,11 @@ async def test_a_session_thinks_asks_synthesises_and_answers(
     assert len(syntheses) >= 2 and syntheses[-1].is_final
     assert [s.sequence for s in syntheses] == list(range(len(syntheses)))  # #1, #2, ... no gaps
     # Each cycle is a stage in the history, named by its focus (the question, at first).
-    analysis = [s["message"] for s in session.stages if s["stage"] == "analysis"]
+    history = await stage_history(session)
+    analysis = [s["message"] for s in history if s["stage"] == "analysis"]
     assert analysis[0] == "Thinking about: What is consciousness?"
     # Each periodic synthesis is a stage in the history; the final answer's come with its review.
-    consolidating = [s["message"] for s in session.stages if s["stage"] == "synthesis"]
+    consolidating = [s["message"] for s in history if s["stage"] == "synthesis"]
     assert consolidating == ["Consolidating the understanding so far"] * (len(syntheses) - 1) + [
         "Writing the final answer"
     ]
@@ -410,4 +412,48 @@ async def test_a_session_taken_over_before_it_plans_stops_without_a_call_or_a_wr
     assert status is None
     assert fake_claude.requests == []  # not even the plan
     await session.arefresh_from_db()
-    assert session.stages == [] and session.worker_id == "another-worker"
+    assert await stage_history(session) == [] and session.worker_id == "another-worker"
+
+
+async def test_a_thought_cycle_reads_what_it_needs_in_two_hops_before_its_model_call(
+    fake_claude: Any, make_session: Any, monkeypatch: Any
+):
+    """Issue 17: the status and the focus in one database hop, the stage entered and the
+    prompt's reads in another, then the model; each hop is a thread hand-off on the path
+    between two model calls."""
+    from asgiref.sync import SyncToAsync
+
+    from thinking import loop
+
+    order: list[str] = []
+    hop, ask = SyncToAsync.__call__, loop.ask
+
+    async def hop_seen(self: Any, *args: Any, **kwargs: Any) -> Any:
+        order.append(getattr(self.func, "__name__", "?"))
+        return await hop(self, *args, **kwargs)
+
+    async def ask_seen(**kwargs: Any) -> Any:
+        order.append(f"ask:{kwargs['purpose']}")
+        return await ask(**kwargs)
+
+    monkeypatch.setattr(SyncToAsync, "__call__", hop_seen)
+    monkeypatch.setattr(loop, "ask", ask_seen)
+    session = await sync_to_async(make_session)(
+        budget_seconds=1.0, synthesis_interval_seconds=60, research_enabled=False
+    )
+    sub = await SubQuestion.objects.acreate(session=session, text="Is it layered?", priority=9)
+
+    assert await run(session) == Status.COMPLETED
+
+    cycles = [i for i, name in enumerate(order) if name == "_open_cycle"]
+    assert len(cycles) >= 2, order
+    for start in cycles:
+        # A cycle that starts past the budget ends the session instead.
+        if order[start + 1] == "_open_analysis":
+            assert order[start + 2] == "ask:thoughts", order[start : start + 3]
+    assert sum(order[start + 1] == "_open_analysis" for start in cycles) >= 2
+    # The focus read with the status is the one the cycle thought about.
+    first = await session.thoughts.order_by("sequence").afirst()
+    assert first is not None and first.sub_question_id == sub.pk
+    prompt = prompt_of(fake_claude.requests[0])
+    assert "Is it layered?" in prompt

@@ -24,6 +24,7 @@ from tests.helpers import (
     prompt_of,
     run,
     set_fields,
+    stage_history,
     take_over,
 )
 from thinking.events import SessionEvent
@@ -210,7 +211,7 @@ async def test_a_high_priority_focus_is_researched_before_it_is_thought_about(
     assert session.plan["researched"] == [urgent.pk]
     assert session.plan["steps"] == ["Read", "Compare", "Conclude"], "the main plan is kept"
     # The stage history says what was being planned for.
-    planning = [s["message"] for s in session.stages if s["stage"] == "planning"]
+    planning = [s["message"] for s in await stage_history(session) if s["stage"] == "planning"]
     assert planning == [
         "Planning research for the sub-question: Is attention the same as awareness?"
     ]
@@ -303,7 +304,7 @@ async def test_the_plan_step_the_model_reports_becomes_the_current_step(
     assert session.plan["current"] == 2  # step 3 of 4, counted from 0
     assert session.plan["steps"] == steps
     # The report is in the stage history (the loop's own stages came after it).
-    assert any(s["by"] == "model" and s.get("plan_step") == 3 for s in session.stages)
+    assert any(s["by"] == "model" and s.get("plan_step") == 3 for s in await stage_history(session))
 
 
 async def test_a_plan_step_past_the_end_stops_at_the_last_step(fake_claude: Any, make_session: Any):
@@ -605,8 +606,8 @@ async def test_the_synthesis_call_reads_the_question_its_background_and_the_log(
 #     found, not a synthesis, not the final answer (the other worker's session is its own).
 
 
-def stage_names(session: ThinkingSession) -> list[str]:
-    return [item["stage"] for item in session.stages]
+async def stage_names(session: ThinkingSession) -> list[str]:
+    return [item["stage"] for item in await stage_history(session)]
 
 
 async def test_sources_found_after_another_worker_took_the_session_are_not_stored(
@@ -621,7 +622,7 @@ async def test_sources_found_after_another_worker_took_the_session_are_not_store
     await session.arefresh_from_db()
     assert status is None and fake_exa.searches  # it searched, then stopped
     assert not await session.sources.filter(kind="web").aexists()
-    assert session.worker_id == "another-worker" and "research" in stage_names(session)
+    assert session.worker_id == "another-worker" and "research" in await stage_names(session)
 
 
 async def test_a_step_whose_tool_call_failed_ends_only_once_its_other_calls_are_done(
@@ -662,7 +663,7 @@ async def test_no_synthesis_is_begun_once_another_worker_took_the_session(
 
     await session.arefresh_from_db()
     assert status is None and events.taken
-    assert "synthesis" not in stage_names(session)
+    assert "synthesis" not in await stage_names(session)
     assert not any("Now synthesize" in json.dumps(r["body"]) for r in fake_claude.requests)
     assert not await session.syntheses.aexists()
 
@@ -680,7 +681,7 @@ async def test_no_final_answer_is_begun_once_another_worker_took_the_session(
 
     await session.arefresh_from_db()
     assert status is None and events.taken and await session.thoughts.aexists()
-    assert not {"reflection", "synthesis"} & set(stage_names(session))
+    assert not {"reflection", "synthesis"} & set(await stage_names(session))
     assert not any("ANSWER:" in first_prompt(r) for r in fake_claude.requests)
     assert session.final_answer == "" and not await session.syntheses.aexists()
 

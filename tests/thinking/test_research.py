@@ -14,7 +14,16 @@ from asgiref.sync import sync_to_async
 from research.knowledge import add_item
 from research.memory import search_memory
 from tests.fakes.anthropic_server import Reply
-from tests.helpers import WORKER, FrozenClock, claim, each_call_takes, prompt_of, run, take_over
+from tests.helpers import (
+    WORKER,
+    FrozenClock,
+    claim,
+    each_call_takes,
+    prompt_of,
+    run,
+    stage_history,
+    take_over,
+)
 from thinking import evidence
 from thinking.events import SessionEvent
 from thinking.models import Source, ThinkingSession
@@ -73,7 +82,7 @@ async def test_a_session_plans_then_gathers_sources_of_both_kinds(
     await session.arefresh_from_db()
     assert session.plan["steps"] == ["Look at sleep studies", "Compare theories"]
     assert session.plan["source"] == "model"
-    researching = [s["message"] for s in session.stages if s["stage"] == "research"]
+    researching = [s["message"] for s in await stage_history(session) if s["stage"] == "research"]
     assert researching[0] == "Searching: 3 web queries and 3 knowledge-base queries"
     assert len(session.plan["web_queries"]) == 3
     kinds = {s async for s in session.sources.values_list("kind", flat=True)}
@@ -93,7 +102,7 @@ async def test_without_web_search_the_research_stage_counts_only_the_knowledge_b
     await run(session)
 
     await session.arefresh_from_db()
-    researching = [s["message"] for s in session.stages if s["stage"] == "research"]
+    researching = [s["message"] for s in await stage_history(session) if s["stage"] == "research"]
     assert researching[0] == "Searching: 3 knowledge-base queries"
 
 
@@ -273,7 +282,7 @@ async def test_the_model_can_search_report_progress_and_use_its_scratchpad(
     ]
     await session.arefresh_from_db()
     # The model's report joins the stage history the loop keeps (the latest line moves on).
-    reported = [item for item in session.stages if item["by"] == "model"]
+    reported = [item for item in await stage_history(session) if item["by"] == "model"]
     assert [(item["stage"], item["message"]) for item in reported] == [("research", "Searching.")]
     # The model's own search stored its sources under its query (a later replan may add more).
     assert await session.sources.filter(kind="web", query="octopus sleep").aexists()

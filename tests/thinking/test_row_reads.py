@@ -19,7 +19,14 @@ from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
 from thinking.models import Source, SourceKind, SubQuestion, ThinkingSession, Thought
-from thinking.row_reads import Param, compiled_rows, compiled_values, read_by_pk, values_by
+from thinking.row_reads import (
+    Param,
+    compiled_rows,
+    compiled_values,
+    forget_compiled,
+    read_by_pk,
+    values_by,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +39,7 @@ def a_busy_session(make_session: Any) -> ThinkingSession:
         token_ceiling=10**12,
     )
     ThinkingSession.objects.filter(pk=session.pk).update(
-        stages=[{"stage": "plan", "at": "2026-11-25T10:00:00+00:00", "message": "ü"}] * 30,
+        format_errors=[{"cycle": 1, "route": "prose", "errors": ["ü"]}] * 30,
         plan={"steps": ["a", "b"], "current": 1, "source": "model"},
         parse_routes={"tags": 3, "prose": 1},
         confidence_evolution=[0.2, 0.5, 0.75],
@@ -57,7 +64,7 @@ def check_same_row_as_the_orm(session: ThinkingSession) -> None:
     expected = ThinkingSession.objects.get(pk=session.pk)
     read = read_by_pk(ThinkingSession, session.pk)
     assert fields_of(read) == fields_of(expected)
-    assert read.stages[0]["message"] == "ü" and read.max_cost_usd == Decimal("1.2345")
+    assert read.format_errors[0]["errors"] == ["ü"] and read.max_cost_usd == Decimal("1.2345")
     assert read.started_at.microsecond == 123456 and read.input_tokens == 2**40
     # A model instance like the ORM's: saved, from this database, related rows reachable.
     assert (read._state.adding, read._state.db) == (False, "default")
@@ -102,16 +109,6 @@ def test_the_row_and_column_values_are_the_ones_the_orm_reads_on_postgresql(make
     needs_postgresql()
     check_same_row_as_the_orm(a_busy_session(make_session))
     check_same_values_as_the_orm(make_session(), make_session())
-
-
-def test_a_read_without_the_stage_history_loads_it_when_asked(make_session: Any):
-    session = a_busy_session(make_session)
-    with CaptureQueriesContext(connection) as queries:
-        read = read_by_pk(ThinkingSession, session.pk, defer=["stages"])
-    assert len(queries) == 1 and '"stages"' not in queries[0]["sql"]
-    assert read.get_deferred_fields() == {"stages"}
-    assert read.plan["current"] == 1
-    assert len(read.stages) == 30  # loaded on first use, as the ORM's deferred field is
 
 
 def test_an_unknown_or_malformed_key_fails_as_the_orm_does(make_session: Any):
@@ -304,6 +301,24 @@ def test_a_name_given_to_another_query_or_a_read_it_cannot_give_is_refused(make_
     for kind, build in (("test:distinct", distinct), ("test:prefetching", prefetching)):
         with pytest.raises(ValueError, match=r"^not a read compiled reads can give as the ORM"):
             compiled_values(kind, build, session=session.pk)
+
+
+def test_forgotten_statements_are_compiled_anew_from_their_query(make_session: Any):
+    """The tests forget every compiled statement before each test (tests/conftest.py), so a
+    changed query (a mutant's) is compiled, not the SQL an earlier run compiled."""
+    session, _ = a_session_with_thoughts(make_session)
+    assert [
+        s.number for s in compiled_rows("test:renamed", newest_sources, session=session.pk)
+    ] == [
+        5,
+        2,
+    ]
+    forget_compiled()
+
+    def oldest() -> models.QuerySet:
+        return Source.objects.filter(session_id=SESSION).order_by("number")[:2]
+
+    assert [s.number for s in compiled_rows("test:renamed", oldest, session=session.pk)] == [1, 2]
 
 
 @pytest.mark.django_db(transaction=True)  # the thread's own connection sees the rows

@@ -39,7 +39,7 @@ def a_step(n: int) -> dict[str, Any]:
         "input_tokens": F("input_tokens") + 2**40,
         "heartbeat_at": WHEN + datetime.timedelta(seconds=n),
         "running_since": None if n % 2 else WHEN,
-        "stages": [{"stage": "analysis", "message": "ü «x»", "n": n}] * 3,
+        "format_errors": [{"cycle": n, "route": "prose", "errors": ["ü «x»"]}] * 3,
         "progress": {"stage": "analysis", "label": None, "confidence": 0.5},
         "plan": {"steps": ["a", "b"], "current": n % 2},
         "format_spec": None,  # SQL NULL, as the ORM stores None in a JSONField
@@ -59,7 +59,7 @@ def check_same_as_the_orm(make_session: Any) -> None:
         theirs.refresh_from_db()
         assert fields_of(ours) == fields_of(theirs)
     assert (ours.revision, ours.active_seconds, ours.input_tokens) == (3, 1.5, 3 * 2**40)
-    assert ours.stages[0]["message"] == "ü «x»" and ours.progress["label"] is None
+    assert ours.format_errors[0]["errors"] == ["ü «x»"] and ours.progress["label"] is None
     assert ThinkingSession.objects.filter(pk=ours.pk, format_spec__isnull=True).exists()
     assert (ours.focus, ours.stop_requested, ours.running_since) == ("focus 3 — «ü»", True, None)
     # An integer column plus a fraction: the database adds the fraction, as with the ORM,

@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 
 from research.knowledge import add_item
 from tests.fakes.anthropic_server import Reply
-from tests.helpers import WORKER, claim, prompt_of, run
+from tests.helpers import WORKER, claim, prompt_of, run, stage_history
 from thinking import evidence, loop
 from thinking.events import SessionEvent, publish_nothing
 from thinking.llm import LLM
@@ -37,13 +37,14 @@ async def test_stages_come_from_the_loop_when_the_model_never_reports_progress(
     await run(session)
 
     await session.arefresh_from_db()
-    kinds = [item["stage"] for item in session.stages]
+    history = await stage_history(session)
+    kinds = [item["stage"] for item in history]
     assert kinds[0] == "planning"
     assert kinds.index("research") < kinds.index("analysis")
     assert {"planning", "research", "analysis", "reflection", "synthesis"} <= set(kinds)
-    assert all(item["by"] == "loop" for item in session.stages)
-    assert all({"stage", "label", "message", "at"} <= set(item) for item in session.stages)
-    assert session.stages[-1]["message"] == "Writing the final answer"
+    assert all(item["by"] == "loop" for item in history)
+    assert all({"stage", "label", "message", "at"} <= set(item) for item in history)
+    assert history[-1]["message"] == "Writing the final answer"
     # No step was reported, so the checklist did not move on its own before completion.
     assert not session.plan.get("step_reported")
 
@@ -74,7 +75,7 @@ async def test_a_progress_report_moves_the_plan_and_keeps_its_extras(
     await run(session)
 
     await session.arefresh_from_db()
-    (item,) = [s for s in session.stages if s["by"] == "model"]
+    (item,) = [s for s in await stage_history(session) if s["by"] == "model"]
     assert item["label"] == "Weighing sources" and item["message"] == "Comparing two accounts"
     assert (item["plan_step"], item["total_steps"], item["confidence"]) == (3, 4, "moderate")
     assert item["metadata"] == {"sources": "2"}  # untrusted: scalars only, as text
@@ -124,8 +125,9 @@ async def test_open_sub_questions_are_re_ranked_but_a_persons_keeps_its_place(
     assert mine.priority == 10 and mine.priority_changes == []
     await session.arefresh_from_db()
     assert session.cycles_at_last_rerank == 3
-    assert [s["stage"] for s in session.stages] == ["reflection", "reflection"]
-    assert session.stages[-1]["message"] == "Re-ranked the open sub-questions: 1 moved"
+    history = await stage_history(session)
+    assert [s["stage"] for s in history] == ["reflection", "reflection"]
+    assert history[-1]["message"] == "Re-ranked the open sub-questions: 1 moved"
 
 
 async def test_re_ranking_waits_until_it_is_due(fake_claude: Any, make_session: Any):
@@ -233,7 +235,7 @@ async def test_research_off_means_no_plan_no_searches_no_evidence_no_research_to
     assert not any("<evidence>" in p for p in prompts)
     offered = {t["name"] for r in fake_claude.requests for t in r["body"].get("tools", [])}
     assert not offered & {"web_search", "memory_search"}
-    assert "planning" not in {item["stage"] for item in session.stages}
+    assert "planning" not in {item["stage"] for item in await stage_history(session)}
 
 
 async def test_web_off_searches_only_the_knowledge_base(

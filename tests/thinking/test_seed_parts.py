@@ -16,7 +16,7 @@ from accounts.tokens import create_token
 from tests.helpers import bearer, post
 from thinking import final_review, parsing, signals, stages, trend
 from thinking.final_review import SubQuestionItem, SynthesisItem, ThoughtItem
-from thinking.models import Status, SubQuestion, ThinkingSession, Thought
+from thinking.models import Stage, Status, SubQuestion, ThinkingSession, Thought
 
 pytestmark = pytest.mark.django_db
 
@@ -308,6 +308,38 @@ def test_the_api_detail_carries_plan_stages_notes_citations_and_routes(
     export = api.get(f"/api/sessions/{session.pk}/export").json()
     assert set(export["stages"][0]) >= {"stage", "label", "message", "at"}
     assert export["format_errors"] == body["format_errors"]
+
+
+def test_the_stage_history_keeps_its_newest_entries_a_row_each(
+    api: Client, client: Client, alice: Any, make_session: Any, monkeypatch: Any
+):
+    """Each stage entered is a row of its own, counted on the session; past MAX_STAGES the
+    oldest go, a batch at a time, and the API, the export and the page serve the newest,
+    oldest first. A finished session's history is closed."""
+    monkeypatch.setattr(stages, "MAX_STAGES", 22)
+    monkeypatch.setattr(stages, "PRUNE_EVERY", 2)
+    session = make_session(status=Status.THINKING)
+    for n in range(1, 26):
+        assert stages.record_sync(session.pk, stages.entry("analysis", f"Entry {n}"))
+    session.refresh_from_db()
+    assert session.stage_count == 25 and session.progress["message"] == "Entry 25"
+    # Pruned at 24 (entries 1 and 2 went); each row as it was stored, never rewritten.
+    rows = Stage.objects.filter(session=session).order_by("sequence")
+    assert [r.sequence for r in rows] == list(range(3, 26))
+    assert [r.entry["message"] for r in rows] == [f"Entry {n}" for n in range(3, 26)]
+    newest = [f"Entry {n}" for n in range(4, 26)]
+    assert [s["message"] for s in api.get(f"/api/sessions/{session.pk}").json()["stages"]] == newest
+    export = api.get(f"/api/sessions/{session.pk}/export").json()
+    assert [s["message"] for s in export["stages"]] == newest
+    client.force_login(alice)
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert "Stages so far (25; the latest 20 here, the latest 22 in the JSON export)" in page
+
+    ThinkingSession.objects.filter(pk=session.pk).update(status=Status.COMPLETED)
+    assert not stages.record_sync(session.pk, stages.entry("note", "Too late"))
+    session.refresh_from_db()
+    assert session.stage_count == 25 and session.progress["message"] == "Entry 25"
+    assert not Stage.objects.filter(session=session, entry__message="Too late").exists()
 
 
 def test_sub_questions_carry_their_initial_priority(api: Client, make_session: Any):

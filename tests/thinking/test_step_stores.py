@@ -13,6 +13,7 @@ from django.utils import timezone
 from accounts.models import Team
 from research.models import KnowledgeItem
 from thinking import export, parsing, planner, steps
+from thinking.events import SessionEvent
 from thinking.llm import Reply
 from thinking.models import (
     Delivery,
@@ -330,8 +331,8 @@ def test_a_cycle_on_a_sub_question_that_yields_no_thought_still_marks_it_explore
 
 def test_the_session_counts_its_cycles_and_how_each_reply_was_read(make_session: Any):
     session = held(make_session, parse_routes={"tags": 1})
-    for _ in range(2):
-        async_to_sync(steps.store_thoughts)(
+    for n in range(2):
+        stored, event = async_to_sync(steps.store_thoughts)(
             session.pk, steps.Focus(text=session.question),
             parsing.ThoughtReply(
                 thoughts=[parsing.ParsedThought("A thought.", "analysis", 0.5)], route="lines"
@@ -339,6 +340,10 @@ def test_the_session_counts_its_cycles_and_how_each_reply_was_read(make_session:
             [Reply(text="…", model="claude-test")], [],
             worker_id=WORKER, meter=FixedLap(),
         )  # fmt: skip
+        # On the question itself no sub-question moved: the page's rows are not re-read.
+        assert event == SessionEvent(session.pk, thoughts=(n,), questions=False)
+        # The loop knows how many thoughts there are without counting them again.
+        assert stored.thought_count == n + 1
     session.refresh_from_db()
     # The format's health in the API and the download: two cycles read line by line.
     assert session.parse_routes == {"tags": 1, "lines": 2}

@@ -63,3 +63,10 @@ def test_with_every_sub_question_explored_the_session_returns_to_its_question(
     SubQuestion.objects.create(session=session, text="Done", priority=9, explored=True)
     focus = loop.select_focus(session=session)
     assert (focus.text, focus.sub_question_id) == ("Why is the sky blue?", None)
+
+
+def test_of_the_models_questions_the_highest_priority_is_explored_first(make_session: Any):
+    session = make_session()
+    SubQuestion.objects.create(session=session, text="Asked first, minor", priority=3)
+    SubQuestion.objects.create(session=session, text="Asked later, pressing", priority=8)
+    assert focus_of(session) == "Asked later, pressing"

@@ -92,7 +92,7 @@ def test_a_finished_session_cannot_be_steered(client: Any, alice: Any, make_sess
 async def test_the_loop_uses_the_hint_and_explores_the_question_next(
     fake_claude: Any, make_session: Any, alice: Any
 ):
-    session = await sync_to_async(make_session)(budget_seconds=0.3, synthesis_interval_seconds=60)
+    session = await sync_to_async(make_session)(budget_seconds=0.8, synthesis_interval_seconds=60)
     await SubQuestion.objects.acreate(session=session, text="Model question", priority=10)
     await sync_to_async(session.steer)(user=alice, kind="hint", text="Think about whales")
     await sync_to_async(session.steer)(user=alice, kind="hint", text="And dolphins")
@@ -104,10 +104,14 @@ async def test_the_loop_uses_the_hint_and_explores_the_question_next(
     first_cycle = next(p for p in prompts if "Current focus:" in p)
     assert "Current focus: Do whales dream?" in first_cycle
     # The person's words as they wrote them, oldest first.
-    assert (
-        "Guidance from the person watching (take it into account):\n"
-        "- Think about whales\n- And dolphins" in first_cycle
-    )
+    guidance = "Guidance from the person watching (take it into account):\n"
+    assert guidance + "- Think about whales\n- And dolphins" in first_cycle
+    # Later cycles carry the same guidance: the person's hints, not the model's thoughts.
+    cycles = [p for p in prompts if "Current focus:" in p]
+    assert len(cycles) >= 2
+    for prompt in cycles:
+        given = prompt.split(guidance, 1)[1].split("\n\n", 1)[0]
+        assert given == "- Think about whales\n- And dolphins", given
     sequences = [
         s async for s in session.thoughts.order_by("sequence").values_list("sequence", flat=True)
     ]

@@ -1,5 +1,7 @@
-"""CPU of reading one streamed reply: the SDK's `messages.stream()` helper against the raw
-events read by `thinking.streaming.collect` (what the app does), side by side in one run.
+"""CPU of reading one streamed reply three ways, side by side in one run: the SDK's
+`messages.stream()` helper; the SDK's stream of typed events, each block's deltas joined at
+the end (what the app did until 2026-11-26); the events' JSON through the SDK's SSE decoder,
+`thinking.streaming.api_events` and `collect` (what the app does).
 
     .venv/bin/python bench/stream_cost.py 100
 
@@ -64,14 +66,33 @@ async def main(calls: int) -> None:
                     await shown(event.thinking)
             await stream.get_final_message()
 
-    async def raw() -> None:
+    async def typed() -> None:
         stream = await client.messages.create(stream=True, **REQUEST)
         async with stream:
-            await streaming.collect(stream, on_text=shown, on_thinking=shown)
+            parts: dict[int, list[str]] = {}
+            async for event in stream:
+                if event.type == "content_block_start":
+                    event.content_block.model_dump(mode="json", exclude_none=True)
+                    parts[event.index] = []
+                elif event.type == "content_block_delta":
+                    if event.delta.type == "text_delta":
+                        parts[event.index].append(event.delta.text)
+                        await shown(event.delta.text)
+                    elif event.delta.type == "thinking_delta":
+                        parts[event.index].append(event.delta.thinking)
+                        await shown(event.delta.thinking)
+            ["".join(p) for p in parts.values()]
 
-    cpu: dict[str, list[float]] = {"helper": [], "raw events": []}
-    for _ in range(3):  # alternated, so load on the machine falls on both alike
-        for name, read in (("helper", helper), ("raw events", raw)):
+    async def json_events() -> None:
+        stream = await client.messages.create(stream=True, **REQUEST)
+        async with stream:
+            events = streaming.api_events(stream.response)
+            await streaming.collect(events, on_text=shown, on_thinking=shown)
+
+    readers = (("helper", helper), ("typed events", typed), ("JSON events", json_events))
+    cpu: dict[str, list[float]] = {name: [] for name, _ in readers}
+    for _ in range(3):  # alternated, so load on the machine falls on all alike
+        for name, read in readers:
             await read()  # warm
             started = time.process_time()
             for _ in range(calls):
@@ -79,9 +100,12 @@ async def main(calls: int) -> None:
             cpu[name].append((time.process_time() - started) * 1000 / calls)
     server.kill()
     await client.close()
-    helper_ms, raw_ms = statistics.median(cpu["helper"]), statistics.median(cpu["raw events"])
-    print(f"CPU per reply: helper {helper_ms:.1f} ms, raw events {raw_ms:.1f} ms", end=" ")
-    print(f"({raw_ms / helper_ms:.2f} x), median of 3 rounds of {calls} calls")
+    medians = {name: statistics.median(times) for name, times in cpu.items()}
+    helper_ms = medians["helper"]
+    shown_ms = ", ".join(
+        f"{name} {ms:.1f} ms ({ms / helper_ms:.2f} x)" for name, ms in medians.items()
+    )
+    print(f"CPU per reply: {shown_ms}; median of 3 rounds of {calls} calls")
 
 
 if __name__ == "__main__":

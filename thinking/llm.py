@@ -401,7 +401,8 @@ class LLM:
         # `stream=True` returns the event stream; with **params mypy cannot pick the overload.
         stream = cast("AsyncStream[RawMessageStreamEvent]", created)
         async with stream:
-            final = await streaming.collect(stream, on_text=on_text, on_thinking=on_thinking)
+            events = streaming.api_events(stream.response)
+            final = await streaming.collect(events, on_text=on_text, on_thinking=on_thinking)
         usage, content = final.usage, final.content
         return Reply(
             text="".join(block["text"] for block in content if block["type"] == "text"),

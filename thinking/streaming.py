@@ -1,19 +1,27 @@
-"""One assistant message put together from the SDK's raw stream events.
+"""One assistant message put together from the API's stream events.
 
-`client.messages.create(stream=True)` yields the API's events as the SDK parses them. The
-SDK's `messages.stream()` helper on top of it rebuilds a snapshot of the whole message and a
-typed event object for every delta, about half of the client's CPU per call (bench/README,
-"The model stream"). Here each block's deltas are kept as strings and joined once, when the
-stream ends; the blocks come out as request blocks, values untouched (signatures included),
-ready to be sent back inside a tool loop.
+`client.messages.create(stream=True)` sends the request (retries and HTTP errors are the
+SDK's) and returns the event stream. The SDK's `messages.stream()` helper on top of it
+rebuilds a snapshot of the whole message and a typed event for every delta; iterating the
+stream itself still builds one typed object per event. Both were most of the client's CPU
+per call (bench/README, "The model stream" and "The stream's events as JSON"). Here the
+events are read with the SDK's own SSE decoder (`AsyncStream.raw_events`) and each one's
+JSON taken as it is; an `error` event is raised as the SDK raises it. Each block's deltas
+are kept as strings and joined once, when the stream ends; the blocks come out as request
+blocks, values untouched (signatures included), ready to be sent back inside a tool loop.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import anthropic
+
+if TYPE_CHECKING:
+    import httpx2  # the SDK's HTTP client
 
 TextCallback = Callable[[str], Awaitable[None]]
 
@@ -29,49 +37,72 @@ class StreamedMessage:
     usage: dict[str, int] = field(default_factory=dict)
 
 
+async def api_events(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
+    """The events of a streamed reply, each the JSON object the API sent, as the SDK's own
+    stream reads them (pings and nameless events skipped) but without a typed object per
+    event. An `error` event mid-stream raises the SDK's `APIStatusError` (status 200, the
+    error's `type` from its body), as iterating the SDK's stream does."""
+    async for sse in anthropic.AsyncStream.raw_events(response):
+        if sse.event is None or sse.event == "ping":
+            continue
+        if sse.event == "error":
+            body: object = sse.data
+            try:
+                body = json.loads(sse.data)
+                message = f"{body}"
+            except ValueError:
+                message = sse.data or f"Error code: {response.status_code}"
+            raise anthropic.APIStatusError(message, response=response, body=body)
+        if sse.data:
+            yield json.loads(sse.data)
+
+
 async def collect(
-    events: AsyncIterable[Any],
+    events: AsyncIterable[dict[str, Any]],
     *,
     on_text: TextCallback | None = None,
     on_thinking: TextCallback | None = None,
 ) -> StreamedMessage:
-    """Read the stream to its end, handing text and thinking deltas to the callbacks as
-    they arrive. An `error` event mid-stream is raised by the SDK's iterator itself."""
+    """Read the stream's events (`api_events`) to the end, handing text and thinking deltas
+    to the callbacks as they arrive."""
     message = StreamedMessage()
     blocks: dict[int, dict[str, Any]] = {}
     parts: dict[int, list[str]] = {}
     async for event in events:
-        kind = event.type
+        kind = event["type"]
         if kind == "content_block_delta":
-            delta = event.delta
-            if delta.type == "text_delta":
-                parts[event.index].append(delta.text)
+            delta, index = event["delta"], event["index"]
+            delta_type = delta["type"]
+            if delta_type == "text_delta":
+                parts[index].append(delta["text"])
                 if on_text is not None:
-                    await on_text(delta.text)
-            elif delta.type == "thinking_delta":
-                parts[event.index].append(delta.thinking)
+                    await on_text(delta["text"])
+            elif delta_type == "thinking_delta":
+                parts[index].append(delta["thinking"])
                 if on_thinking is not None:
-                    await on_thinking(delta.thinking)
-            elif delta.type == "input_json_delta":
-                parts[event.index].append(delta.partial_json)
-            elif delta.type == "signature_delta":
-                blocks[event.index]["signature"] = delta.signature
+                    await on_thinking(delta["thinking"])
+            elif delta_type == "input_json_delta":
+                parts[index].append(delta["partial_json"])
+            elif delta_type == "signature_delta":
+                blocks[index]["signature"] = delta["signature"]
         elif kind == "content_block_start":
-            blocks[event.index] = event.content_block.model_dump(mode="json", exclude_none=True)
-            parts[event.index] = []
+            # A null field is left out, as the SDK's typed block dumped without None was.
+            block = event["content_block"]
+            blocks[event["index"]] = {k: v for k, v in block.items() if v is not None}
+            parts[event["index"]] = []
         elif kind == "message_delta":
-            message.stop_reason = event.delta.stop_reason
-            _take_usage(message.usage, event.usage)
+            message.stop_reason = event["delta"].get("stop_reason")
+            _take_usage(message.usage, event.get("usage"))
         elif kind == "message_start":
-            message.model = event.message.model
-            _take_usage(message.usage, event.message.usage)
+            message.model = event["message"].get("model", "")
+            _take_usage(message.usage, event["message"].get("usage"))
     message.content = [_finished(blocks[i], parts[i]) for i in sorted(blocks)]
     return message
 
 
-def _take_usage(usage: dict[str, int], reported: Any) -> None:
+def _take_usage(usage: dict[str, int], reported: dict[str, Any] | None) -> None:
     for name in _USAGE:
-        value = getattr(reported, name, None)
+        value = (reported or {}).get(name)
         if value is not None:
             usage[name] = value
 

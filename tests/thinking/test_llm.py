@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -147,6 +148,89 @@ async def test_a_mid_stream_error_is_retried_then_reported(client: LLM, fake_cla
         await ask(client)
     stream_calls = [r for r in fake_claude.requests if r["path"].startswith("/v1/messages")]
     assert len(stream_calls) == 1 + client.stream_retries
+
+
+async def typed_reading(stream: Any) -> dict[str, Any]:
+    """What the SDK's own typed stream makes of a reply: blocks dumped without None and
+    their deltas joined, the stop reason, the final usage (the oracle for `api_events`)."""
+    blocks: dict[int, dict[str, Any]] = {}
+    usage: dict[str, Any] = {}
+    stop = None
+    async for event in stream:
+        if event.type == "content_block_start":
+            blocks[event.index] = event.content_block.model_dump(mode="json", exclude_none=True)
+        elif event.type == "content_block_delta":
+            block, delta = blocks[event.index], event.delta
+            field = {"text_delta": "text", "thinking_delta": "thinking"}.get(delta.type)
+            if field:
+                block[field] += getattr(delta, field)
+            elif delta.type == "input_json_delta":
+                block["_json"] = block.get("_json", "") + delta.partial_json
+            elif delta.type == "signature_delta":
+                block["signature"] = delta.signature
+        elif event.type == "message_start":
+            usage.update(event.message.usage.model_dump(exclude_none=True))
+        elif event.type == "message_delta":
+            stop = event.delta.stop_reason
+            usage.update(event.usage.model_dump(exclude_none=True))
+    for block in blocks.values():
+        if "_json" in block:
+            block["input"] = json.loads(block.pop("_json"))
+    return {"content": [blocks[i] for i in sorted(blocks)], "stop": stop, "usage": usage}
+
+
+def masked(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Blocks with their opaque values (the fake's "sig-N", "redacted-N") cut to the kind."""
+    opaque = ("signature", "data")
+    return [{k: v.split("-")[0] if k in opaque else v for k, v in b.items()} for b in blocks]
+
+
+async def test_the_streams_events_read_as_json_give_what_the_sdks_typed_stream_gives(
+    client: LLM, fake_claude: Any
+):
+    """`streaming.api_events` skips the SDK's typed object per event: the same reply read
+    both ways gives the same blocks (nulls left out, signatures and tool input intact), stop
+    reason and usage; a mid-stream error is the same error."""
+    from thinking import streaming
+
+    tool = {"id": "toolu_1", "name": "think", "input": {"thought": "ü «x»", "n": [1, None]}}
+    replies = [
+        Reply(thinking="Weigh it. " * 20, text="THOUGHT: yes " * 30, input_tokens=9),
+        Reply(text="Looking.", tool_uses=[tool], stop_reason="tool_use", cache_read_tokens=5),
+        Reply(redacted=True, text="ok", output_tokens=7),
+    ]
+    sdk = client._client
+    messages = [{"role": "user", "content": "Hi"}]
+    request = {"model": "claude-test", "max_tokens": 100, "messages": messages}
+    for reply in replies:
+        fake_claude.enqueue(reply, reply)
+        async with await sdk.messages.create(stream=True, **request) as typed:
+            expected = await typed_reading(typed)
+        async with await sdk.messages.create(stream=True, **request) as raw:
+            read = await streaming.collect(streaming.api_events(raw.response))
+        # The fake signs (and redacts) each call anew: the opaque values differ, not their kind.
+        assert masked(read.content) == masked(expected["content"])
+        assert read.stop_reason == expected["stop"]
+        assert read.usage == {k: v for k, v in expected["usage"].items() if k in read.usage}
+        assert read.usage["output_tokens"] == expected["usage"]["output_tokens"]
+        kinds = [b["type"] for b in read.content]
+        assert kinds in (["thinking", "text"], ["text", "tool_use"], ["redacted_thinking", "text"])
+        if "tool_use" in kinds:
+            assert read.content[1]["input"] == tool["input"] and read.stop_reason == "tool_use"
+
+    fake_claude.enqueue(StreamError(), StreamError())
+    errors = []
+    for reader in ("typed", "raw"):
+        async with await sdk.messages.create(stream=True, **request) as stream:
+            with pytest.raises(Exception) as caught:
+                if reader == "typed":
+                    await typed_reading(stream)
+                else:
+                    await streaming.collect(streaming.api_events(stream.response))
+        error = caught.value
+        said = re.sub(r"req_fake_\d+", "req", str(error))  # each call has its own request id
+        errors.append((type(error), error.status_code, error.type, error.api_message, said))
+    assert errors[0] == errors[1] and errors[0][1:3] == (200, "overloaded_error")
 
 
 async def test_an_unreachable_provider_is_reported_in_words(settings: Any):

@@ -42,6 +42,8 @@ TARGETS = (
     ("thinking.tools", "save_progress", "storing steps (transactions)"),
     ("research.web", "store_results", "storing steps (transactions)"),
     ("thinking.loop", "open_cycle", "reading state"),
+    # Stores the cycle's "analysis" stage, then reads the prompt's material: mostly reads.
+    ("thinking.loop", "open_analysis", "reading state"),
     ("research.web", "cached_results", "reading state"),
     ("channels.db", "DatabaseSyncToAsync.__call__", "other database hops"),
 )

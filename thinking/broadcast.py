@@ -42,7 +42,7 @@ from .presenters import (
     thought_page,
     thought_rows,
 )
-from .row_reads import Param, compiled_rows, read_by_pk, values_by
+from .row_reads import Param, compiled_rows, read_by_pk, rows_by_pks, values_by
 from .state import QuestionRows, SourceRows, UpdateMessage, UpdatePart
 
 # What one WebSocket message may carry. Rows are never split: a single row bigger than this
@@ -288,7 +288,7 @@ def _question_rows(
     states = {pk: question_state(explored, priority) for pk, _, explored, priority in values}
     new = sorted(pk for pk in states if pk not in known)
     moved = sorted(pk for pk in states if pk in known and known[pk] != states[pk])
-    wanted = SubQuestion.objects.in_bulk([*new, *moved]) if new or moved else {}
+    wanted = rows_by_pks(SubQuestion, [*new, *moved])
     parts: list[UpdatePart] = [
         {
             "kind": "question",
@@ -391,7 +391,7 @@ def sub_question_changes(
     else:
         new = [pk for pk in states if pk not in known]
         moved = [pk for pk in states if pk in known and known[pk] != states[pk]]
-    wanted = SubQuestion.objects.in_bulk([*new, *moved])
+    wanted = rows_by_pks(SubQuestion, [*new, *moved])
     pieces = [_new_question_html(wanted[pk], parents) for pk in sorted(new)]
     pieces += [_question_row_html(wanted[pk]) for pk in sorted(moved)]
     return pieces, states

@@ -4,11 +4,14 @@ it, so a reload shows exactly what the stream showed."""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection, models
 from django.db.models import Count
+from django.db.models.functions import Cast
+from django.template.loader import render_to_string
 from django.utils import timezone
 
 from . import stages, trend
@@ -260,8 +263,19 @@ def _stage_line(item: Any) -> dict[str, Any]:
 
 
 def _newest_stages() -> models.QuerySet:
+    # The entries as stored text: the key of their drawn lines (`_stage_html`).
     rows = Stage.objects.filter(session_id=SESSION_KEY).order_by("-sequence")
-    return rows.values_list("entry")[:STAGES_SHOWN]
+    return rows.values_list(Cast("entry", models.TextField()))[:STAGES_SHOWN]
+
+
+@functools.lru_cache(maxsize=4096)
+def _stage_html(stored: str) -> str:
+    """One line of the stage history, drawn from its stored entry. An entry never changes
+    once recorded and its line depends on nothing else, so each is drawn once per process:
+    the plan region is re-sent on every stage a session enters, and its twenty lines were
+    most of its cost (bench/README, "Stage lines drawn once")."""
+    item = json.loads(stored)
+    return render_to_string("thinking/_stage.html", {"item": _stage_line(item), "tag": "li"})
 
 
 def plan_context(session: ThinkingSession) -> dict[str, Any]:
@@ -273,7 +287,7 @@ def plan_context(session: ThinkingSession) -> dict[str, Any]:
         "plan_steps": plan_steps(session),
         "progress_line": _stage_line(progress) if progress.get("message") else None,
         "stage_count": session.stage_count,
-        "stage_history": [_stage_line(item) for (item,) in newest],
+        "stage_history": [_stage_html(stored) for (stored,) in newest],
         "stages_shown": STAGES_SHOWN,
         "stages_kept": stages.MAX_STAGES,
     }

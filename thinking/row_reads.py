@@ -13,7 +13,7 @@ through the ORM as usual.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -227,6 +227,31 @@ def read_by_pk[M: models.Model](model: type[M], pk: Any, *, for_update: bool = F
     if not found:
         raise model.DoesNotExist(f"{model.__name__} matching query does not exist.")  # type: ignore[attr-defined]
     return model.from_db(connection.alias, statement.columns, found[0])
+
+
+KEYS_COMPILED = 8  # `rows_by_pks` compiles one statement per count of keys up to this
+
+
+def rows_by_pks[M: models.Model](model: type[M], pks: Iterable[Any]) -> dict[Any, M]:
+    """`model.objects.in_bulk(pks)`: the rows with these keys, by key (a missing one is left
+    out). Up to KEYS_COMPILED distinct keys, one compiled statement per count of keys (a
+    live update asks for the few sub-questions it redraws); more go through the ORM."""
+    wanted = list(dict.fromkeys(pks))
+    if not wanted:
+        return {}
+    if len(wanted) > KEYS_COMPILED:
+        return model._default_manager.in_bulk(wanted)
+    connection = connections[DEFAULT_DB_ALIAS]
+    names = [f"pk{i}" for i in range(len(wanted))]
+
+    def rows() -> models.QuerySet:
+        keys = [Param(name, model._meta.pk) for name in names]
+        return model._default_manager.using(connection.alias).filter(pk__in=keys).order_by()
+
+    statement = _statement(connection, ("rows", model, len(names)), rows)
+    found = statement.run(connection, dict(zip(names, wanted, strict=True)))
+    instances = (model.from_db(connection.alias, statement.columns, row) for row in found)
+    return {instance.pk: instance for instance in instances}
 
 
 def values_by(

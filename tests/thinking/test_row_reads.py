@@ -25,6 +25,7 @@ from thinking.row_reads import (
     compiled_values,
     forget_compiled,
     read_by_pk,
+    rows_by_pks,
     values_by,
 )
 
@@ -109,6 +110,42 @@ def test_the_row_and_column_values_are_the_ones_the_orm_reads_on_postgresql(make
     needs_postgresql()
     check_same_row_as_the_orm(a_busy_session(make_session))
     check_same_values_as_the_orm(make_session(), make_session())
+
+
+def check_rows_by_keys_as_the_orm(session: ThinkingSession) -> None:
+    made = [
+        SubQuestion.objects.create(session=session, text=f"Q{n} «ü»", priority=n, explored=n % 2)
+        for n in range(12)
+    ]
+    pks = [q.pk for q in made]
+    gone = SubQuestion.objects.create(session=session, text="deleted", priority=1)
+    gone_pk = gone.pk
+    gone.delete()
+    for keys in ([], pks[:1], pks[2:5], [pks[3], pks[3], str(pks[1]), gone_pk], pks[:9], pks):
+        expected = SubQuestion.objects.in_bulk(keys)
+        read = rows_by_pks(SubQuestion, keys)
+        assert read.keys() == expected.keys()
+        for pk, row in read.items():
+            assert isinstance(row, SubQuestion) and not row._state.adding
+            assert {
+                f.attname: getattr(row, f.attname) for f in SubQuestion._meta.concrete_fields
+            } == {
+                f.attname: getattr(expected[pk], f.attname)
+                for f in SubQuestion._meta.concrete_fields
+            }
+    # The same count of other keys: the same compiled statement, the rows asked for.
+    assert set(rows_by_pks(SubQuestion, pks[5:8])) == set(pks[5:8])
+
+
+def test_rows_by_their_keys_are_the_ones_the_orm_reads(make_session: Any):
+    check_rows_by_keys_as_the_orm(make_session())
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_rows_by_their_keys_are_the_ones_the_orm_reads_on_postgresql(make_session: Any):
+    needs_postgresql()
+    check_rows_by_keys_as_the_orm(make_session())
 
 
 def test_an_unknown_or_malformed_key_fails_as_the_orm_does(make_session: Any):

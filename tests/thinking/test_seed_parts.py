@@ -5,6 +5,7 @@ trend in words, the format's typed values and errors, the research switches at t
 from __future__ import annotations
 
 import json
+import re
 from io import StringIO
 from typing import Any
 
@@ -340,6 +341,26 @@ def test_the_stage_history_keeps_its_newest_entries_a_row_each(
     session.refresh_from_db()
     assert session.stage_count == 25 and session.progress["message"] == "Entry 25"
     assert not Stage.objects.filter(session=session, entry__message="Too late").exists()
+
+
+def test_each_page_draws_its_own_sessions_stage_lines_escaped(
+    client: Client, alice: Any, make_session: Any
+):
+    """Stage lines are drawn once per process and reused (presenters._stage_html): each
+    session's page still shows its own entries, the model's text escaped."""
+    first, second = (make_session(status=Status.THINKING) for _ in range(2))
+    for session, name in ((first, "first"), (second, "second")):
+        for n in range(3):
+            line = stages.entry("note", f"<b>{name}</b> note {n}", by="model")
+            assert stages.record_sync(session.pk, line)
+    client.force_login(alice)
+    for session, name, other in ((first, "first", "second"), (second, "second", "first")):
+        page = client.get(session.get_absolute_url()).content.decode()
+        history = page[page.index('class="stage-history"') :]
+        history = history[: history.index("</ol>")]
+        shown = re.findall(rf"&lt;b&gt;{name}&lt;/b&gt; note (\d)", history)
+        assert shown == ["2", "1", "0"]
+        assert other not in history and "<b>" not in history
 
 
 def test_sub_questions_carry_their_initial_priority(api: Client, make_session: Any):

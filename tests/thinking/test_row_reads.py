@@ -125,14 +125,13 @@ def check_rows_by_keys_as_the_orm(session: ThinkingSession) -> None:
         expected = SubQuestion.objects.in_bulk(keys)
         read = rows_by_pks(SubQuestion, keys)
         assert read.keys() == expected.keys()
+        fields = SubQuestion._meta.concrete_fields
         for pk, row in read.items():
-            assert isinstance(row, SubQuestion) and not row._state.adding
-            assert {
-                f.attname: getattr(row, f.attname) for f in SubQuestion._meta.concrete_fields
-            } == {
-                f.attname: getattr(expected[pk], f.attname)
-                for f in SubQuestion._meta.concrete_fields
-            }
+            assert isinstance(row, SubQuestion)
+            assert (row._state.adding, row._state.db) == (False, "default")  # as the ORM's
+            assert [getattr(row, f.attname) for f in fields] == [
+                getattr(expected[pk], f.attname) for f in fields
+            ]
     # The same count of other keys: the same compiled statement, the rows asked for.
     assert set(rows_by_pks(SubQuestion, pks[5:8])) == set(pks[5:8])
 

@@ -265,7 +265,7 @@ def _stage_line(item: Any) -> dict[str, Any]:
 def _newest_stages() -> models.QuerySet:
     # The entries as stored text: the key of their drawn lines (`_stage_html`).
     rows = Stage.objects.filter(session_id=SESSION_KEY).order_by("-sequence")
-    return rows.values_list(Cast("entry", models.TextField()))[:STAGES_SHOWN]
+    return rows.values_list("sequence", Cast("entry", models.TextField()))[:STAGES_SHOWN]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -281,13 +281,17 @@ def _stage_html(stored: str) -> str:
 def plan_context(session: ThinkingSession) -> dict[str, Any]:
     """The plan region: the checklist, the latest stage, and the newest stages before it
     (a compiled read: it is drawn on every stage a session enters)."""
-    progress = session.progress
     newest = compiled_values("plan:stages", _newest_stages, session=session.pk)
+    # The count and the latest stage come from the same read as the lines: the session row,
+    # read before, may be a stage behind them. The newest entry's number is the count, and
+    # the entry is the session's progress (stages.record keeps both).
+    latest = (newest[0][0], json.loads(newest[0][1])) if newest else None
+    count, progress = latest or (session.stage_count, session.progress)
     return {
         "plan_steps": plan_steps(session),
         "progress_line": _stage_line(progress) if progress.get("message") else None,
-        "stage_count": session.stage_count,
-        "stage_history": [_stage_html(stored) for (stored,) in newest],
+        "stage_count": count,
+        "stage_history": [_stage_html(stored) for (_, stored) in newest],
         "stages_shown": STAGES_SHOWN,
         "stages_kept": stages.MAX_STAGES,
     }

@@ -363,6 +363,25 @@ def test_each_page_draws_its_own_sessions_stage_lines_escaped(
         assert other not in history and "<b>" not in history
 
 
+def test_the_stage_count_and_latest_stage_agree_with_the_lines_shown(make_session: Any):
+    """A stage entered between reading the session and drawing its plan region: the count,
+    the latest stage and the history all show it (one read), not the row's older count."""
+    from thinking.presenters import plan_context
+
+    session = make_session(status=Status.THINKING)
+    for n in range(3):
+        assert stages.record_sync(session.pk, stages.entry("analysis", f"Entry {n}"))
+    read_before = ThinkingSession.objects.get(pk=session.pk)
+    assert stages.record_sync(session.pk, stages.entry("synthesis", "Entry 3"))
+
+    region = plan_context(read_before)
+    assert read_before.stage_count == 3 and region["stage_count"] == 4
+    assert region["progress_line"]["message"] == "Entry 3"
+    assert [re.search(r"Entry \d", line).group() for line in region["stage_history"]] == [
+        f"Entry {n}" for n in (3, 2, 1, 0)
+    ]
+
+
 def test_sub_questions_carry_their_initial_priority(api: Client, make_session: Any):
     session = make_session()
     moved = SubQuestion.objects.create(

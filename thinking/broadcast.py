@@ -250,17 +250,12 @@ def _event_thoughts(session_id: uuid.UUID, sequences: Iterable[int]) -> list[Tho
         "live:thoughts", _thoughts_between, session=session_id, first=min(wanted), last=max(wanted)
     )
     thoughts = [thought for thought in rows if thought.sequence in wanted]
-    focuses: dict[int, SubQuestion | None] = {}
+    keys = {t.sub_question_id for t in thoughts if t.sub_question_id is not None}
+    focuses = rows_by_pks(SubQuestion, keys)
     for thought in thoughts:
-        pk = thought.sub_question_id
-        if pk is None:
-            continue
-        if pk not in focuses:
-            try:
-                focuses[pk] = read_by_pk(SubQuestion, pk)
-            except SubQuestion.DoesNotExist:  # deleted since: no focus, as a reload shows
-                focuses[pk] = None
-        thought.sub_question = focuses[pk]
+        if thought.sub_question_id is not None:
+            # One deleted since has no focus, as a reload shows.
+            thought.sub_question = focuses.get(thought.sub_question_id)
     return thoughts
 
 

@@ -261,6 +261,8 @@ class ThinkingWorker(Worker):
         stop = asyncio.Event()
         previous = self._on_sigterm(stop)
         listening = asyncio.create_task(super().handle())
+        # Operators (and the process tests) see when a started worker takes doorbells.
+        logger.info("Worker %s: listening on %s", supervisor.worker_id, ", ".join(self.channels))
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({listening, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not stop.is_set():

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ def start_worker(fake_url: str, prefix: str, **extra: str) -> subprocess.Popen[s
         "DEEPTHINK_PROVIDER_GIVE_UP_SECONDS": "10",
         **extra,
     }
-    return subprocess.Popen(
+    worker = subprocess.Popen(
         [sys.executable, "manage.py", "runworker", "thinking"],
         cwd=ROOT,
         env=env,
@@ -61,6 +62,24 @@ def start_worker(fake_url: str, prefix: str, **extra: str) -> subprocess.Popen[s
         stderr=subprocess.STDOUT,
         text=True,
     )
+    # Read the log as it comes, so a test can wait for "listening" and still get it all.
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(worker.stdout or ()), daemon=True)
+    reader.start()
+    worker.lines, worker.reader = lines, reader  # type: ignore[attr-defined]
+    return worker
+
+
+def wait_listening(*workers: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Until each worker is past its start-up (Django's checks can take seconds on a busy
+    machine) and takes doorbells: else one worker may run every session, or a stop may
+    interrupt the start-up."""
+    for worker in workers:
+        listening = wait_for(
+            lambda w=worker: w.poll() is not None or "listening on" in "".join(w.lines),
+            timeout=timeout,
+        )
+        assert listening and worker.poll() is None, output(worker)
 
 
 def wait_for(predicate: Any, timeout: float = 60) -> bool:
@@ -72,14 +91,20 @@ def wait_for(predicate: Any, timeout: float = 60) -> bool:
     return False
 
 
+def output(worker: subprocess.Popen[str]) -> str:
+    """The log of a worker that has exited."""
+    worker.wait()
+    worker.reader.join(timeout=10)  # type: ignore[attr-defined]
+    return "".join(worker.lines)  # type: ignore[attr-defined]
+
+
 def stop(worker: subprocess.Popen[str]) -> str:
     worker.send_signal(signal.SIGINT)
     try:
-        out, _ = worker.communicate(timeout=10)
+        worker.wait(timeout=10)
     except subprocess.TimeoutExpired:
         worker.kill()
-        out, _ = worker.communicate()
-    return out
+    return output(worker)
 
 
 def test_two_worker_processes_share_sessions_over_redis(
@@ -94,6 +119,7 @@ def test_two_worker_processes_share_sessions_over_redis(
     ]
     workers = [start_worker(fake_claude.base_url, redis_layer) for _ in range(2)]
     try:
+        wait_listening(*workers)
         for session in sessions:
             request_start(session.pk)
 
@@ -145,8 +171,6 @@ def assert_intact(session: ThinkingSession) -> None:
 def test_a_killed_worker_is_replaced_and_the_session_completes(
     fake_claude: Any, make_session: Any, redis_layer: str, kill_point: str
 ):
-    import threading
-
     fake_claude.delay = 0.05
     session = make_session(budget_seconds=2.5, synthesis_interval_seconds=1.0)
     synthesising = threading.Event()
@@ -203,7 +227,7 @@ def test_sigterm_hands_sessions_over_at_once(fake_claude: Any, make_session: Any
     lease = {"DEEPTHINK_LEASE_SECONDS": "60", "DEEPTHINK_SWEEP_SECONDS": "30"}
     workers = [start_worker(fake_claude.base_url, redis_layer, **lease) for _ in range(2)]
     try:
-        time.sleep(1.5)  # both listening
+        wait_listening(*workers)
         request_start(session.pk)
         assert wait_for(lambda: session.thoughts.count() >= 3, timeout=30)
         owner = ThinkingSession.objects.get(pk=session.pk).worker_id
@@ -223,7 +247,7 @@ def test_sigterm_hands_sessions_over_at_once(fake_claude: Any, make_session: Any
             timeout=60,
         )
     finally:
-        logs = [stop(w) if w.poll() is None else w.communicate()[0] for w in workers]
+        logs = [stop(w) if w.poll() is None else output(w) for w in workers]
     assert handed_over and done, logs
     session.refresh_from_db()
     assert_intact(session)

@@ -9,6 +9,8 @@ real consumer (channels' WebsocketCommunicator, the app's ASGI application):
 - **live**: one step (a thought on a sub-question it explores, a new source) published with
   `broadcast.publish` to a page that is up to date: the message that page receives;
 - **catch-up**: a page that shows nothing connects (a late page): every message it receives;
+- **step render**: the CPU to draw that step's message once for every page
+  (`broadcast.render_event`, what the publisher runs after each step);
 - **whole lists**: what the old live message re-rendered on every step (the full sub-question
   and source lists), for comparison;
 - **page**: the session page's HTML, and how long the page, the list and the export take.
@@ -180,13 +182,29 @@ async def measure(owner: Any, cookie: str, thoughts: int) -> dict[str, Any]:
             render_to_string("thinking/_sources.html", context).encode()
         )
 
+    def render_cpu() -> float:
+        """CPU to draw the step's message once for all pages (`render_event`, what the
+        publisher runs per step), median of 31, each from the same state the pages are in."""
+        event = SessionEvent(session.pk, thoughts=(sequence,), questions=True)
+        broadcast.render_event(event)
+        kept = broadcast._last_sent(session.pk)
+        times = []
+        for _ in range(31):
+            broadcast._remember(session.pk, kept)
+            began = time.thread_time()
+            broadcast.render_event(event)
+            times.append(time.thread_time() - began)
+        return round(1000 * sorted(times)[len(times) // 2], 2)
+
     old_live = await sync_to_async(whole_lists)()
+    render_ms = await sync_to_async(render_cpu)()
     timings = await sync_to_async(_timings)(owner, session)
     sizes = [len(f.encode()) for f in catch_up]
     return {
         "thoughts": thoughts,
         "live": max(len(f.encode()) for f in live),
         "live_messages": len(live),
+        "render_ms": render_ms,
         "old_live": old_live,
         "catch_up_total": sum(sizes),
         "catch_up_messages": len(sizes),
@@ -227,6 +245,7 @@ COLUMNS = [
     ("thoughts", "thoughts"),
     ("live", "live msg"),
     ("old_live", "old: whole lists"),
+    ("render_ms", "step render ms"),
     ("catch_up_total", "catch-up total"),
     ("catch_up_messages", "parts"),
     ("catch_up_largest", "largest part"),

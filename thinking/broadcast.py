@@ -15,6 +15,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -103,7 +104,7 @@ def header_for(part: UpdatePart, owner: bool) -> str:
 
 
 def _thought_part(
-    thought: Thought, numbers: set[int], *, show_parts: bool, session: ThinkingSession
+    thought: Thought, numbers: AbstractSet[int], *, show_parts: bool, session: ThinkingSession
 ) -> UpdatePart:
     if thought.type == ThoughtType.SCRATCHPAD:
         html = _render("_note.html", {"thought": thought, "append_to": "scratchpad-list"})
@@ -120,7 +121,7 @@ def _thought_part(
 
 
 def _regions(
-    session: ThinkingSession, numbers: set[int], *, plan: bool, finished: bool
+    session: ThinkingSession, numbers: AbstractSet[int], *, plan: bool, finished: bool
 ) -> list[UpdatePart]:
     base = {"session": session, "oob": True, "source_numbers": numbers}
     parts: list[UpdatePart] = []
@@ -187,7 +188,7 @@ def render_event(event: SessionEvent) -> UpdateMessage:
         plan_only = _regions(session, set(), plan=True, finished=False)
         return {"type": "session.update", "parts": plan_only}
     numbers = source_numbers(session)
-    top = max(numbers, default=0)
+    top = numbers.top
     if sent is None:
         # New to this process: what pages have now is the base (one read, once).
         sent = Sent(top, sub_question_states(session.pk))
@@ -444,7 +445,7 @@ def catch_up(
     result = CatchUp(
         thoughts=set(session.thoughts.values_list("sequence", flat=True)),
         syntheses=set(session.syntheses.values_list("sequence", flat=True)),
-        source=max(numbers, default=0),
+        source=numbers.top,
         questions=sub_question_states(session_id),
     )
     # Read after the rows: if the revision still is the page's, so were the rows (a stored

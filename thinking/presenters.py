@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from django.db import connection, models
-from django.db.models import Count
+from django.db.models import Count, Max
 from django.db.models.functions import Cast
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -301,8 +302,45 @@ THOUGHT_PAGE = 50  # thoughts a page shows at first and per "Show earlier": the 
 NOTE_PAGE = 50  # scratchpad notes shown (the newest)
 
 
-def source_numbers(session: ThinkingSession) -> set[int]:
-    return {number for (number,) in values_by(Source, "session_id", session.pk, "number")}
+class SourceNumbers(AbstractSet[int]):
+    """The numbers of a session's sources: a citation [n] links when n is one of them.
+
+    Sources are numbered 1, 2, 3, ... as they are found, so the set is all of 1..top unless
+    one was deleted (in the admin). Reading every number into a set on each live update
+    grew with the session (~800 sources in a long one); this answers `in` from the count
+    and the highest number, and holds the numbers themselves only when there is a gap."""
+
+    __slots__ = ("_present", "top")
+
+    def __init__(self, top: int, present: frozenset[int] | None = None) -> None:
+        self.top = top  # the highest number (0: none yet)
+        self._present = present  # None: every number from 1 to top
+
+    def __contains__(self, number: object) -> bool:
+        if self._present is not None:
+            return number in self._present
+        return isinstance(number, int) and 1 <= number <= self.top
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._present) if self._present is not None else range(1, self.top + 1))
+
+    def __len__(self) -> int:
+        return len(self._present) if self._present is not None else self.top
+
+
+def _source_tally() -> models.QuerySet:
+    rows = Source.objects.filter(session_id=SESSION_KEY).order_by().values("session_id")
+    return rows.annotate(count=Count("pk"), top=Max("number")).values_list("count", "top")
+
+
+def source_numbers(session: ThinkingSession) -> SourceNumbers:
+    """One aggregate per live update; the numbers themselves only after a deletion."""
+    tally = compiled_values("sources:tally", _source_tally, session=session.pk)
+    count, top = tally[0] if tally else (0, 0)
+    if count == top:
+        return SourceNumbers(top)
+    present = frozenset(n for (n,) in values_by(Source, "session_id", session.pk, "number"))
+    return SourceNumbers(max(present, default=0), present)
 
 
 def sources_summary_context(session: ThinkingSession) -> dict[str, Any]:
@@ -422,9 +460,17 @@ def header_counts(session: ThinkingSession) -> dict[str, int]:
 
 
 def header_context(session: ThinkingSession, viewer: object) -> dict[str, Any]:
-    """The header for one viewer: only the owner is offered Cancel."""
+    """The header for one viewer: only the owner is offered Cancel.
+
+    The clock's figures are worked out once, at one instant, and its data attributes are
+    formatted here: plain numbers for the page's clock script, never localized, and no
+    template filter on a path that runs on every step."""
+    now = timezone.now()
     stops = session.clock_stops_at()
-    tick_for = (stops - timezone.now()).total_seconds() if stops else None
+    tick_for = (stops - now).total_seconds() if stops else None
+    elapsed = session.elapsed_seconds(now)
+    progress = session.progress_percent(now)
+    cost = session.estimated_cost
     return {
         "session": session,
         "counts": header_counts(session),
@@ -434,7 +480,16 @@ def header_context(session: ThinkingSession, viewer: object) -> dict[str, Any]:
         and session.running_since is not None
         and session.waiting_since is None
         and (tick_for is None or tick_for > 0),
-        "tick_for": max(0.0, tick_for) if tick_for is not None else 86400.0,
+        "clock": {
+            "elapsed": elapsed,
+            "remaining": session.remaining_seconds(now),
+            "data_elapsed": f"{elapsed:.1f}",
+            "data_budget": f"{session.budget_seconds:.1f}",
+            "data_tick_for": f"{max(0.0, tick_for) if tick_for is not None else 86400.0:.1f}",
+            "percent": f"{progress:.0f}",
+            "bar_width": f"{progress:.1f}",
+        },
+        "cost": None if cost is None else f"{cost:.4f}",
     }
 
 

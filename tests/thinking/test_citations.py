@@ -58,6 +58,43 @@ def test_the_page_links_every_form(text: str):
     assert set(links) == set(map(str, cited_numbers(text)))
 
 
+LINK = re.compile(r'<a class="cite" href="#source-(\d+)"[^>]*>\[\d+\]</a>')
+
+
+@pytest.mark.django_db
+def test_live_updates_and_pages_link_only_the_sources_there_are(make_session: Any, alice: Any):
+    from thinking.broadcast import render_event
+    from thinking.models import Thought
+
+    session = make_session(status="thinking")
+    for number in (1, 2, 3):
+        Source.objects.create(
+            session=session, number=number, kind="web", title=f"S{number}", key=f"k{number}"
+        )
+    Thought.objects.create(
+        session=session,
+        sequence=0,
+        text="Claims [1], [2], [3] and [4].",
+        type="insight",
+        confidence=0.6,
+        time_offset_seconds=1,
+    )
+    client = Client()
+    client.force_login(alice)
+
+    def linked() -> tuple[set[str], set[str]]:
+        message = render_event(SessionEvent(session.pk, thoughts=(0,)))
+        [thought] = [part["html"] for part in message["parts"] if part["kind"] == "thought"]
+        page = client.get(session.get_absolute_url()).content.decode()
+        return set(LINK.findall(thought)), set(LINK.findall(page))
+
+    assert linked() == ({"1", "2", "3"}, {"1", "2", "3"})  # [4] has no source: plain text
+    Source.objects.filter(session=session, number=2).delete()  # in the admin, say
+    assert linked() == ({"1", "3"}, {"1", "3"})
+    Source.objects.create(session=session, number=4, kind="web", title="S4", key="k4")
+    assert linked() == ({"1", "3", "4"}, {"1", "3", "4"})
+
+
 def test_a_number_without_a_source_stays_plain_on_the_page_and_in_the_export():
     html = str(cited("Both [1, 9].", {1}))
     assert re.search(r'<a class="cite" href="#source-1"[^>]*>\[1\]</a>, \[9\]', html)

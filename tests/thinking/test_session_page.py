@@ -424,6 +424,29 @@ def test_the_page_clock_knows_when_to_stop(alice_client: Any, make_session: Any)
     assert 'data-ticking="0"' in header
 
 
+def test_the_header_shows_one_instants_clock_and_the_cost(alice_client: Any, make_session: Any):
+    # Paused: the clock stands still at its stored active time, so every figure is exact.
+    session = make_session(
+        status=Status.PAUSED,
+        budget_seconds=600,
+        active_seconds=150.04,
+        model_id="claude-opus-4-5",
+        input_tokens=12_000,
+        output_tokens=3_000,
+    )
+    header = re.search(
+        r'<section id="session-header".*?</section>', page_of(alice_client, session), re.S
+    )[0]
+    assert 'data-elapsed="150.0" data-budget="600.0"' in header
+    assert '<span data-role="remaining">7:30</span> left of 10:00' in header
+    assert 'aria-valuenow="25" aria-valuetext="25% of the thinking time used"' in header
+    assert 'style="width: 25.0%"' in header
+    assert f"<dt>Est. cost</dt><dd>${session.estimated_cost:.4f}</dd>" in header
+    ThinkingSession.objects.filter(pk=session.pk).update(model_id="someone-elses-model")
+    header = page_of(alice_client, session)
+    assert "<dt>Est. cost</dt><dd>n/a</dd>" in header
+
+
 # -- the header's counts ----------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from django.db import connection, models
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Min
 from django.db.models.functions import Cast
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -330,14 +330,17 @@ class SourceNumbers(AbstractSet[int]):
 
 def _source_tally() -> models.QuerySet:
     rows = Source.objects.filter(session_id=SESSION_KEY).order_by().values("session_id")
-    return rows.annotate(count=Count("pk"), top=Max("number")).values_list("count", "top")
+    tally = rows.annotate(count=Count("pk"), low=Min("number"), top=Max("number"))
+    return tally.values_list("count", "low", "top")
 
 
 def source_numbers(session: ThinkingSession) -> SourceNumbers:
-    """One aggregate per live update; the numbers themselves only after a deletion."""
+    """One aggregate per live update; the numbers themselves only after a deletion. The
+    numbers are distinct (a constraint), so `count` of them from 1 up to `count` are all
+    of 1..count."""
     tally = compiled_values("sources:tally", _source_tally, session=session.pk)
-    count, top = tally[0] if tally else (0, 0)
-    if count == top:
+    count, low, top = tally[0] if tally else (0, 1, 0)
+    if count == top and low >= 1:
         return SourceNumbers(top)
     present = frozenset(n for (n,) in values_by(Source, "session_id", session.pk, "number"))
     return SourceNumbers(max(present, default=0), present)

@@ -93,6 +93,10 @@ def test_live_updates_and_pages_link_only_the_sources_there_are(make_session: An
     assert linked() == ({"1", "3"}, {"1", "3"})
     Source.objects.create(session=session, number=4, kind="web", title="S4", key="k4")
     assert linked() == ({"1", "3", "4"}, {"1", "3", "4"})
+    # Three numbers up to 3 again, but one of them is 0: still not [2].
+    Source.objects.filter(session=session, number=4).delete()
+    Source.objects.create(session=session, number=0, kind="web", title="S0", key="k0")
+    assert linked() == ({"1", "3"}, {"1", "3"})
 
 
 def test_a_number_without_a_source_stays_plain_on_the_page_and_in_the_export():

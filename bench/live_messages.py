@@ -184,7 +184,8 @@ async def measure(owner: Any, cookie: str, thoughts: int) -> dict[str, Any]:
 
     def render_cpu() -> float:
         """CPU to draw the step's message once for all pages (`render_event`, what the
-        publisher runs per step), median of 31, each from the same state the pages are in."""
+        publisher runs per step): its thought and the sub-question it explored (the new
+        source went out above), median of 31, each from the same state the pages are in."""
         event = SessionEvent(session.pk, thoughts=(sequence,), questions=True)
         broadcast.render_event(event)
         kept = broadcast._last_sent(session.pk)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -326,6 +326,11 @@ class SourceNumbers(AbstractSet[int]):
 
     def __len__(self) -> int:
         return len(self._present) if self._present is not None else self.top
+
+    @classmethod
+    def _from_iterable[S](cls, numbers: Iterable[S], /) -> frozenset[S]:
+        # What the inherited set operations (|, &, -) build their results with.
+        return frozenset(numbers)
 
 
 def _source_tally() -> models.QuerySet:

@@ -52,6 +52,7 @@ def start_worker(fake_url: str, prefix: str, **extra: str) -> subprocess.Popen[s
         "DEEPTHINK_SWEEP_SECONDS": "0.5",
         "DEEPTHINK_HEARTBEAT_SECONDS": "0.5",
         "DEEPTHINK_PROVIDER_GIVE_UP_SECONDS": "10",
+        "LOG_LEVEL": "INFO",  # wait_listening reads the worker's INFO line
         **extra,
     }
     worker = subprocess.Popen(
@@ -79,7 +80,8 @@ def wait_listening(*workers: subprocess.Popen[str], timeout: float = 60) -> None
             lambda w=worker: w.poll() is not None or "listening on" in "".join(w.lines),
             timeout=timeout,
         )
-        assert listening and worker.poll() is None, output(worker)
+        if not (listening and worker.poll() is None):
+            pytest.fail(f"a worker did not start listening:\n{stop(worker)}")
 
 
 def wait_for(predicate: Any, timeout: float = 60) -> bool:
@@ -92,18 +94,20 @@ def wait_for(predicate: Any, timeout: float = 60) -> bool:
 
 
 def output(worker: subprocess.Popen[str]) -> str:
-    """The log of a worker that has exited."""
-    worker.wait()
+    """The whole log of a worker, once it has exited (killed if it has not within 10 s)."""
+    try:
+        worker.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
     worker.reader.join(timeout=10)  # type: ignore[attr-defined]
+    if worker.stdout is not None:
+        worker.stdout.close()
     return "".join(worker.lines)  # type: ignore[attr-defined]
 
 
 def stop(worker: subprocess.Popen[str]) -> str:
     worker.send_signal(signal.SIGINT)
-    try:
-        worker.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        worker.kill()
     return output(worker)
 
 

@@ -145,6 +145,7 @@ class Sent:
 
     source: int
     questions: dict[int, str]
+    questions_digest: str | None = None  # states_digest(questions), once worked out
 
 
 SENT_SESSIONS = 1024  # sessions remembered per process; a forgotten one starts over
@@ -222,11 +223,12 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     message: UpdateMessage = {"type": "session.update", "parts": parts}
     if event.sources or event.synthesis is not None or finished:
         message["sources"] = _source_rows(session, sent.source, top)
-        sent = Sent(top, sent.questions)
+        sent = replace(sent, source=top)
     # The sub-questions these thoughts were on may just have been explored.
     if event.questions or any(t.sub_question_id is not None for t in visible):
-        message["questions"], states = _question_rows(session.pk, sent.questions)
-        sent = Sent(sent.source, states)
+        delta, states = _question_rows(session.pk, sent.questions, sent.questions_digest)
+        message["questions"] = delta
+        sent = Sent(sent.source, states, delta["after"])
     _remember(session.pk, sent)
     return message
 
@@ -274,17 +276,18 @@ def _source_rows(session: ThinkingSession, after: int, top: int) -> SourceRows:
 
 
 def _question_rows(
-    session_id: uuid.UUID, known: dict[int, str]
+    session_id: uuid.UUID, known: dict[int, str], known_digest: str | None = None
 ) -> tuple[QuestionRows, dict[int, str]]:
-    """The sub-questions new or moved since the states `known`, and the states now."""
-    values = values_by(
-        SubQuestion, "session_id", session_id, "pk", "parent_id", "explored", "priority"
-    )
-    parents = {pk: parent for pk, parent, _, _ in values}
-    states = {pk: question_state(explored, priority) for pk, _, explored, priority in values}
+    """The sub-questions new or moved since the states `known` (whose digest the last
+    message gave, if any), and the states now. Every row's state is read, so the cost grows
+    with the session: only what that takes, and the tree's links only for new rows."""
+    states = sub_question_states(session_id)
     new = sorted(pk for pk in states if pk not in known)
     moved = sorted(pk for pk in states if pk in known and known[pk] != states[pk])
     wanted = rows_by_pks(SubQuestion, [*new, *moved])
+    parents: dict[int, int | None] = {}
+    if new:
+        parents = dict(values_by(SubQuestion, "session_id", session_id, "pk", "parent_id"))
     parts: list[UpdatePart] = [
         {
             "kind": "question",
@@ -299,7 +302,7 @@ def _question_rows(
         for pk in moved
     ]
     delta: QuestionRows = {
-        "before": states_digest(known),
+        "before": known_digest if known_digest is not None else states_digest(known),
         "after": states_digest(states),
         "rows": parts,
     }

@@ -385,6 +385,51 @@ async def test_every_open_page_gets_each_new_source_once_and_in_order(
         assert sorted(page.questions) == questions and page.thoughts == [thought]
 
 
+def test_a_new_sub_question_joins_its_parents_list_live_as_on_a_reload(
+    make_session: Any, alice: Any, client: Any
+):
+    from thinking.broadcast import render_event
+    from thinking.models import SubQuestion
+
+    session = make_session(status=Status.THINKING)
+    root = SubQuestion.objects.create(session=session, text="Why?", priority=5)
+    render_event(SessionEvent(session.pk, questions=True))  # what pages have: the root
+    store_step(session, range(1, 2), explore=root)  # a thought on it, and a follow-up
+    follow_up = SubQuestion.objects.get(parent=root)
+    thought = session.thoughts.count() - 1
+    message = render_event(SessionEvent(session.pk, thoughts=(thought,), questions=True))
+    rows = {row["seq"]: row for row in message["questions"]["rows"]}
+    assert rows[follow_up.pk]["kind"] == "question"
+    assert f'hx-swap-oob="beforeend:#subq-children-{root.pk}"' in rows[follow_up.pk]["html"]
+    assert rows[root.pk]["kind"] == "subq"  # explored now: its row is redrawn in place
+    client.force_login(alice)
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert re.search(f'id="subq-children-{root.pk}".*?id="subq-{follow_up.pk}"', page, re.S)
+
+
+def test_each_message_starts_from_the_sub_questions_the_last_one_left_pages_with(
+    make_session: Any,
+):
+    """A page applies a message's rows only if its own states are the message's `before`:
+    after one message, that is the message's `after`, so the next must start from it."""
+    from thinking.broadcast import render_event, states_digest, sub_question_states
+    from thinking.models import SubQuestion
+
+    session = make_session(status=Status.THINKING)
+    first, second = (
+        SubQuestion.objects.create(session=session, text=text, priority=5) for text in "AB"
+    )
+    render_event(SessionEvent(session.pk, questions=True))
+    deltas = []
+    for number, question in enumerate((first, second), start=1):
+        store_step(session, range(number, number + 1), explore=question)
+        thought = session.thoughts.count() - 1
+        message = render_event(SessionEvent(session.pk, thoughts=(thought,), questions=True))
+        deltas.append(message["questions"])
+        assert message["questions"]["after"] == states_digest(sub_question_states(session.pk))
+    assert deltas[1]["before"] == deltas[0]["after"] != deltas[1]["after"]
+
+
 async def test_one_step_costs_no_database_reads_per_open_page(make_session: Any, alice: Any):
     """The step's new sources and sub-questions are rendered once for the group: pages that
     are up to date only keep what they lack, so 50 pages cost what one does."""

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -291,11 +291,48 @@ class SessionRun:
         return self.ended - self.started
 
 
+@contextlib.asynccontextmanager
+async def watching(session_ids: list[uuid.UUID]) -> AsyncIterator[None]:
+    """One open page per session, as the channel layer sees it: a channel in the session's
+    group, its messages received as they come. Without it nobody watches, and the
+    publisher skips the renders (thinking/watchers.py)."""
+    from channels.layers import get_channel_layer
+
+    from thinking.broadcast import group_name
+
+    layer = get_channel_layer()
+    members = [(group_name(pk), await layer.new_channel()) for pk in session_ids]
+    for group, channel in members:
+        await layer.group_add(group, channel)
+
+    async def receive(channel: str) -> None:
+        while True:
+            await layer.receive(channel)
+
+    readers = [asyncio.create_task(receive(channel)) for _, channel in members]
+    try:
+        yield
+    finally:
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        for group, channel in members:
+            await layer.group_discard(group, channel)
+
+
 async def run_supervised(
-    runs: list[SessionRun], *, publish: Any = None, timeout: float = 600.0
+    runs: list[SessionRun], *, publish: Any = None, timeout: float = 600.0, watched: bool = True
 ) -> list[SessionRun]:
     """Start every session at once on one Supervisor (the worker's own class, with its
-    heartbeat running), and wait until all have finished."""
+    heartbeat running), and wait until all have finished; with `watched`, each with a page
+    open (`watching`), so every step is rendered and sent as for a person watching."""
+    async with watching([run.id for run in runs]) if watched else contextlib.nullcontext():
+        return await _run_supervised(runs, publish=publish, timeout=timeout)
+
+
+async def _run_supervised(
+    runs: list[SessionRun], *, publish: Any, timeout: float
+) -> list[SessionRun]:
     from thinking import broadcast
     from thinking.worker import Supervisor, new_worker_id
 

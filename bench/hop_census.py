@@ -4,6 +4,7 @@ live update.
     .venv/bin/python -m bench.hop_census                  # SQLite (a throwaway file)
     DATABASE_URL=postgres://... REDIS_URL=redis://... .venv/bin/python -m bench.hop_census
     .venv/bin/python -m bench.hop_census --cycles 200     # a long session
+    .venv/bin/python -m bench.hop_census --no-page        # nobody watching: no renders
 
 Runs one warm-up session and then one measured session against the fake servers (in their
 own process, as `make bench` does), with every database hop's thread CPU (`time.thread_time`
@@ -127,6 +128,9 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=40)
     parser.add_argument("--latency", type=float, default=0.0, help="each fake call, seconds")
     parser.add_argument("--synthesis", type=float, default=2.0, help="interval, active seconds")
+    parser.add_argument(
+        "--no-page", action="store_true", help="no page open: the live renders are skipped"
+    )
     args = parser.parse_args()
     fakes = FakeHost().start()
     setup = harness.prepare(quick=False, fakes=fakes)
@@ -144,7 +148,9 @@ def main() -> None:
             runs = await _new_sessions(user, [key], synthesis_seconds=args.synthesis)
             census.clear()
             loop_started, cpu_started = time.thread_time(), process_cpu()
-            await harness.run_supervised(runs, timeout=60 + 5 * args.cycles)
+            await harness.run_supervised(
+                runs, timeout=60 + 5 * args.cycles, watched=not args.no_page
+            )
             loop_cpu, cpu = time.thread_time() - loop_started, process_cpu() - cpu_started
             calls = len(_requests_of(fakes.stats(), key))
             return calls, runs[0].wall, loop_cpu, cpu
@@ -153,7 +159,8 @@ def main() -> None:
             asyncio.run(session("warm-up"))
             calls, wall, loop_cpu, cpu = asyncio.run(session("measured"))
         print(
-            f"{setup.database}: {args.cycles} cycles, {calls} model calls, L = "
+            f"{setup.database}: {args.cycles} cycles, {calls} model calls, "
+            f"{'no page' if args.no_page else 'a page'} open, L = "
             f"{args.latency * 1000:.0f} ms, wall {wall:.2f} s\n"
             f"CPU per model call: process {1000 * cpu / calls:.1f} ms, "
             f"event loop {1000 * loop_cpu / calls:.1f} ms, "

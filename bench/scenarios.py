@@ -39,6 +39,7 @@ from .harness import (
     merged_intervals,
     percentile,
     run_supervised,
+    watching,
 )
 from .memory import HeapDiff, heap_now
 from .profiling import (
@@ -114,19 +115,22 @@ async def warm_up(setup: Setup) -> None:
 async def overhead(setup: Setup) -> dict[str, Any]:
     """Sessions whose model calls (and web searches) each take L: wall time over the sum of
     the latencies it could not avoid (calls in sequence; parallel searches count once)."""
-    plan = [(0.05, 1)] if setup.quick else [(0.5, 2), (0.05, 3)]
+    # Each with a page open (every step rendered and sent), then the same with none open
+    # (the renders skipped): a long session mostly runs with nobody watching.
+    plan = [(0.05, 1, True)] if setup.quick else [(0.5, 2, True), (0.05, 3, True)]
+    plan += [(latency, repeats, False) for latency, repeats, _ in plan]
     cycles = 4 if setup.quick else 10
     user = await _new_user(f"overhead-{setup.run_id}")
     figures, details = [], {}
-    for latency, repeats in plan:
+    for latency, repeats, watched in plan:
         setup.fakes.reset()
         setup.fakes.configure(delay=latency, exa_delay=latency, cycles=cycles)
         rows = []
         for repeat in range(repeats):
-            key = f"{setup.run_id}-o{round(latency * 1000)}-{repeat}"
+            key = f"{setup.run_id}-o{round(latency * 1000)}{'w' * watched}-{repeat}"
             # A synthesis about every six calls' worth of active time.
             (run,) = await _new_sessions(user, [key], synthesis_seconds=6 * latency)
-            await run_supervised([run], timeout=60 + 200 * latency * cycles)
+            await run_supervised([run], timeout=60 + 200 * latency * cycles, watched=watched)
             stats = setup.fakes.stats()
             requests = _requests_of(stats, key)
             waves = _search_waves(stats, key)
@@ -144,32 +148,35 @@ async def overhead(setup: Setup) -> dict[str, Any]:
                     ),
                 }
             )
-        explained = await _explain(setup, user, latency, cycles)
+        explained = await _explain(setup, user, latency, cycles, watched=watched)
         ratio = statistics.median(r["ratio"] for r in rows)
         target = OVERHEAD_TARGETS[latency]
         per_call = statistics.median(r["overhead_ms_per_call"] for r in rows)
+        page = "a page open" if watched else "no page open"
         figures.append(
             figure(
-                f"1. overhead, L = {round(latency * 1000)} ms ({cycles} cycles)",
+                f"1. overhead, L = {round(latency * 1000)} ms ({cycles} cycles), {page}",
                 ratio,
                 f"{ratio:.3f} x critical path ({per_call:.1f} ms/call over)",
                 f"<= {target} x, <= {OVERHEAD_MS_PER_CALL:.0f} ms/call",
                 ratio <= target and per_call <= OVERHEAD_MS_PER_CALL,
             )
         )
-        details[f"L={round(latency * 1000)}ms"] = {
+        details[f"L={round(latency * 1000)}ms, {page}"] = {
             "sessions": rows,
             "where_the_time_goes": explained,
         }
     return {"figures": figures, "details": {"cycles": cycles, **details}}
 
 
-async def _explain(setup: Setup, user: Any, latency: float, cycles: int) -> dict[str, Any]:
+async def _explain(
+    setup: Setup, user: Any, latency: float, cycles: int, *, watched: bool
+) -> dict[str, Any]:
     """One more session at the same latency, with its steps timed (bench/timeline.py): the
     time over the critical path, per model call, by what was running."""
     from django.db.backends.signals import connection_created
 
-    key = f"{setup.run_id}-x{round(latency * 1000)}"
+    key = f"{setup.run_id}-x{round(latency * 1000)}{'w' * watched}"
     (run,) = await _new_sessions(user, [key], synthesis_seconds=6 * latency)
     opened = Counter()
 
@@ -179,7 +186,7 @@ async def _explain(setup: Setup, user: Any, latency: float, cycles: int) -> dict
     connection_created.connect(count, weak=False)
     try:
         with traced() as trace:
-            await run_supervised([run], timeout=60 + 200 * latency * cycles)
+            await run_supervised([run], timeout=60 + 200 * latency * cycles, watched=watched)
     finally:
         connection_created.disconnect(count)
     stats = setup.fakes.stats()
@@ -248,26 +255,29 @@ async def research(setup: Setup) -> dict[str, Any]:
             session.pk, worker_id=worker, lease_seconds=300
         )
         work = await database_sync_to_async(evidence.Research.for_session)(session)
-        try:
-            found = await evidence.gather(
-                session_id=session.pk,
-                research=work,
-                # Fresh queries each time, so the web-search cache does not answer.
-                web_queries=[f"{key} {i} why do we dream" for i in range(3)],
-                memory_queries=["dreams memory", "sleep cycles", "REM sleep evidence"],
-                on_sources=on_sources,
-                worker_id=worker,
-            )
-            await publish(SessionEvent(session.pk, plan=True, sources=True))  # as the loop
-        finally:
-            await work.close()
-        took = time.monotonic() - started
-        await publish.aclose()  # the loop goes on meanwhile: when the pages have all of it
+        # An open page, so the sources are rendered and sent as they are found.
+        async with watching([session.pk]):
+            try:
+                found = await evidence.gather(
+                    session_id=session.pk,
+                    research=work,
+                    # Fresh queries each time, so the web-search cache does not answer.
+                    web_queries=[f"{key} {i} why do we dream" for i in range(3)],
+                    memory_queries=["dreams memory", "sleep cycles", "REM sleep evidence"],
+                    on_sources=on_sources,
+                    worker_id=worker,
+                )
+                await publish(SessionEvent(session.pk, plan=True, sources=True))  # as the loop
+            finally:
+                await work.close()
+            took = time.monotonic() - started
+            await publish.aclose()  # the loop goes on meanwhile: when the pages have all of it
+            all_sent = time.monotonic() - started
         return {
             "started": started,
             "step_s": round(took, 4),
             "ratio": round(took / delay, 3),
-            "all_sent_s": round(time.monotonic() - started, 4),
+            "all_sent_s": round(all_sent, 4),
             "sources": len(found),
             "shown_at_s": [round(t, 3) for t in shown],
         }
@@ -328,10 +338,13 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
     setup.fakes.configure(delay=latency, exa_delay=latency, cycles=cycles)
     loop_native = threading.get_native_id()
     user = await _new_user(f"concurrency-{setup.run_id}")
-    baseline = 0.0
+    # Each session with a page open, then (from one alone again) with none open.
+    batches = [(count, True) for count in counts]
+    batches += [(count, False) for count in counts if setup.quick or count != 10]
+    baselines: dict[bool, float] = {}
     figures, rows = [], {}
-    for count in counts:
-        keys = [f"{setup.run_id}-c{count}-{i}" for i in range(count)]
+    for count, watched in batches:
+        keys = [f"{setup.run_id}-c{count}{'w' * watched}-{i}" for i in range(count)]
         runs = await _new_sessions(user, keys)
         cpu0 = _cpu_seconds(loop_native)
         fake_cpu0 = setup.fakes.stats()["cpu_seconds"]
@@ -340,17 +353,21 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
         # How long the database thread is occupied (CPU time alone misses its waits).
         async with PeakRSS() as memory:
             with Occupancy() as occupancy:
-                await run_supervised(runs, timeout=120 + 60 * latency * cycles * max(1, count / 5))
+                await run_supervised(
+                    runs,
+                    timeout=120 + 60 * latency * cycles * max(1, count / 5),
+                    watched=watched,
+                )
         span = time.monotonic() - began
         cpu1 = _cpu_seconds(loop_native)
         db_busy = sum(occupancy.busy.values())  # seconds, all executor threads
         stats = setup.fakes.stats()
         walls = [r.wall for r in runs]
         if count == 1:
-            baseline = walls[0]
+            baselines[watched] = walls[0]
         calls = [len(_requests_of(stats, k)) for k in keys]
         row = {
-            **_ratios(walls, baseline),
+            **_ratios(walls, baselines[watched]),
             "batch_s": round(span, 3),
             "model_calls_per_session": sorted(set(calls)),
             "cpu_share_of_wall": {
@@ -364,11 +381,12 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
             "fake_servers_cpu_share": round((stats["cpu_seconds"] - fake_cpu0) / span, 3),
             "machine_cpu_cores_busy": cpu_shares(machine0, machine_cpu_seconds(), span),
         }
-        rows[str(count)] = row
+        page = "a page open each" if watched else "no page open"
+        rows[f"{count}, {page}"] = row
         target = CONCURRENCY_TARGETS.get(count)
         figures.append(
             figure(
-                f"3. concurrency, {count} at once, one process",
+                f"3. concurrency, {count} at once, one process, {page}",
                 row["max"],
                 f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single; "
                 f"+{memory.peak - memory.before:.0f} MB resident at peak "
@@ -377,7 +395,15 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
                 row["max"] <= target if target else None,
             )
         )
-    details = {"latency_s": latency, "cycles": cycles, "single_session_s": baseline, **rows}
+    details = {
+        "latency_s": latency,
+        "cycles": cycles,
+        "single_session_s": {
+            "a page open each": baselines[True],
+            "no page open": baselines[False],
+        },
+        **rows,
+    }
     if setup.database == "sqlite":
         details["note"] = (
             "SQLite: one writer at a time (WAL, IMMEDIATE transactions); in one worker "
@@ -440,8 +466,17 @@ async def two_workers(setup: Setup, *, latency: float, cycles: int) -> dict[str,
     figures, rows = [], {}
     cpu: dict[int, dict[str, float]] = {}
 
-    async def batch(keys: list[str], timeout: float) -> tuple[list[float], Counter[str]]:
+    async def batch(
+        keys: list[str], timeout: float, *, watched: bool = True
+    ) -> tuple[list[float], Counter[str]]:
         runs = await _new_sessions(user, keys)
+        # A page open on each session, over Redis as the workers see it.
+        async with watching([run.id for run in runs]) if watched else contextlib.nullcontext():
+            return await ring_and_wait(runs, timeout)
+
+    async def ring_and_wait(
+        runs: list[SessionRun], timeout: float
+    ) -> tuple[list[float], Counter[str]]:
         machine0, began = machine_cpu_seconds(), time.monotonic()
         rang: dict[Any, float] = {}
         for run in runs:
@@ -474,7 +509,7 @@ async def two_workers(setup: Setup, *, latency: float, cycles: int) -> dict[str,
         if bad:
             raise RuntimeError(f"{len(bad)} sessions did not complete: {bad[0]}")
         walls = [finished_at.timestamp() - rang[pk] for pk, _, finished_at, _ in rows_now]
-        cpu[len(keys)] = cpu_shares(machine0, machine_cpu_seconds(), time.monotonic() - began)
+        cpu[len(runs)] = cpu_shares(machine0, machine_cpu_seconds(), time.monotonic() - began)
         return walls, Counter(workers.values())
 
     try:
@@ -485,32 +520,38 @@ async def two_workers(setup: Setup, *, latency: float, cycles: int) -> dict[str,
             await batch([f"{setup.run_id}-ww{i}" for i in range(4)], timeout=120)
             setup.fakes.reset()
             setup.fakes.configure(delay=latency, exa_delay=latency, cycles=cycles)
-            baseline = 0.0
-            for count in counts:
-                keys = [f"{setup.run_id}-w{count}-{i}" for i in range(count)]
+            baselines: dict[bool, float] = {}
+            # Each session with a page open, then (from one alone again) with none open.
+            batches = [(count, True) for count in counts] + [(count, False) for count in counts]
+            for count, watched in batches:
+                keys = [f"{setup.run_id}-w{count}{'w' * watched}-{i}" for i in range(count)]
                 walls, split = await batch(
-                    keys, timeout=120 + 60 * latency * cycles * max(1, count / 5)
+                    keys, timeout=120 + 60 * latency * cycles * max(1, count / 5), watched=watched
                 )
                 if count == 1:
-                    baseline = walls[0]
+                    baselines[watched] = walls[0]
                 row = {
-                    **_ratios(walls, baseline),
+                    **_ratios(walls, baselines[watched]),
                     "sessions_per_worker": sorted(split.values()),
                     "machine_cpu_cores_busy": cpu[count],
                 }
-                rows[str(count)] = row
+                page = "a page open each" if watched else "no page open"
+                rows[f"{count}, {page}"] = row
                 target = CONCURRENCY_TARGETS.get(count)
                 if count > 1:
                     figures.append(
                         figure(
-                            f"3. concurrency, {count} at once, two workers (Redis)",
+                            f"3. concurrency, {count} at once, two workers (Redis), {page}",
                             row["max"],
                             f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single",
                             f"max <= {target}" if target else "",
                             row["max"] <= target if target else None,
                         )
                     )
-            rows["single_session_s"] = round(baseline, 3)
+            rows["single_session_s"] = {
+                "a page open each": round(baselines[True], 3),
+                "no page open": round(baselines[False], 3),
+            }
             rows["clock"] = "wall clock: doorbell sent (time.time) to finished_at"
     finally:
         for process, log in processes:
@@ -606,7 +647,8 @@ async def _watch(user: Any, cookie: str, viewers: int, key: str, latency: float)
         await broadcast.publish(event)
 
     try:
-        await run_supervised([run], publish=timed_publish, timeout=120)
+        # The viewers above are the session's pages.
+        await run_supervised([run], publish=timed_publish, timeout=120, watched=False)
         # Let the last partials arrive (bounded).
         final = commits[-1][1] if commits else set()
         for _ in range(250):  # at most 5 s
@@ -715,12 +757,16 @@ async def throughput(setup: Setup) -> dict[str, Any]:
     from thinking import broadcast
     from thinking.events import SessionEvent
 
-    plan = [(1, 5), (3, 4)] if setup.quick else [(1, 30), (8, 15)]
+    # Each session with a page open; the last, again with none (the renders skipped).
+    plan = [(1, 5, True), (3, 4, True)] if setup.quick else [(1, 30, True), (8, 15, True)]
+    plan.append((*plan[-1][:2], False))
     user = await _new_user(f"throughput-{setup.run_id}")
     loop_native = threading.get_native_id()
     figures, details = [], {}
 
-    async def measure(sessions: int, cycles: int, tag: str, profile: bool) -> dict[str, Any]:
+    async def measure(
+        sessions: int, cycles: int, tag: str, profile: bool, *, watched: bool = True
+    ) -> dict[str, Any]:
         setup.fakes.reset()
         setup.fakes.configure(delay=0.0, exa_delay=0.0, cycles=cycles)
         published: Counter[str] = Counter()
@@ -729,7 +775,7 @@ async def throughput(setup: Setup) -> dict[str, Any]:
             published["live" if event.live is not None else "stored"] += 1
             await broadcast.publish(event)
 
-        keys = [f"{setup.run_id}-{tag}{sessions}-{i}" for i in range(sessions)]
+        keys = [f"{setup.run_id}-{tag}{sessions}{'w' * watched}-{i}" for i in range(sessions)]
         runs = await _new_sessions(user, keys, synthesis_seconds=0.5)
         fake_cpu0 = setup.fakes.stats()["cpu_seconds"]
         cpu0 = _cpu_seconds(loop_native)
@@ -737,7 +783,7 @@ async def throughput(setup: Setup) -> dict[str, Any]:
         began = time.monotonic()
         profiler = cProfile.Profile() if profile else None
         with Occupancy() as occupancy, profiler or contextlib.nullcontext():
-            await run_supervised(runs, publish=counting, timeout=300)
+            await run_supervised(runs, publish=counting, timeout=300, watched=watched)
         span = time.monotonic() - began
         cpu1 = _cpu_seconds(loop_native)
         db_busy = sum(occupancy.busy.values())  # seconds, all executor threads
@@ -766,9 +812,10 @@ async def throughput(setup: Setup) -> dict[str, Any]:
             row["profile"] = profile_summary(profiler)
         return row
 
-    for sessions, cycles in plan:
-        row = await measure(sessions, cycles, "t", profile=False)
-        label = f"{sessions} session{'s' * (sessions > 1)}"
+    for sessions, cycles, watched in plan:
+        row = await measure(sessions, cycles, "t", profile=False, watched=watched)
+        page = "a page open each" if watched else "no page open"
+        label = f"{sessions} session{'s' * (sessions > 1)}, {page}"
         details[label] = row
         cpu = row["cpu_share_of_wall"]
         figures.append(
@@ -783,7 +830,7 @@ async def throughput(setup: Setup) -> dict[str, Any]:
                 row["steps_per_s"] >= THROUGHPUT_FLOOR,
             )
         )
-    sessions, cycles = plan[-1]
+    sessions, cycles, _ = plan[1]
     profiled = await measure(sessions, cycles, "p", profile=True)
     details["profiled"] = profiled
     profile = profiled["profile"]

@@ -45,6 +45,7 @@ from .presenters import (
 )
 from .row_reads import Param, compiled_rows, read_by_pk, rows_by_pks, values_by
 from .state import QuestionRows, SourceRows, UpdateMessage, UpdatePart
+from .watchers import has_members
 
 # What one WebSocket message may carry. Rows are never split: a single row bigger than this
 # (a very long answer) goes alone, so a message is at most max(budget, one row).
@@ -167,6 +168,11 @@ def _remember(session_id: uuid.UUID, sent: Sent) -> None:
         _sent.move_to_end(session_id)
         while len(_sent) > SENT_SESSIONS:
             _sent.popitem(last=False)
+
+
+def _forget(session_id: uuid.UUID) -> None:
+    with _sent_lock:
+        _sent.pop(session_id, None)
 
 
 def render_event(event: SessionEvent) -> UpdateMessage:
@@ -533,8 +539,18 @@ def catch_up(
 
 
 async def publish(event: SessionEvent) -> None:
+    """Render the event and send it to the session's pages, if any page is watching.
+
+    Most of a long session's steps have no page open: rendering them would be half of a
+    step's CPU for nobody. A page that opens later catches up from the database, and what
+    this process last sent is forgotten, so the next message starts from what pages have."""
+    layer = get_channel_layer()
+    group = group_name(event.session_id)
+    if not await has_members(layer, group):
+        _forget(event.session_id)
+        return
     message = await db_hop(render_event)(event)
-    await get_channel_layer().group_send(group_name(event.session_id), message)
+    await layer.group_send(group, message)
 
 
 def publish_sync(event: SessionEvent) -> None:

@@ -313,11 +313,11 @@ async def watching(session_ids: list[uuid.UUID]) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        for group, channel in members:
+            await layer.group_discard(group, channel)
         for reader in readers:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
-        for group, channel in members:
-            await layer.group_discard(group, channel)
 
 
 async def run_supervised(

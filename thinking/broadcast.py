@@ -542,8 +542,9 @@ async def publish(event: SessionEvent) -> None:
     """Render the event and send it to the session's pages, if any page is watching.
 
     Most of a long session's steps have no page open: rendering them would be half of a
-    step's CPU for nobody. A page that opens later catches up from the database, and what
-    this process last sent is forgotten, so the next message starts from what pages have."""
+    step's CPU for nobody. A page that opens later catches up from the database. What this
+    process last sent is forgotten: the next message takes the session as it is then for
+    its base, and a page that opened meanwhile reads what it lacks itself, once."""
     layer = get_channel_layer()
     group = group_name(event.session_id)
     if not await has_members(layer, group):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import secrets
 import time
 from typing import Any
 
@@ -29,7 +30,7 @@ def make_layer(kind: str) -> Any:
 
     return RedisChannelLayer(
         hosts=[{"address": os.environ["REDIS_URL"], "socket_timeout": None}],
-        prefix=f"watchers-{os.getpid()}",
+        prefix=f"watchers-{os.getpid()}-{secrets.token_hex(3)}",  # flush() deletes prefix*
         group_expiry=2,
     )
 

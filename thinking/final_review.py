@@ -177,18 +177,27 @@ def _thought_line(t: ThoughtItem) -> str:
 
 
 def gather(session: ThinkingSession) -> dict:
+    """Every synthesis, thought and sub-question of the session, as plain items. Read as
+    tuples, not model instances: a long session's review reads thousands of thoughts once,
+    and instances held its memory peak up (bench/README, "Memory over a long session")."""
+    syntheses = session.syntheses.filter(is_final=False).order_by("sequence")
+    thoughts = session.thoughts.filter(type__in=MODEL_TYPES).order_by("sequence")
     return {
         "syntheses": [
-            SynthesisItem(s.sequence, s.text, s.confidence, tuple(s.remaining_questions or ()))
-            for s in session.syntheses.filter(is_final=False).order_by("sequence")
+            SynthesisItem(sequence, text, confidence, tuple(remaining or ()))
+            for sequence, text, confidence, remaining in syntheses.values_list(
+                "sequence", "text", "confidence", "remaining_questions"
+            )
         ],
         "thoughts": [
-            ThoughtItem(t.sequence, t.type, t.text, t.confidence, t.cycle)
-            for t in session.thoughts.filter(type__in=MODEL_TYPES).order_by("sequence")
+            ThoughtItem(*row)
+            for row in thoughts.values_list("sequence", "type", "text", "confidence", "cycle")
         ],
         "sub_questions": [
-            SubQuestionItem(q.text, q.priority, q.explored, q.answer)
-            for q in session.sub_questions.order_by("id")
+            SubQuestionItem(*row)
+            for row in session.sub_questions.order_by("id").values_list(
+                "text", "priority", "explored", "answer"
+            )
         ],
     }
 

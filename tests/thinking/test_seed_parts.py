@@ -43,6 +43,54 @@ def long_session() -> dict[str, Any]:
     return {"syntheses": syntheses, "thoughts": thoughts, "sub_questions": sub_questions}
 
 
+def test_the_final_review_reads_every_synthesis_model_thought_and_sub_question_in_order(
+    make_session: Any,
+):
+    from thinking.models import Synthesis
+
+    session = make_session(status=Status.THINKING)
+    for sequence, kind in enumerate(["insight", "scratchpad", "critique", "exploration"]):
+        Thought.objects.create(
+            session=session,
+            sequence=sequence,
+            cycle=sequence // 2 + 1,
+            text=f"Thought {sequence}",
+            type=kind,
+            confidence=0.5 + sequence / 10,
+            time_offset_seconds=sequence,
+        )
+    for sequence, final in ((1, False), (0, False), (2, True)):
+        Synthesis.objects.create(
+            session=session,
+            sequence=sequence,
+            text=f"Synthesis {sequence}",
+            confidence=0.6,
+            remaining_questions=[f"Open {sequence}?"] if sequence else [],
+            time_offset_seconds=10,
+            is_final=final,
+        )
+    later = SubQuestion.objects.create(session=session, text="Why?", priority=7)
+    SubQuestion.objects.create(
+        session=session, text="How?", priority=4, explored=True, answer="So.", parent=later
+    )
+
+    material = final_review.gather(session)
+    assert material["syntheses"] == [
+        SynthesisItem(0, "Synthesis 0", 0.6, ()),
+        SynthesisItem(1, "Synthesis 1", 0.6, ("Open 1?",)),
+    ]
+    # The scratchpad is the model's working notes, not a thought the review weighs.
+    assert material["thoughts"] == [
+        ThoughtItem(0, "insight", "Thought 0", 0.5, 1),
+        ThoughtItem(2, "critique", "Thought 2", 0.7, 2),
+        ThoughtItem(3, "exploration", "Thought 3", 0.8, 2),
+    ]
+    assert material["sub_questions"] == [
+        SubQuestionItem("Why?", 7, False, ""),
+        SubQuestionItem("How?", 4, True, "So."),
+    ]
+
+
 def test_the_final_prompt_reviews_the_whole_session_within_its_budget():
     budget = 6000
     prompt = final_review.review_prompt(

@@ -320,13 +320,21 @@ async def watching(session_ids: list[uuid.UUID]) -> AsyncIterator[None]:
         await asyncio.gather(*readers, return_exceptions=True)
 
 
+def pages(session_ids: list[uuid.UUID], watched: bool) -> contextlib.AbstractAsyncContextManager:
+    """`watching` these sessions, or nobody watching (the renders skipped)."""
+    return watching(session_ids) if watched else contextlib.nullcontext()
+
+
+PAGES = {True: "a page open each", False: "no page open"}  # how the figures name the two
+
+
 async def run_supervised(
     runs: list[SessionRun], *, publish: Any = None, timeout: float = 600.0, watched: bool = True
 ) -> list[SessionRun]:
     """Start every session at once on one Supervisor (the worker's own class, with its
     heartbeat running), and wait until all have finished; with `watched`, each with a page
     open (`watching`), so every step is rendered and sent as for a person watching."""
-    async with watching([run.id for run in runs]) if watched else contextlib.nullcontext():
+    async with pages([run.id for run in runs], watched):
         return await _run_supervised(runs, publish=publish, timeout=timeout)
 
 

@@ -29,6 +29,7 @@ from . import costs
 from .fakehost import session_tag
 from .harness import (
     MEMORY_LAYERS,
+    PAGES,
     RESULTS,
     ROOT,
     SessionRun,
@@ -37,6 +38,7 @@ from .harness import (
     layers,
     make_user,
     merged_intervals,
+    pages,
     percentile,
     run_supervised,
     watching,
@@ -152,7 +154,7 @@ async def overhead(setup: Setup) -> dict[str, Any]:
         ratio = statistics.median(r["ratio"] for r in rows)
         target = OVERHEAD_TARGETS[latency]
         per_call = statistics.median(r["overhead_ms_per_call"] for r in rows)
-        page = "a page open" if watched else "no page open"
+        page = PAGES[watched]
         figures.append(
             figure(
                 f"1. overhead, L = {round(latency * 1000)} ms ({cycles} cycles), {page}",
@@ -381,7 +383,7 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
             "fake_servers_cpu_share": round((stats["cpu_seconds"] - fake_cpu0) / span, 3),
             "machine_cpu_cores_busy": cpu_shares(machine0, machine_cpu_seconds(), span),
         }
-        page = "a page open each" if watched else "no page open"
+        page = PAGES[watched]
         rows[f"{count}, {page}"] = row
         target = CONCURRENCY_TARGETS.get(count)
         figures.append(
@@ -399,8 +401,8 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
         "latency_s": latency,
         "cycles": cycles,
         "single_session_s": {
-            "a page open each": baselines[True],
-            "no page open": baselines[False],
+            PAGES[True]: baselines[True],
+            PAGES[False]: baselines[False],
         },
         **rows,
     }
@@ -471,7 +473,7 @@ async def two_workers(setup: Setup, *, latency: float, cycles: int) -> dict[str,
     ) -> tuple[list[float], Counter[str]]:
         runs = await _new_sessions(user, keys)
         # A page open on each session, over Redis as the workers see it.
-        async with watching([run.id for run in runs]) if watched else contextlib.nullcontext():
+        async with pages([run.id for run in runs], watched):
             return await ring_and_wait(runs, timeout)
 
     async def ring_and_wait(
@@ -535,7 +537,7 @@ async def two_workers(setup: Setup, *, latency: float, cycles: int) -> dict[str,
                     "sessions_per_worker": sorted(split.values()),
                     "machine_cpu_cores_busy": cpu[count],
                 }
-                page = "a page open each" if watched else "no page open"
+                page = PAGES[watched]
                 rows[f"{count}, {page}"] = row
                 target = CONCURRENCY_TARGETS.get(count)
                 if count > 1:
@@ -549,8 +551,8 @@ async def two_workers(setup: Setup, *, latency: float, cycles: int) -> dict[str,
                         )
                     )
             rows["single_session_s"] = {
-                "a page open each": round(baselines[True], 3),
-                "no page open": round(baselines[False], 3),
+                PAGES[True]: round(baselines[True], 3),
+                PAGES[False]: round(baselines[False], 3),
             }
             rows["clock"] = "wall clock: doorbell sent (time.time) to finished_at"
     finally:
@@ -814,7 +816,7 @@ async def throughput(setup: Setup) -> dict[str, Any]:
 
     for sessions, cycles, watched in plan:
         row = await measure(sessions, cycles, "t", profile=False, watched=watched)
-        page = "a page open each" if watched else "no page open"
+        page = PAGES[watched]
         label = f"{sessions} session{'s' * (sessions > 1)}, {page}"
         details[label] = row
         cpu = row["cpu_share_of_wall"]

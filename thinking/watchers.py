@@ -23,12 +23,11 @@ async def has_members(layer: Any, group: str) -> bool:
     sorted set on the group's shard) and leaves out the members `group_send` would drop as
     older than `group_expiry`: the in-memory layer those that joined before this whole
     second less the expiry, channels_redis those at or before it."""
+    if not isinstance(layer, InMemoryChannelLayer | RedisChannelLayer):
+        return True
+    cutoff = int(time.time()) - layer.group_expiry
     if isinstance(layer, InMemoryChannelLayer):
-        cutoff = int(time.time()) - layer.group_expiry
         members = layer.groups.get(group, {}).values()
         return any(not joined or joined >= cutoff for joined in members)
-    if isinstance(layer, RedisChannelLayer):
-        cutoff = int(time.time()) - layer.group_expiry
-        connection = layer.connection(layer.consistent_hash(group))
-        return await connection.zcount(layer._group_key(group), f"({cutoff}", "+inf") > 0
-    return True
+    connection = layer.connection(layer.consistent_hash(group))
+    return await connection.zcount(layer._group_key(group), f"({cutoff}", "+inf") > 0

@@ -23,6 +23,8 @@ from django.conf import settings
 from exa_py import AsyncExa
 from exa_py.api import ContentsOptions
 
+from config.http_pool import quick_idle_checks
+
 from .cache import cache_key, cached_results, store_results
 
 logger = logging.getLogger(__name__)
@@ -252,11 +254,13 @@ class _SharedExa(AsyncExa):
     def client(self) -> httpx.AsyncClient:
         running = asyncio.get_running_loop()
         if self._client is None:
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url,
-                headers=self.headers,
-                timeout=self.timeout,
-                limits=SHARED_POOL_LIMITS,
+            self._client = quick_idle_checks(  # idle connections checked cheaply
+                httpx.AsyncClient(
+                    base_url=self.base_url,
+                    headers=self.headers,
+                    timeout=self.timeout,
+                    limits=SHARED_POOL_LIMITS,
+                )
             )
             self._loop = running
         elif self._loop is not running:

@@ -21,6 +21,8 @@ from anthropic import AsyncStream
 from anthropic.types import CacheControlEphemeralParam, RawMessageStreamEvent, TextBlockParam
 from django.conf import settings
 
+from config.http_pool import quick_idle_checks
+
 from . import streaming
 from .capabilities import Capabilities, ThinkingSettings, build_request, from_models_api
 from .capabilities import builtin_capabilities as table_capabilities
@@ -175,11 +177,14 @@ def describe_error(error: Exception) -> LLMError:
 
 
 def _new_client(api_key: str, base_url: str) -> anthropic.AsyncAnthropic:
-    # ~30 ms of CPU (mostly the TLS context of its httpx pool): a worker builds one.
+    # ~30 ms of CPU (mostly the TLS context of its httpx pool): a worker builds one. The
+    # SDK's own HTTP client (proxies, keep-alive), its idle connections checked cheaply:
+    # a worker's sessions share its pool (config/http_pool.py).
     return anthropic.AsyncAnthropic(
         # Local servers (Ollama, vLLM) need no key, but the SDK insists on one.
         api_key=api_key or "no-key-needed",
         base_url=base_url or None,
+        http_client=quick_idle_checks(anthropic.DefaultAsyncHttpxClient()),
     )
 
 

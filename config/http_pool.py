@@ -5,10 +5,10 @@ every idle connection of a pool each time a request joins or leaves it, and ask 
 whether the server closed it: its stream's `get_extra_info("is_readable")`. With anyio
 underneath, that answer builds anyio's dict of socket attributes (a `getpeername` system
 call among them) before it polls the socket, ~9 µs a connection. A worker shares one pool
-per provider among all its sessions, so at 100 sessions at once each model call paid for
-~100 idle connections twice: 2.2 ms of CPU per request with one connection in the pool,
-4.0 ms with 100 (bench/README, "Idle connections checked with one poll"), and the sum grew
-with the square of the sessions.
+per provider among all its sessions, so at 100 sessions at once each model call paid for up
+to 100 idle connections, twice, and the sum grew with the square of the sessions (a
+request's client CPU with 100 idle connections: a third less with this module; bench/README,
+"Idle connections checked with one poll").
 
 `quick_idle_checks` wraps the pools' network backend so each stream keeps its socket and
 answers "is_readable" with one `poll`, as httpcore's own helper does after the lookup;

@@ -16,7 +16,6 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -131,6 +130,24 @@ def _counts(session: ThinkingSession) -> tuple[int, int]:
     return _count("rerank:open", _open_count, session.pk), source_count(session.pk)
 
 
+def _opened(session: ThinkingSession, *, worker_id: str) -> tuple[int, dict[str, Any] | None]:
+    """A re-ranking's reads and its stage, in one hop (read every cycle): the sources'
+    count, and, when one is due and at least two open questions are left to order, its
+    material, with the stage entered (only while this worker holds the lease). None for
+    the material when there is nothing to re-rank, or the session ended."""
+    open_count, sources = _counts(session)
+    if not due(session, source_count=sources, open_count=open_count):
+        return sources, None
+    material = _material(session)
+    count = len(material["open_questions"])
+    if count < 2:  # explored in between
+        return sources, None
+    item = stages.entry("reflection", f"Re-ranking {count} open sub-questions")
+    if not stages.record_sync(session.pk, item, worker_id=worker_id):
+        return sources, None
+    return sources, material
+
+
 def _material(session: ThinkingSession) -> dict[str, Any]:
     rows = _open_questions(session).order_by("-priority", "created_at")[:MAX_QUESTIONS]
     latest = session.syntheses.order_by("-sequence").values_list("text", flat=True).first()
@@ -187,9 +204,10 @@ def _store(
     *,
     worker_id: str,
     meter: Lap,
-) -> tuple[ThinkingSession, int] | None:
-    """The moves, the call and the checkpoint as one step (refused without the lease).
-    None when the session ended meanwhile: nothing is written then."""
+) -> ThinkingSession | None:
+    """The moves, the call, the stage that says how many moved and the checkpoint as one
+    step (refused without the lease). None when the session ended meanwhile: nothing is
+    written then."""
     try:
         with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
             session = step.session
@@ -199,24 +217,25 @@ def _store(
             step.update(cycles_at_last_rerank=session.cycles, sources_at_last_rerank=source_count)
             if reply is not None:
                 steps.record_calls(step, "rerank", [reply])
+            message = (
+                f"Re-ranked the open sub-questions: {len(moved)} moved"
+                if reply is not None
+                else "Re-ranking failed"
+            )
+            step.update(**stages.record(session, stages.entry("reflection", message)))
     except _Ended:
         return None
-    return step.session, len(moved)
+    return step.session
 
 
 async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession:
     """Re-rank when due; returns the session as stored. A failed call skips this round (the
     priorities stay as they were) and never stops the thinking."""
-    open_count, source_count = await db_hop(_counts)(session)
-    if not due(session, source_count=source_count, open_count=open_count):
+    source_count, material = await db_hop(_opened)(session, worker_id=run.worker_id)
+    if material is None:
         return session
-    material = await db_hop(_material)(session)
+    await stages.show(session.pk, run.publish)
     open_questions = material.pop("open_questions")
-    if len(open_questions) < 2:  # explored in between
-        return session
-    enter = partial(stages.enter, worker_id=run.worker_id, publish=run.publish)
-    count = len(open_questions)
-    await enter(session.pk, "reflection", f"Re-ranking {count} open sub-questions")
     prompt = rerank_prompt(
         question=session.question,
         open_questions=open_questions,
@@ -248,8 +267,6 @@ async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession
     )
     if stored is None:
         return session
-    session, moved = stored
-    message = f"Re-ranked the open sub-questions: {moved} moved" if reply else "Re-ranking failed"
-    await enter(session.pk, "reflection", message)
+    await stages.show(session.pk, run.publish)  # the stage the store entered
     await publish_safely(run.publish, SessionEvent(session.pk, questions=True))
-    return session
+    return stored

@@ -130,6 +130,73 @@ async def test_open_sub_questions_are_re_ranked_but_a_persons_keeps_its_place(
     assert history[-1]["message"] == "Re-ranked the open sub-questions: 1 moved"
 
 
+async def test_a_due_re_ranking_reads_and_enters_its_stage_in_one_hop_and_stores_in_another(
+    fake_claude: Any, make_session: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 17: the counts, the material and the stage before the call in one database hop;
+    the moves, the call and the stage after it in one step; and the page is told of each
+    stage and of the moved questions."""
+    from asgiref.sync import SyncToAsync
+
+    from thinking import rerank
+
+    hops: list[str] = []
+    hop = SyncToAsync.__call__
+
+    async def hop_seen(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(self.func, "__name__", "?"))
+        return await hop(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncToAsync, "__call__", hop_seen)
+    session = await sync_to_async(make_session)(cycles=5, status=Status.THINKING)
+    for n, priority in ((1, 3), (2, 4), (3, 5)):
+        await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
+    await claim(session)
+    events: list[SessionEvent] = []
+
+    async def publish(event: SessionEvent) -> None:
+        events.append(event)
+
+    llm = LLM.from_settings()
+    run_ = Run(llm=llm, research=None, publish=publish, worker_id=WORKER, meter=Meter())
+    try:
+        hops.clear()
+        stored = await rerank.maybe_rerank(session=session, run=run_)
+    finally:
+        await llm.close()
+
+    assert hops == ["_opened", "_store"]
+    assert len(fake_claude.requests) == 1
+    history = await stage_history(session)
+    assert [s["message"] for s in history] == [
+        "Re-ranking 3 open sub-questions",
+        "Re-ranked the open sub-questions: 1 moved",
+    ]
+    assert stored.stage_count == 2 and stored.cycles_at_last_rerank == 5
+    assert [(e.plan, e.questions) for e in events] == [(True, False), (True, False), (False, True)]
+
+
+async def test_a_session_that_ended_is_not_re_ranked(fake_claude: Any, make_session: Any):
+    # Due, but finished before its turn came (a budget spent in another hop): no stage, no
+    # call.
+    from thinking import rerank
+
+    session = await sync_to_async(make_session)(cycles=5, status=Status.THINKING)
+    for n, priority in ((1, 3), (2, 4)):
+        await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
+    await claim(session)
+    await ThinkingSession.objects.filter(pk=session.pk).aupdate(status=Status.COMPLETED)
+    llm = LLM.from_settings()
+    run_ = Run(llm=llm, research=None, publish=publish_nothing, worker_id=WORKER, meter=Meter())
+    try:
+        assert await rerank.maybe_rerank(session=session, run=run_) is session
+    finally:
+        await llm.close()
+
+    assert fake_claude.requests == []
+    assert await stage_history(session) == []
+
+
 async def test_re_ranking_waits_until_it_is_due(fake_claude: Any, make_session: Any):
     session = await sync_to_async(make_session)(cycles=1, status=Status.THINKING)
     for n, priority in ((1, 3), (2, 4)):

@@ -86,6 +86,8 @@ def quick_idle_checks[C](client: C) -> C:
     """`client` (an httpx or httpx2 `AsyncClient`) with every pool of its transports on a
     `QuickCheckBackend`. A transport without a pool (a test's mock transport) is left as it
     is; a pool without `_network_backend` is logged, and left as it is."""
+    if not hasattr(select, "poll"):  # httpcore's own check falls back to select() there
+        return client
     transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
     for transport in transports:
         pool = getattr(transport, "_pool", None)

@@ -19,13 +19,17 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 __all__ = ["redis_layer"]  # the fixture, used by name below
 
 
+def _connect(**options: Any) -> psycopg.Connection:
+    """A connection of the test's own to the test database, outside Django's pool."""
+    db = connection.settings_dict
+    params = {"host": db["HOST"], "port": db["PORT"], "user": db["USER"], "dbname": db["NAME"]}
+    return psycopg.connect(**params, **options)
+
+
 def _terminate_others(keep: int) -> int:
     """pg_terminate_backend on every other connection to the test database (the worker's
     pool), as a PostgreSQL restart or an administrator would; returns how many."""
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
-    ) as admin:
+    with _connect(autocommit=True) as admin:
         rows = admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> %s",
@@ -148,15 +152,20 @@ def test_the_check_refuses_a_connection_the_server_ended_and_sweeps_the_pool(
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL (its connection pool); .ci/run sets DATABASE_URL")
     swept: list[Any] = []
-    monkeypatch.setattr(ConnectionPool, "check", lambda pool: swept.append(pool))
+    sweep = ConnectionPool.check
+
+    def counted(pool: Any) -> None:
+        swept.append(pool)
+        sweep(pool)
+
+    monkeypatch.setattr(ConnectionPool, "check", counted)
     check = health_check("default")
-    db = connection.settings_dict
-    params = {"host": db["HOST"], "port": db["PORT"], "user": db["USER"], "dbname": db["NAME"]}
-    with psycopg.connect(**params) as alive, psycopg.connect(**params) as ended:
+    with _connect() as alive, _connect() as ended:
         check(alive)  # a live connection is lent, and nothing is swept
         assert swept == []
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [ended.info.backend_pid])
+        # Through a connection of its own: the pool's may be ones an earlier test ended.
+        with _connect(autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", [ended.info.backend_pid])
         with pytest.raises(psycopg.OperationalError):
             check(ended)
         assert swept == [connection.pool]  # the other idle ones are suspect too

@@ -32,7 +32,7 @@ from .models import ThinkingSession
 from .prompts import Prompt
 
 CHARS_PER_TOKEN = 4
-MODEL_TYPES = ("exploration", "critique", "connection", "insight")
+MODEL_TYPES = transcript.MODEL_TYPES
 MIN_SYNTHESIS_CHARS = 300  # each synthesis keeps at least this much, however tight the budget
 MIN_TAIL_SHARE = 4  # after the cached log, the review keeps at least 1/4 of the budget
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from config.hops import db_hop
 
-from . import interrupt, parsing, prompts, stages, steps
+from . import interrupt, parsing, prompts, stages, steps, transcript
 from .events import SessionEvent
 from .live import publish_safely
 from .llm import LLMError, Reply, prompt_message
@@ -37,7 +37,6 @@ logger = logging.getLogger(__name__)
 
 MAX_QUESTIONS = 20  # the open questions shown to the model, by current priority
 RERANK_MAX_TOKENS = 1024
-MODEL_TYPES = ("exploration", "critique", "connection", "insight")
 
 
 @dataclass(frozen=True)
@@ -140,7 +139,7 @@ def _opened(session: ThinkingSession, *, worker_id: str) -> tuple[int, dict[str,
         return sources, None
     material = _material(session)
     count = len(material["open_questions"])
-    if count < 2:  # explored in between
+    if count < 2:  # one explored since the count (the reads are not one transaction)
         return sources, None
     item = stages.entry("reflection", f"Re-ranking {count} open sub-questions")
     if not stages.record_sync(session.pk, item, worker_id=worker_id):
@@ -151,7 +150,7 @@ def _opened(session: ThinkingSession, *, worker_id: str) -> tuple[int, dict[str,
 def _material(session: ThinkingSession) -> dict[str, Any]:
     rows = _open_questions(session).order_by("-priority", "created_at")[:MAX_QUESTIONS]
     latest = session.syntheses.order_by("-sequence").values_list("text", flat=True).first()
-    recent = session.thoughts.filter(type__in=MODEL_TYPES).order_by("-sequence")[:8]
+    recent = session.thoughts.filter(type__in=transcript.MODEL_TYPES).order_by("-sequence")[:8]
     lines = list(recent.values_list("type", "text", "confidence"))
     return {
         "open_questions": [

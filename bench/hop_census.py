@@ -50,6 +50,14 @@ def update_kind(event: Any) -> str:
     return "header"
 
 
+def hop_name(func: Any) -> str:
+    """Module and name of what a hop runs. Never its repr as a default: a bound method's
+    repr shows its object, and a queryset's repr runs its query (and a query per deferred
+    field its rows' `__str__` reads), inside the timed hop."""
+    name = getattr(func, "__qualname__", None)
+    return f"{getattr(func, '__module__', '')}.{name}" if name else type(func).__name__
+
+
 class Census:
     """Thread CPU summed by hop function and by kind of live update."""
 
@@ -82,8 +90,7 @@ class Census:
                 local.depth = depth
                 func = getattr(hop, "func", None)
                 if depth == 0 and func is not self._render:  # a render counts itself, by kind
-                    name = getattr(func, "__qualname__", repr(func))
-                    self.add(f"hop {getattr(func, '__module__', '')}.{name}", started)
+                    self.add(f"hop {hop_name(func)}", started)
 
         return handler
 

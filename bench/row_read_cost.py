@@ -1,5 +1,5 @@
-"""CPU of the reads every stored step and live update make, and of the UPDATE every step ends
-with: the ORM against `row_reads` and `row_writes`.
+"""CPU of the reads every stored step and live update make, of the UPDATE every step ends
+with, and of the INSERTs of its rows: the ORM against `row_reads` and `row_writes`.
 
     .venv/bin/python -m bench.row_read_cost            # SQLite (a throwaway file)
     DATABASE_URL=postgres://... .venv/bin/python -m bench.row_read_cost
@@ -7,12 +7,14 @@ with: the ORM against `row_reads` and `row_writes`.
 Runs one 30-cycle benchmark session against the fake servers (so the rows are a real
 session's: ~75 stage entries, 100 thoughts, sub-questions and sources), then reads it back
 each way, side by side, and prints CPU milliseconds per read (or write) and the ratio
-(issue 17, "The session row, compiled once", "The step's UPDATE, compiled once").
+(issue 17, "The session row, compiled once", "The step's UPDATE, compiled once", "A step's
+rows inserted without the ORM").
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -37,9 +39,9 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
     from django.db.models import F
     from django.utils import timezone
 
-    from thinking.models import Source, SubQuestion, ThinkingSession
+    from thinking.models import ModelCall, Source, SubQuestion, ThinkingSession, Thought
     from thinking.row_reads import read_by_pk, values_by
-    from thinking.row_writes import update_by_pk
+    from thinking.row_writes import insert_rows, update_by_pk
 
     progress = ThinkingSession.objects.get(pk=session_id).progress
 
@@ -85,6 +87,47 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
         with transaction.atomic():
             read_by_pk(ThinkingSession, session_id, for_update=True)
 
+    # A thought cycle's rows, as steps._store_thoughts and record_calls write them.
+    sequences = itertools.count(100_000)
+
+    def cycle_thoughts() -> list[dict[str, Any]]:
+        return [
+            {
+                "session_id": session_id,
+                "sequence": next(sequences),
+                "cycle": 7,
+                "text": "The tide's height is limited by the basin's resonance [2]. " * 4,
+                "type": "analysis",
+                "confidence": 0.7,
+                "parts": {"route": "tags", "thoughts": [{"type": "analysis"}]},
+                "reasoning": "",
+                "truncated": False,
+                "time_offset_seconds": 12.5,
+                "sub_question_id": None,
+            }
+            for _ in range(4)
+        ]
+
+    call = {
+        "session_id": session_id,
+        "purpose": "thoughts",
+        "model": "claude-test",
+        "thinking_mode": "adaptive",
+        "stop_reason": "end_turn",
+        "duration_ms": 900,
+        "input_tokens": 5000,
+        "output_tokens": 700,
+        "cache_read_tokens": 4000,
+        "cache_write_tokens": 0,
+        "content": [{"type": "text", "text": "Thoughts. " * 60}],
+    }
+
+    def orm_insert(model: Any, rows: Callable[[], list[dict[str, Any]]]) -> Callable[[], Any]:
+        return lambda: model.objects.bulk_create([model(**row) for row in rows()])
+
+    def compiled_insert(model: Any, rows: Callable[[], list[dict[str, Any]]]) -> Callable[[], Any]:
+        return lambda: insert_rows(model, rows())
+
     questions = ("pk", "parent_id", "explored", "priority")
     pairs: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
         (
@@ -113,6 +156,16 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
             compiled_update(stage_entered),
         ),
         ("UPDATE: a thought cycle", orm_update(cycle_stored), compiled_update(cycle_stored)),
+        (
+            "INSERT: a cycle's four thoughts",
+            orm_insert(Thought, cycle_thoughts),
+            compiled_insert(Thought, cycle_thoughts),
+        ),
+        (
+            "INSERT: a model call",
+            orm_insert(ModelCall, lambda: [call]),
+            compiled_insert(ModelCall, lambda: [call]),
+        ),
     ]
     rows = []
     for label, orm, compiled in pairs:

@@ -31,6 +31,7 @@ from .live import publish_safely
 from .llm import LLMError, Reply, prompt_message
 from .models import SESSION_KEY, Lap, Source, SubQuestion, ThinkingSession
 from .row_reads import compiled_values
+from .row_writes import update_by_pk
 from .run import Run
 
 logger = logging.getLogger(__name__)
@@ -185,7 +186,13 @@ def apply_rankings(
             q.initial_priority = q.priority
         q.priority = ranking.priority
         q.priority_changes = [*q.priority_changes, change][-20:]
-        q.save(update_fields=["priority", "initial_priority", "priority_changes"])
+        update_by_pk(
+            SubQuestion,
+            q.pk,
+            priority=q.priority,
+            initial_priority=q.initial_priority,
+            priority_changes=q.priority_changes,
+        )
         moved.append(q)
     return moved
 

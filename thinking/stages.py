@@ -23,6 +23,7 @@ from config.hops import db_hop
 from .events import Publish, SessionEvent
 from .live import publish_safely
 from .models import Stage, ThinkingSession
+from .row_writes import insert_rows
 from .state import StageEntry
 
 STAGES = ("planning", "research", "analysis", "synthesis", "reflection", "note")
@@ -96,7 +97,7 @@ def record(session: ThinkingSession, item: StageEntry) -> dict[str, Any]:
     deleted), and the field changes for the row: the count, the current progress line and,
     for a step the model reported, the plan checklist."""
     sequence = session.stage_count + 1
-    Stage.objects.create(session_id=session.pk, sequence=sequence, entry=item)
+    insert_rows(Stage, [{"session_id": session.pk, "sequence": sequence, "entry": item}])
     if sequence > MAX_STAGES and sequence % PRUNE_EVERY == 0:
         kept_from = sequence - MAX_STAGES + 1
         Stage.objects.filter(session_id=session.pk, sequence__lt=kept_from).delete()

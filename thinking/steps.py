@@ -36,7 +36,7 @@ from .models import (
     ThoughtType,
 )
 from .row_reads import values_by
-from .row_writes import update_by_pk
+from .row_writes import insert_rows, update_by_pk
 from .run import Meter
 
 if TYPE_CHECKING:
@@ -64,22 +64,25 @@ def reasoning_text(reply: Reply) -> str:
 def record_calls(step: Step, purpose: str, replies: Sequence[Reply]) -> None:
     """Each model call as a row, and its tokens on the session's counters."""
     session = step.session
-    ModelCall.objects.bulk_create(
-        ModelCall(
-            session=session,
-            purpose=purpose,
-            model=call.model or session.model_id,
-            thinking_mode=call.thinking_mode,
-            stop_reason=call.stop_reason or "",
-            duration_ms=call.duration_ms,
-            input_tokens=call.usage.input_tokens,
-            output_tokens=call.usage.output_tokens,
-            cache_read_tokens=call.usage.cache_read_tokens,
-            cache_write_tokens=call.usage.cache_write_tokens,
-            content=call.content,
-        )
-        for reply in replies
-        for call in reply.attempts  # a cut-off attempt was spent too
+    insert_rows(
+        ModelCall,
+        [
+            {
+                "session_id": session.pk,
+                "purpose": purpose,
+                "model": call.model or session.model_id,
+                "thinking_mode": call.thinking_mode,
+                "stop_reason": call.stop_reason or "",
+                "duration_ms": call.duration_ms,
+                "input_tokens": call.usage.input_tokens,
+                "output_tokens": call.usage.output_tokens,
+                "cache_read_tokens": call.usage.cache_read_tokens,
+                "cache_write_tokens": call.usage.cache_write_tokens,
+                "content": call.content,
+            }
+            for reply in replies
+            for call in reply.attempts  # a cut-off attempt was spent too
+        ],
     )
     if replies:
         usage = sum((reply.total_usage for reply in replies), Usage())
@@ -207,37 +210,43 @@ def _store_thoughts(
     with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
         session = step.session
         offset = session.active_seconds
-        start = session.next_thought_sequence()
+        begin = session.next_thought_sequence()
         reasoning = "\n\n".join(filter(None, (reasoning_text(r) for r in replies)))
-        notes = Thought.objects.bulk_create(
-            Thought(
-                session=session,
-                sequence=start + index,
-                cycle=session.cycles,
-                text=text,
-                type=ThoughtType.SCRATCHPAD,
-                confidence=0.0,
-                time_offset_seconds=round(offset, 2),
-                sub_question_id=focus.sub_question_id,
-            )
-            for index, text in enumerate(t for t in scratch if t)
+        notes = insert_rows(
+            Thought,
+            [
+                {
+                    "session_id": session.pk,
+                    "sequence": begin + index,
+                    "cycle": session.cycles,
+                    "text": text,
+                    "type": ThoughtType.SCRATCHPAD,
+                    "confidence": 0.0,
+                    "time_offset_seconds": round(offset, 2),
+                    "sub_question_id": focus.sub_question_id,
+                }
+                for index, text in enumerate(t for t in scratch if t)
+            ],
         )
-        start += len(notes)
-        rows = Thought.objects.bulk_create(
-            Thought(
-                session=session,
-                sequence=start + index,
-                cycle=session.cycles,
-                text=thought.text,
-                type=thought.type,
-                confidence=thought.confidence,
-                parts=reading.parts,
-                reasoning=reasoning if index == 0 else "",
-                truncated=replies[-1].truncated,
-                time_offset_seconds=round(offset, 2),
-                sub_question_id=focus.sub_question_id,
-            )
-            for index, thought in enumerate(reading.thoughts)
+        first = begin + notes
+        end = first + insert_rows(
+            Thought,
+            [
+                {
+                    "session_id": session.pk,
+                    "sequence": first + index,
+                    "cycle": session.cycles,
+                    "text": thought.text,
+                    "type": thought.type,
+                    "confidence": thought.confidence,
+                    "parts": reading.parts,
+                    "reasoning": reasoning if index == 0 else "",
+                    "truncated": replies[-1].truncated,
+                    "time_offset_seconds": round(offset, 2),
+                    "sub_question_id": focus.sub_question_id,
+                }
+                for index, thought in enumerate(reading.thoughts)
+            ],
         )
         record_calls(step, "thoughts", replies)
         known = {number for (number,) in values_by(Source, "session_id", session.pk, "number")}
@@ -266,10 +275,10 @@ def _store_thoughts(
         step.update(cycles=F("cycles") + 1, focus=focus.text)
     # Thoughts are numbered 0..n-1 under the row lock, so this is their count: the loop
     # decides whether sub-questions are due without another hop to count them.
-    step.session.thought_count = start + len(rows)
+    step.session.thought_count = end
     event = SessionEvent(
         session_id,
-        thoughts=tuple(r.sequence for r in [*notes, *rows]),
+        thoughts=tuple(range(begin, end)),
         questions=questions_changed,
     )
     return step.session, event
@@ -301,15 +310,15 @@ def _store_questions(
                 continue
             seen.add(key)
             new.append(
-                SubQuestion(
-                    session=session,
-                    text=question.text,
-                    priority=question.priority,
-                    why=question.why,
-                    parent_id=focus.sub_question_id,
-                )
+                {
+                    "session_id": session.pk,
+                    "text": question.text,
+                    "priority": question.priority,
+                    "why": question.why,
+                    "parent_id": focus.sub_question_id,
+                }
             )
-        SubQuestion.objects.bulk_create(new)
+        insert_rows(SubQuestion, new)
         record_calls(step, "questions", [reply])
         # Thoughts are numbered 0..n-1 under the row lock: the next number is their count.
         step.update(thoughts_at_last_questions=session.next_thought_sequence())

@@ -1,6 +1,7 @@
-"""The step's UPDATE without the ORM's per-query work (thinking/row_writes.py, issue 17): every
-stored step ends with it, so it must store exactly what the ORM's `update` stores, on SQLite
-and on PostgreSQL, and fail as it fails."""
+"""The step's UPDATE and its rows' INSERTs without the ORM's per-query work
+(thinking/row_writes.py, issue 17): every stored step runs them, so they must store exactly
+what the ORM's `update` and `bulk_create` store, on SQLite and on PostgreSQL, and fail as
+they fail."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ import pytest
 from django.core.exceptions import FieldDoesNotExist, FieldError, ValidationError
 from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import F
+from django.db.models.functions import Now
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from accounts.models import Team
-from thinking.models import SubQuestion, ThinkingSession
+from thinking import row_writes
+from thinking.models import ModelCall, Stage, SubQuestion, ThinkingSession, Thought
 from thinking.row_reads import compiled_on
-from thinking.row_writes import update_by_pk
+from thinking.row_writes import insert_rows, update_by_pk
 
 pytestmark = pytest.mark.django_db
 
@@ -77,11 +81,15 @@ def test_an_update_stores_what_the_orm_stores(make_session: Any):
     check_same_as_the_orm(make_session)
 
 
+def needs_postgresql() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (DATABASE_URL)")
+
+
 @pytest.mark.services
 @pytest.mark.django_db(transaction=True)
 def test_an_update_stores_what_the_orm_stores_on_postgresql(make_session: Any):
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL (DATABASE_URL)")
+    needs_postgresql()
     check_same_as_the_orm(make_session)
 
 
@@ -166,4 +174,222 @@ def test_a_failed_update_leaves_its_transaction_to_be_rolled_back(make_session: 
     with transaction.atomic():  # a value the field refuses, before any SQL runs
         with pytest.raises(ValidationError):
             update_by_pk(ThinkingSession, session.pk, stop_requested="perhaps")
+        assert connection.needs_rollback
+
+
+# --- INSERTs (insert_rows) --------------------------------------------------------------
+
+
+def columns_of(row: Any, *skip: str) -> dict[str, Any]:
+    own = ("id", "session_id", "created_at", *skip)
+    fields = type(row)._meta.concrete_fields
+    return {f.attname: getattr(row, f.attname) for f in fields if f.attname not in own}
+
+
+def some_rows(session: ThinkingSession, question: SubQuestion) -> list[tuple[Any, list[dict]]]:
+    """A step's rows of each kind, as the loop stores them: text beyond ASCII, JSON, floats,
+    nulls, fields left to their defaults, and a time given where the database's own goes."""
+    return [
+        (
+            Thought,
+            [
+                {
+                    "session_id": session.pk,
+                    "sequence": n,
+                    "cycle": 3,
+                    "text": f"Thought {n} — «ü» [1]",
+                    "type": "analysis",
+                    "confidence": 0.125 * n,
+                    "parts": {"thoughts": [{"type": "analysis"}], "route": "tags"},
+                    "reasoning": "" if n else "why ✓",
+                    "truncated": bool(n % 2),
+                    "time_offset_seconds": 12.34,
+                    "sub_question_id": question.pk if n % 2 else None,
+                    "created_at": WHEN,  # auto_now_add: the clock's time wins, as on a save
+                }
+                for n in range(4)
+            ],
+        ),
+        (
+            ModelCall,
+            [
+                {
+                    "session_id": session.pk,
+                    "purpose": "thoughts",
+                    "model": "claude-test",
+                    "stop_reason": "end_turn",
+                    "input_tokens": 2**31 - 1,
+                    "content": [{"type": "thinking", "thinking": "ü", "signature": "c2ln"}],
+                }
+            ],
+        ),
+        (
+            SubQuestion,
+            [
+                {
+                    "session_id": session.pk,
+                    "text": f"Why {n}?",
+                    "priority": n + 1,
+                    "why": "",
+                    "parent_id": question.pk if n else None,
+                }
+                for n in range(3)
+            ],
+        ),
+        (Stage, [{"session_id": session.pk, "sequence": 7, "entry": {"stage": "analysis"}}]),
+    ]
+
+
+def check_inserts_like_bulk_create(make_session: Any) -> None:
+    ours, theirs = make_session(), make_session()
+    asked = {
+        s.pk: SubQuestion.objects.create(session=s, text="Root?", priority=5)
+        for s in (ours, theirs)
+    }
+    started = timezone.now()
+    for (model, rows), (_, same) in zip(
+        some_rows(ours, asked[ours.pk]), some_rows(theirs, asked[theirs.pk]), strict=True
+    ):
+        with CaptureQueriesContext(connection) as queries:
+            assert insert_rows(model, rows) == len(rows)
+        assert len(queries) == 1  # one statement for the step's rows of a kind
+        model.objects.bulk_create([model(**row) for row in same])
+        mine, stored = (
+            model.objects.filter(session=s).exclude(
+                pk=asked[s.pk].pk if model is SubQuestion else None
+            )
+            for s in (ours, theirs)
+        )
+        mine, stored = mine.order_by("pk"), stored.order_by("pk")
+        parent = ("parent_id", "sub_question_id")  # each session's own root question
+        assert [columns_of(r, *parent) for r in mine] == [columns_of(r, *parent) for r in stored]
+        assert len(mine) == len(rows)
+        if hasattr(model, "created_at"):
+            times = {r.created_at for r in mine}
+            assert len(times) == 1 and started <= times.pop() <= timezone.now()
+    thoughts = Thought.objects.filter(session=ours).order_by("sequence")
+    assert [t.sub_question_id for t in thoughts] == [None, asked[ours.pk].pk] * 2
+    assert thoughts[0].parts["route"] == "tags" and thoughts[0].reasoning == "why ✓"
+    call = ModelCall.objects.get(session=ours)
+    assert (call.thinking_mode, call.duration_ms, call.content[0]["thinking"]) == ("off", 0, "ü")
+    assert (
+        SubQuestion.objects.filter(session=ours, priority_changes=[], explored=False).count() == 4
+    )
+
+
+def test_inserted_rows_are_what_bulk_create_stores(make_session: Any):
+    check_inserts_like_bulk_create(make_session)
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_inserted_rows_are_what_bulk_create_stores_on_postgresql(make_session: Any):
+    needs_postgresql()
+    check_inserts_like_bulk_create(make_session)
+
+
+def limit_parameters(monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
+    """The backend's limit on a statement's parameters, as SQLite's is (PostgreSQL keeps
+    its own, None, once read)."""
+    features = connection.features
+    monkeypatch.setattr(type(features), "max_query_params", limit)
+    monkeypatch.setitem(features.__dict__, "max_query_params", limit)
+
+
+def test_rows_beyond_the_databases_parameter_limit_go_in_batches(
+    make_session: Any, monkeypatch: pytest.MonkeyPatch
+):
+    session = make_session()
+    rows = [{"session_id": session.pk, "sequence": n, "entry": {"n": n}} for n in range(7)]
+    limit_parameters(monkeypatch, 6)  # two rows of three columns a statement
+    with CaptureQueriesContext(connection) as queries:
+        assert insert_rows(Stage, rows) == 7
+    assert len(queries) == 4
+    limit_parameters(monkeypatch, 2)  # not even one row's: one a statement all the same
+    more = [{"session_id": session.pk, "sequence": n, "entry": {"n": n}} for n in range(7, 10)]
+    with CaptureQueriesContext(connection) as queries:
+        assert insert_rows(Stage, more) == 3
+    assert len(queries) == 3
+    stored = Stage.objects.filter(session=session).order_by("sequence")
+    assert [s.entry["n"] for s in stored] == list(range(10))
+    with CaptureQueriesContext(connection) as queries:
+        assert insert_rows(Stage, []) == 0
+    assert not queries
+
+
+def test_an_insert_is_built_once_per_shape(make_session: Any, monkeypatch: pytest.MonkeyPatch):
+    """Which columns and where their values come from, and the statement for so many rows,
+    are each worked out once per connection, not on every step."""
+    built: list[int] = []
+    planned: list[str] = []
+    bulk_insert_sql = type(connection.ops).bulk_insert_sql
+    plan = row_writes._insert_plan
+
+    def counted(ops: Any, fields: Any, placeholder_rows: Any) -> str:
+        built.append(len(placeholder_rows))
+        return bulk_insert_sql(ops, fields, placeholder_rows)
+
+    def counted_plan(model: Any, names: Any) -> Any:
+        planned.append(model.__name__)
+        return plan(model, names)
+
+    session = make_session()
+    monkeypatch.setattr(type(connection.ops), "bulk_insert_sql", counted)
+    monkeypatch.setattr(row_writes, "_insert_plan", counted_plan)
+    compiled_on(connections["default"]).clear()
+    for first in (0, 10, 20):
+        rows = [{"session_id": session.pk, "sequence": first + n, "entry": {}} for n in range(2)]
+        insert_rows(Stage, rows)
+    insert_rows(Stage, [{"session_id": session.pk, "sequence": 30, "entry": {}}])
+    assert built == [2, 1]  # two rows, then one: two statements
+    insert_rows(Stage, [{"sequence": 31, "session_id": session.pk, "entry": {}}])
+    assert planned == ["Stage"] and built == [2, 1]  # the same fields in another order
+    assert Stage.objects.filter(session=session).count() == 8
+
+
+def test_a_given_key_is_stored(make_session: Any):
+    session = make_session()
+    insert_rows(Stage, [{"id": 4242, "session_id": session.pk, "sequence": 1, "entry": {}}])
+    assert Stage.objects.get(session=session).pk == 4242
+
+
+def test_rows_it_does_not_build_go_through_the_orm(make_session: Any):
+    session = make_session()
+    # A value that is an expression: the ORM's bulk_create stores it.
+    asked = {"session_id": session.pk, "text": "When?", "priority": 1}
+    insert_rows(SubQuestion, [{**asked, "explored_at": Now()}, {**asked, "explored_at": None}])
+    # Rows that give different fields: each gets the defaults of those it does not give.
+    insert_rows(
+        SubQuestion,
+        [
+            {"session_id": session.pk, "text": "Where?", "priority": 2, "why": "Maps."},
+            {"session_id": session.pk, "text": "Who?", "priority": 3},
+        ],
+    )
+    rows = SubQuestion.objects.filter(session=session).order_by("priority", "pk")
+    assert [(q.text, q.explored_at is not None, q.why) for q in rows] == [
+        ("When?", True, ""),
+        ("When?", False, ""),
+        ("Where?", False, "Maps."),
+        ("Who?", False, ""),
+    ]
+    with pytest.raises(TypeError, match="has no column 'session'"):  # attnames only
+        insert_rows(Stage, [{"session": session, "sequence": 1, "entry": {}}])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_insert_leaves_its_transaction_to_be_rolled_back(make_session: Any):
+    session = make_session(focus="kept")
+    with transaction.atomic():
+        insert_rows(Stage, [{"session_id": session.pk, "sequence": 1, "entry": {}}])
+        with pytest.raises(IntegrityError):  # the same (session, sequence) again
+            insert_rows(Stage, [{"session_id": session.pk, "sequence": 1, "entry": {}}])
+        assert connection.needs_rollback
+    assert not Stage.objects.filter(session=session).exists()
+    with transaction.atomic():  # a value the field refuses, before any SQL runs
+        with pytest.raises(ValidationError):
+            insert_rows(
+                SubQuestion,
+                [{"session_id": session.pk, "text": "?", "priority": 1, "explored": "perhaps"}],
+            )
         assert connection.needs_rollback

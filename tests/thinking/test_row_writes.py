@@ -188,7 +188,7 @@ def columns_of(row: Any, *skip: str) -> dict[str, Any]:
 
 def some_rows(session: ThinkingSession, question: SubQuestion) -> list[tuple[Any, list[dict]]]:
     """A step's rows of each kind, as the loop stores them: text beyond ASCII, JSON, floats,
-    nulls, fields left to their defaults, and a time given where the database's own goes."""
+    nulls, fields left to their defaults, and a time given where the clock's goes."""
     return [
         (
             Thought,

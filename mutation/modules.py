@@ -91,7 +91,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_followups.py",  # extend: more time for a completed session
         "tests/thinking/test_views.py",  # start: the form's errors on the page
     ),
-    "thinking/models.py": LIFECYCLE_TESTS,
+    "thinking/models.py": (*LIFECYCLE_TESTS, "tests/thinking/test_kept_log.py"),
     # the session row every step locks and every live update reads, without the ORM's work
     "thinking/row_reads.py": (
         "tests/thinking/test_row_reads.py",
@@ -110,6 +110,12 @@ MODULES: dict[str, tuple[str, ...]] = {
     # the loop (the longest runs)
     "thinking/prompts.py": ("tests/thinking/test_prompts.py", *LOOP_TESTS),
     "thinking/loop.py": ("tests/thinking/test_focus.py", *LOOP_TESTS),
+    # the session log every model call carries, and the log a run keeps between calls
+    "thinking/transcript.py": (
+        "tests/thinking/test_transcript.py",
+        "tests/thinking/test_kept_log.py",
+        "tests/thinking/test_prompts.py",
+    ),
 }
 
 # Only these mutants of a module are run and counted (mutmut's own names, as globs): of the
@@ -121,6 +127,7 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "thinking.models.xǁStepǁ*",
         "thinking.models.xǁSessionQuerySetǁ*",
         "thinking.models.xǁThinkingSessionǁ*",
+        "thinking.models.xǁLoggedRowǁ*",
     ),
 }
 

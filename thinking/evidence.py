@@ -13,6 +13,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from django.conf import settings
 
@@ -290,7 +291,17 @@ EVIDENCE_PREAMBLE = (
 )
 
 
-def evidence_pack(sources: Sequence[Source]) -> str:
+class ShownSource(Protocol):
+    """What a prompt shows of a source: a `Source`, or the session log's row of one."""
+
+    number: int
+    kind: str
+    title: str
+    url: str
+    snippet: str
+
+
+def evidence_pack(sources: Sequence[ShownSource]) -> str:
     """The sources as delimited, numbered data blocks for a prompt."""
     if not sources:
         return ""

@@ -40,7 +40,6 @@ from . import (
     steps,
     tags,
     tools,
-    transcript,
 )
 from .asking import ask
 from .events import Publish, SessionEvent
@@ -102,16 +101,17 @@ def _recent_hints() -> models.QuerySet:
 
 
 def _open_analysis(
-    session: ThinkingSession, focus: Focus, *, worker_id: str
+    session: ThinkingSession, focus: Focus, *, run: Run
 ) -> tuple[bool, int, list[str], tuple[str, ...]]:
     """A thought cycle's stage and its prompt's reads, in one hop: whether the stage was
     stored (not once the session ended), the sources known, the newest hints (newest
     first) and the session log. The log carries the sources, earlier cycles and syntheses:
-    nothing else is read."""
+    nothing else is read (its read counts the sources)."""
     entry = stages.entry("analysis", f"Thinking about: {focus.text}")
-    entered = stages.record_sync(session.pk, entry, worker_id=worker_id)
+    entered = stages.record_sync(session.pk, entry, worker_id=run.worker_id)
     hints = [text for (text,) in compiled_values("loop:hints", _recent_hints, session=session.pk)]
-    return entered, rerank.source_count(session.pk), hints, transcript.session_log(session)
+    log = run.log.read(session)
+    return entered, run.log.source_count, hints, log
 
 
 open_analysis = db_hop(_open_analysis)
@@ -146,9 +146,7 @@ async def generate_thoughts(
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus."""
-    entered, known_sources, hints, log = await open_analysis(
-        session, focus, worker_id=run.worker_id
-    )
+    entered, known_sources, hints, log = await open_analysis(session, focus, run=run)
     if entered:
         await stages.show(session.pk, run.publish)
     mode, spec = _reading_mode(session)
@@ -264,7 +262,7 @@ async def generate_questions(
     focus: Focus,
     run: Run,
 ) -> tuple[ThinkingSession, SessionEvent]:
-    log = await db_hop(transcript.session_log)(session)
+    log = await db_hop(run.log.read)(session)
     prompt = prompts.questions_prompt(
         question=session.question, log=log, background=session.parent_context
     )
@@ -294,7 +292,7 @@ async def synthesise(
         await stages.enter(
             session.pk, "synthesis", message, worker_id=run.worker_id, publish=run.publish
         )
-    log = await db_hop(transcript.session_log)(session)
+    log = await db_hop(run.log.read)(session)
     if final:  # the final answer reviews the whole session, after the cached log
         prompt = await final_review.final_prompt(
             session, log=log, worker_id=run.worker_id, publish=run.publish

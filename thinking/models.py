@@ -302,6 +302,9 @@ class ThinkingSession(models.Model):
     search_tally = models.JSONField(default=dict, blank=True)
     # Bumped on every stored change, so a reconnecting page knows whether it missed anything.
     revision = models.PositiveIntegerField(default=0)
+    # Bumped when a stored thought, synthesis, source or sub-question is edited (the admin):
+    # a worker keeps each session's log and otherwise reads only the rows added since.
+    log_edits = models.PositiveIntegerField(default=0, editable=False)
 
     confidence_evolution = models.JSONField(default=list, blank=True)
     final_answer = models.TextField(blank=True)
@@ -662,6 +665,22 @@ def _top_thought() -> models.QuerySet:
     )
 
 
+class LoggedRow(models.Model):
+    """A row the session log (transcript.py) shows. The loop only ever adds such rows; an
+    edit of one (in the admin) bumps its session's `log_edits`, so a worker's kept log is
+    read anew instead of showing the old text."""
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        edited = not self._state.adding
+        super().save(*args, **kwargs)
+        if edited:
+            sessions = ThinkingSession.objects.filter(pk=self.session_id)  # type: ignore[attr-defined]
+            sessions.update(log_edits=F("log_edits") + 1)
+
+
 class ThoughtQuerySet(models.QuerySet["Thought"]):
     def for_session(self, session: ThinkingSession) -> ThoughtQuerySet:
         return self.filter(session=session)
@@ -670,7 +689,7 @@ class ThoughtQuerySet(models.QuerySet["Thought"]):
         return self.filter(sequence__gt=sequence)
 
 
-class Thought(models.Model):
+class Thought(LoggedRow):
     session = models.ForeignKey(ThinkingSession, on_delete=models.CASCADE, related_name="thoughts")
     sequence = models.PositiveIntegerField()
     cycle = models.PositiveIntegerField(default=0, help_text="The loop cycle that produced it.")
@@ -701,7 +720,7 @@ class Thought(models.Model):
         return f"#{self.sequence} {self.type}: {self.text[:60]}"
 
 
-class SubQuestion(models.Model):
+class SubQuestion(LoggedRow):
     session = models.ForeignKey(
         ThinkingSession, on_delete=models.CASCADE, related_name="sub_questions"
     )
@@ -755,7 +774,7 @@ class Stage(models.Model):
         return f"#{self.sequence} {entry.get('stage', '')}: {str(entry.get('message', ''))[:60]}"
 
 
-class Synthesis(models.Model):
+class Synthesis(LoggedRow):
     session = models.ForeignKey(ThinkingSession, on_delete=models.CASCADE, related_name="syntheses")
     sequence = models.PositiveIntegerField()
     text = models.TextField()
@@ -813,7 +832,7 @@ class SourceKind(models.TextChoices):
     MEMORY = "memory", "Knowledge base"
 
 
-class Source(models.Model):
+class Source(LoggedRow):
     """Evidence a session found, cited as [number] in its syntheses and answer."""
 
     session = models.ForeignKey(ThinkingSession, on_delete=models.CASCADE, related_name="sources")

@@ -5,7 +5,7 @@ Structured replies are plain text, not forced tool calls, so every Anthropic-com
 server works (several lack tool_choice). Each prompt is laid out for the prompt cache:
 
     stable   the same on every call of its kind in a session (question, instructions, format)
-    log      the session so far (transcript.session_log): append-only blocks, so each call
+    log      the session so far (thinking/transcript.py): append-only blocks, so each call
              repeats the previous call's blocks exactly and adds new ones at the end
     variable the moving part, last and short (the focus, people's hints, the task)
 """

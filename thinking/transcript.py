@@ -12,15 +12,17 @@ synthesis carries the earlier ones forward), which keeps the prompt bounded.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import models
+from django.db.models import F, Func, OuterRef, Subquery
 
 from .evidence import evidence_pack
 from .models import SESSION_KEY, Source, SubQuestion, Synthesis, ThinkingSession, Thought
-from .row_reads import Param, compiled_rows, compiled_values
+from .row_reads import Param, compiled_values
 
 EPOCH_CYCLES = 30
 MAX_SOURCES = 60  # beyond this many, sources are reached through the search tools only
@@ -49,9 +51,12 @@ def epoch_start_for(last_cycle: int) -> int:
 # call reads the log, and building its five queries through the ORM was about half its CPU.
 _EPOCH = Param("epoch", models.PositiveIntegerField())
 _FIRST = Param("first", models.DateTimeField())  # when the epoch's first cycle was stored
+_AFTER = Param("after", models.BigIntegerField())  # rows added after this key
 
 
 class LogThought(NamedTuple):
+    pk: int
+    sequence: int
     cycle: int
     type: str
     confidence: float
@@ -61,6 +66,7 @@ class LogThought(NamedTuple):
 
 
 class LogSynthesis(NamedTuple):
+    pk: int
     sequence: int
     is_final: bool
     confidence: float
@@ -68,7 +74,20 @@ class LogSynthesis(NamedTuple):
     created_at: datetime
 
 
+class LogSource(NamedTuple):
+    """What a prompt shows of a source (evidence.evidence_pack)."""
+
+    pk: int
+    number: int
+    kind: str
+    title: str
+    url: str
+    snippet: str
+    created_at: datetime
+
+
 class LogQuestion(NamedTuple):
+    pk: int
     text: str
     priority: int
     initial_priority: int | None
@@ -79,17 +98,16 @@ def _model_thoughts() -> models.QuerySet:
     return Thought.objects.filter(session_id=SESSION_KEY, type__in=MODEL_TYPES)
 
 
+def _thought_rows(rows: models.QuerySet) -> models.QuerySet:
+    return rows.order_by("sequence").values_list(*LogThought._fields[:-1], "sub_question__text")
+
+
 def _last_cycle() -> models.QuerySet:
     return _model_thoughts().order_by("-cycle").values_list("cycle")[:1]
 
 
 def _epoch_thoughts() -> models.QuerySet:
-    return (
-        _model_thoughts()
-        .filter(cycle__gte=_EPOCH)
-        .order_by("sequence")
-        .values_list(*LogThought._fields[:-1], "sub_question__text")
-    )
+    return _thought_rows(_model_thoughts().filter(cycle__gte=_EPOCH))
 
 
 def _syntheses() -> models.QuerySet:
@@ -106,63 +124,254 @@ def _epoch_syntheses() -> models.QuerySet:
     return _syntheses().filter(created_at__gte=_FIRST)
 
 
+def _source_rows(**filters: Any) -> models.QuerySet:
+    sources = Source.objects.filter(session_id=SESSION_KEY, **filters).order_by("number")
+    return sources.values_list(*LogSource._fields)[:MAX_SOURCES]
+
+
 def _sources() -> models.QuerySet:
-    return Source.objects.filter(session_id=SESSION_KEY).order_by("number")[:MAX_SOURCES]
+    return _source_rows()
+
+
+def _question_rows(**filters: Any) -> models.QuerySet:
+    questions = SubQuestion.objects.filter(session_id=SESSION_KEY, **filters)
+    return questions.order_by("created_at", "id").values_list(*LogQuestion._fields)[
+        :MAX_SUB_QUESTIONS
+    ]
 
 
 def _questions() -> models.QuerySet:
-    questions = SubQuestion.objects.filter(session_id=SESSION_KEY).order_by("created_at", "id")
-    return questions.values_list(*LogQuestion._fields)[:MAX_SUB_QUESTIONS]
+    return _question_rows()
 
 
-def session_log(session: ThinkingSession) -> tuple[str, ...]:
-    """The session's events so far as prompt blocks, oldest first (synchronous ORM).
+@dataclass(frozen=True)
+class _Rows:
+    """What the log is made from: the epoch's model thoughts (by sequence), the syntheses it
+    shows (by sequence), the first sources (by number) and sub-questions (by creation)."""
 
-    Every model call reads it, so thoughts, syntheses and sub-questions are read as rows of
-    the few columns it writes, not model instances (their JSON fields were most of the
-    cost)."""
-    events: list[_Event] = []
-    key = session.pk
+    epoch_start: int
+    thoughts: list[LogThought]
+    syntheses: list[LogSynthesis]
+    sources: list[LogSource]
+    questions: list[LogQuestion]
+
+
+def _epoch_first(thoughts: list[LogThought]) -> datetime | None:
+    """When the epoch's first cycle was stored: the earliest first thought of its cycles."""
+    firsts: dict[int, datetime] = {}
+    for thought in thoughts:
+        firsts.setdefault(thought.cycle, thought.created_at)
+    return min(firsts.values(), default=None)
+
+
+def _read_rows(key: Any) -> _Rows:
     last = compiled_values("log:last-cycle", _last_cycle, session=key)
     epoch_start = epoch_start_for(last[0][0] if last else 0)
     # Only this epoch's rows: every call of a session reads the log, and reading all of a
     # long session's thoughts each time made every call's work (and the peak memory of
     # the database threads, which the allocator keeps) grow with the session.
-    thoughts = compiled_values("log:thoughts", _epoch_thoughts, session=key, epoch=epoch_start)
-    cycles: dict[int, list[LogThought]] = {}
-    for thought in map(LogThought._make, thoughts):
-        cycles.setdefault(thought.cycle, []).append(thought)
-    if epoch_start and cycles:
+    found = compiled_values("log:thoughts", _epoch_thoughts, session=key, epoch=epoch_start)
+    thoughts = list(map(LogThought._make, found))
+    first = _epoch_first(thoughts)
+    if epoch_start and first is not None:
         # The latest synthesis before this epoch carries the earlier ones forward.
-        first = min(rows[0].created_at for rows in cycles.values())
         found = [
             *compiled_values("log:carried", _carried_synthesis, session=key, first=first),
             *compiled_values("log:epoch-syntheses", _epoch_syntheses, session=key, first=first),
         ]
     else:
         found = compiled_values("log:syntheses", _syntheses, session=key)
-    syntheses = list(map(LogSynthesis._make, found))
-    for cycle, rows in cycles.items():
-        focus = rows[0].focus
-        focus = session.question if focus is None else focus
-        events.append(_Event(rows[0].created_at, 2, _cycle_block(cycle, focus, rows)))
-    for synthesis in syntheses:
+    return _Rows(
+        epoch_start=epoch_start,
+        thoughts=thoughts,
+        syntheses=list(map(LogSynthesis._make, found)),
+        sources=list(map(LogSource._make, compiled_values("log:sources", _sources, session=key))),
+        questions=list(
+            map(LogQuestion._make, compiled_values("log:questions", _questions, session=key))
+        ),
+    )
+
+
+def session_log(session: ThinkingSession) -> tuple[str, ...]:
+    """The session's events so far as prompt blocks, oldest first (synchronous ORM), read
+    whole. A run reads it through its `KeptLog`, which reads only what was added since.
+
+    Every model call reads it, so thoughts, syntheses, sources and sub-questions are read as
+    rows of the few columns it shows, not model instances (their JSON fields were most of
+    the cost)."""
+    return _assemble(session.question, _read_rows(session.pk))
+
+
+def _assemble(question: str, rows: _Rows) -> tuple[str, ...]:
+    events: list[_Event] = []
+    cycles: dict[int, list[LogThought]] = {}
+    for thought in rows.thoughts:
+        cycles.setdefault(thought.cycle, []).append(thought)
+    for cycle, thoughts in cycles.items():
+        focus = thoughts[0].focus
+        focus = question if focus is None else focus
+        events.append(_Event(thoughts[0].created_at, 2, _cycle_block(cycle, focus, thoughts)))
+    for synthesis in rows.syntheses:
         label = "Final answer" if synthesis.is_final else f"Synthesis {synthesis.sequence}"
         text = f"{label} (confidence {synthesis.confidence:.2f}):\n{synthesis.text}"
         events.append(_Event(synthesis.created_at, 3, text))
     # Consecutive rows of one kind (a research batch, one question step) make one block.
-    sources = compiled_rows("log:sources", _sources, session=key)
-    for batch in _batches(sources, [e.at for e in events]):
+    for batch in _batches(rows.sources, [e.at for e in events]):
         events.append(_Event(batch[0].created_at, 0, evidence_pack(batch)))
-    questions = list(
-        map(LogQuestion._make, compiled_values("log:questions", _questions, session=key))
-    )
-    for batch in _batches(questions, [e.at for e in events]):
+    for batch in _batches(rows.questions, [e.at for e in events]):
         # The priority it was added with: re-ranking (rerank.py) must not rewrite a block.
         lines = "\n".join(f"- {q.text} (priority {_added_priority(q)})" for q in batch)
         events.append(_Event(batch[0].created_at, 1, f"Sub-questions added:\n{lines}"))
     events.sort(key=lambda e: (e.at, e.order))
     return tuple(e.text for e in events)
+
+
+# --- the log a run keeps --------------------------------------------------------------------
+# A run reads the log before every thoughts, questions and synthesis call: six queries and
+# their rows, 2.5-3.4 ms of CPU at 200 cycles (bench/README.md). The loop only ever adds
+# rows the log shows, so a run keeps the rows it read and, each time, one statement says
+# what changed: per kind of row its count and newest key, the epoch's last cycle and the
+# session's `log_edits`. Rows added since are read by key; anything else (a row deleted,
+# one edited, a row committed under an older key, a new epoch) reads the whole log again.
+
+
+def _aggregate(rows: models.QuerySet, function: str, column: str = "pk") -> Subquery:
+    """COUNT or MAX of one column of `rows` (filtered to the outer session) as a subquery:
+    no GROUP BY, so a session without such rows counts 0."""
+    value = Func(F(column), function=function, output_field=models.BigIntegerField())
+    return Subquery(rows.filter(session_id=OuterRef("pk")).order_by().values(v=value))
+
+
+def _marks_query() -> models.QuerySet:
+    kinds = {
+        "thoughts": Thought.objects.filter(type__in=MODEL_TYPES),
+        "syntheses": Synthesis.objects.all(),
+        "sources": Source.objects.all(),
+        "questions": SubQuestion.objects.all(),
+    }
+    columns: dict[str, Any] = {"last_cycle": _aggregate(kinds["thoughts"], "MAX", "cycle")}
+    for name, rows in kinds.items():
+        columns[f"n_{name}"] = _aggregate(rows, "COUNT")
+        columns[f"newest_{name}"] = _aggregate(rows, "MAX")
+    session = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
+    return session.values_list(*_Marks._fields)
+
+
+class _Marks(NamedTuple):
+    log_edits: int
+    last_cycle: int | None
+    n_thoughts: int  # model thoughts, all cycles
+    newest_thoughts: int | None
+    n_syntheses: int
+    newest_syntheses: int | None
+    n_sources: int
+    newest_sources: int | None
+    n_questions: int
+    newest_questions: int | None
+
+
+def _new_thoughts() -> models.QuerySet:
+    return _thought_rows(_model_thoughts().filter(pk__gt=_AFTER))
+
+
+def _new_syntheses() -> models.QuerySet:
+    return _syntheses().filter(pk__gt=_AFTER)
+
+
+def _new_sources() -> models.QuerySet:
+    return _source_rows(pk__gt=_AFTER)
+
+
+def _new_questions() -> models.QuerySet:
+    return _question_rows(pk__gt=_AFTER)
+
+
+_NEW = {  # kind of row: its read of rows added since, and how a row is made
+    "thoughts": (_new_thoughts, LogThought._make),
+    "syntheses": (_new_syntheses, LogSynthesis._make),
+    "sources": (_new_sources, LogSource._make),
+    "questions": (_new_questions, LogQuestion._make),
+}
+
+
+def _added(key: Any, kind: str, was: _Marks, now: _Marks) -> list[Any] | None:
+    """The rows of one kind added since `was`: none if its count and newest key are the
+    same; None if more changed than rows added (one deleted, or committed under an older
+    key), or more were added than a read of new rows gives (its LIMIT)."""
+    count, newest = getattr(now, f"n_{kind}"), getattr(now, f"newest_{kind}")
+    count_was, newest_was = getattr(was, f"n_{kind}"), getattr(was, f"newest_{kind}")
+    if (count, newest) == (count_was, newest_was):
+        return []
+    build, make = _NEW[kind]
+    found = compiled_values(f"log:new-{kind}", build, session=key, after=newest_was or 0)
+    return list(map(make, found)) if count_was + len(found) == count else None
+
+
+def _merged[R: tuple](rows: list[R], added: list[R], order: Callable[[R], Any]) -> list[R]:
+    """`rows` with `added`, each key once (a row committed between a whole read and the
+    statement before it is in both), in the log's order."""
+    by_key = {row[0]: row for row in rows}
+    by_key.update((row[0], row) for row in added)
+    return sorted(by_key.values(), key=order)
+
+
+def _updated(key: Any, rows: _Rows, was: _Marks, now: _Marks) -> _Rows | None:
+    """`rows` with the rows added since `was`, or None if the log must be read whole."""
+    if now.log_edits != was.log_edits or epoch_start_for(now.last_cycle or 0) != rows.epoch_start:
+        return None
+    added = {kind: _added(key, kind, was, now) for kind in _NEW}
+    new_thoughts, new_syntheses = added["thoughts"], added["syntheses"]
+    if new_thoughts is None or new_syntheses is None:
+        return None
+    if added["sources"] is None or added["questions"] is None:
+        return None
+    epoch = [t for t in new_thoughts if t.cycle >= rows.epoch_start]
+    thoughts = _merged(rows.thoughts, epoch, order=lambda t: t.sequence)
+    first = _epoch_first(rows.thoughts)
+    if rows.epoch_start and (
+        _epoch_first(thoughts) != first
+        or any(first is None or s.created_at < first for s in new_syntheses)
+    ):
+        return None  # the epoch's start moved, or a synthesis came before it: read whole
+    sources = _merged(rows.sources, added["sources"], order=lambda s: s.number)
+    questions = _merged(rows.questions, added["questions"], order=lambda q: (q.created_at, q.pk))
+    return _Rows(
+        epoch_start=rows.epoch_start,
+        thoughts=thoughts,
+        syntheses=_merged(rows.syntheses, new_syntheses, order=lambda s: s.sequence),
+        sources=sources[:MAX_SOURCES],
+        questions=questions[:MAX_SUB_QUESTIONS],
+    )
+
+
+class KeptLog:
+    """One session's log as a run keeps it between calls (the run's hops are sequential, so
+    it is never read by two threads at once). `read` gives what `session_log` gives."""
+
+    def __init__(self) -> None:
+        self._rows: _Rows | None = None
+        self._marks: _Marks | None = None
+        self._source_count: int | None = None
+
+    def read(self, session: ThinkingSession) -> tuple[str, ...]:
+        """The log (synchronous ORM): one statement, then only the rows added since."""
+        key = session.pk
+        found = compiled_values("log:marks", _marks_query, session=key)
+        marks = _Marks._make(found[0]) if found else None  # None: the session was deleted
+        rows = None
+        if self._rows is not None and self._marks is not None and marks is not None:
+            rows = _updated(key, self._rows, self._marks, marks)
+        self._rows = _read_rows(key) if rows is None else rows
+        self._marks = marks
+        self._source_count = 0 if marks is None else marks.n_sources
+        return _assemble(session.question, self._rows)
+
+    @property
+    def source_count(self) -> int:
+        """The session's sources when the log was last read."""
+        if self._source_count is None:
+            raise RuntimeError("the log has not been read")
+        return self._source_count
 
 
 def _added_priority(question: Any) -> int:

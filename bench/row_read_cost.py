@@ -8,7 +8,8 @@ Runs one 30-cycle benchmark session against the fake servers (so the rows are a 
 session's: ~75 stage entries, 100 thoughts, sub-questions and sources), then reads it back
 each way, side by side, and prints CPU milliseconds per read (or write) and the ratio
 (issue 17, "The session row, compiled once", "The step's UPDATE, compiled once", "A step's
-rows inserted without the ORM").
+rows inserted without the ORM"). Its last row compares a whole read of the session log with
+a run's kept log when nothing was added ("The session log kept by the run").
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
     from thinking.models import ModelCall, Source, SubQuestion, ThinkingSession, Thought
     from thinking.row_reads import read_by_pk, values_by
     from thinking.row_writes import insert_rows, update_by_pk
+    from thinking.transcript import KeptLog, session_log
 
     progress = ThinkingSession.objects.get(pk=session_id).progress
 
@@ -129,6 +131,8 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
         return lambda: insert_rows(model, rows())
 
     questions = ("pk", "parent_id", "explored", "priority")
+    session = ThinkingSession.objects.get(pk=session_id)
+    kept = KeptLog()
     pairs: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
         (
             "the session row",
@@ -166,6 +170,9 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
             orm_insert(ModelCall, lambda: [call]),
             compiled_insert(ModelCall, lambda: [call]),
         ),
+        # Not the ORM against compiled: a whole read of the log (both compiled) against the
+        # run's kept log when nothing was added (one statement, then the log assembled).
+        ("the session log: whole | kept", lambda: session_log(session), lambda: kept.read(session)),
     ]
     rows = []
     for label, orm, compiled in pairs:

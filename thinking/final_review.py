@@ -32,7 +32,6 @@ from .models import ThinkingSession
 from .prompts import Prompt
 
 CHARS_PER_TOKEN = 4
-MODEL_TYPES = transcript.MODEL_TYPES
 MIN_SYNTHESIS_CHARS = 300  # each synthesis keeps at least this much, however tight the budget
 MIN_TAIL_SHARE = 4  # after the cached log, the review keeps at least 1/4 of the budget
 
@@ -181,7 +180,7 @@ def gather(session: ThinkingSession) -> dict:
     tuples, not model instances: a long session's review reads thousands of thoughts once,
     and instances held its memory peak up (bench/README, "Memory over a long session")."""
     syntheses = session.syntheses.filter(is_final=False).order_by("sequence")
-    thoughts = session.thoughts.filter(type__in=MODEL_TYPES).order_by("sequence")
+    thoughts = session.thoughts.filter(type__in=transcript.MODEL_TYPES).order_by("sequence")
     return {
         "syntheses": [
             SynthesisItem(sequence, text, confidence, tuple(remaining or ()))

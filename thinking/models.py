@@ -673,9 +673,9 @@ class LoggedRow(models.Model):
     class Meta:
         abstract = True
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
+    def save(self, **kwargs: Any) -> None:
         edited = not self._state.adding
-        super().save(*args, **kwargs)
+        super().save(**kwargs)
         if edited:
             sessions = ThinkingSession.objects.filter(pk=self.session_id)  # type: ignore[attr-defined]
             sessions.update(log_edits=F("log_edits") + 1)

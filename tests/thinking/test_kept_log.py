@@ -176,7 +176,9 @@ def test_an_edit_in_the_admin_is_shown(make_session: Any, admin_client: Any) -> 
 
     thought = Thought.objects.get(session=session, sequence=1)
     thought.text = "an edited thought"
-    thought.save()
+    thought.confidence = 0.1  # not saved: only the text is asked for
+    thought.save(update_fields=["text"])
+    assert Thought.objects.get(pk=thought.pk).confidence != 0.1
     question.text = "an edited question"
     question.save()
     source = Source.objects.get(session=session)
@@ -242,7 +244,8 @@ def test_a_row_stored_under_an_older_key_is_read(make_session: Any) -> None:
 
     late = SubQuestion.objects.create(pk=held.pk, session=session, text="late", priority=4)
     SubQuestion.objects.filter(pk=late.pk).update(created_at=START + timedelta(minutes=99))
-    assert "- late (priority 4)" in "".join(same_as_a_whole_read(kept, session))
+    log = same_as_a_whole_read(kept, session)
+    assert log[-1].endswith("\n- late (priority 4)"), "the latest, so the last"
 
 
 @contextmanager
@@ -308,3 +311,108 @@ def test_a_deleted_sessions_log_is_empty(make_session: Any) -> None:
 
     assert kept.read(session) == ()
     assert kept.source_count == 0
+
+
+def a_second_epoch(make_session: Any) -> tuple[Story, transcript.KeptLog]:
+    """A session three cycles into its second epoch, a synthesis every ten cycles, read once."""
+    session = make_session()
+    story, kept = Story(session), transcript.KeptLog()
+    for cycle in range(transcript.EPOCH_CYCLES + 3):
+        story.cycle(cycle)
+        if cycle % 10 == 9:
+            story.synthesis()
+    kept.read(session)
+    return story, kept
+
+
+def test_a_later_epoch_is_read_by_its_new_rows_too(make_session: Any) -> None:
+    story, kept = a_second_epoch(make_session)
+    session = story.session
+    story.cycle(transcript.EPOCH_CYCLES + 3)
+    assert statements(lambda: kept.read(session)) == 2, "the new cycle's thoughts"
+    story.synthesis()
+    assert statements(lambda: kept.read(session)) == 2, "the new synthesis"
+    log = same_as_a_whole_read(kept, session)
+    assert log[0].startswith("Synthesis 3 ") and log[-1].startswith("Synthesis 4 ")
+
+
+def test_rows_stored_by_a_clock_behind_are_placed_as_a_whole_read_places_them(
+    make_session: Any,
+) -> None:
+    """A person's sub-question (stored by the web process) or a row of another worker may
+    carry an earlier time than rows stored before it: a whole read orders by time, and a
+    time before the epoch's start moves what the epoch carries."""
+    story, kept = a_second_epoch(make_session)
+    session = story.session
+    [late] = story.questions(1)
+    early = SubQuestion.objects.create(session=session, text="asked a little earlier", priority=10)
+    SubQuestion.objects.filter(pk=early.pk).update(
+        created_at=START + timedelta(minutes=story.minute - 1)
+    )
+    log = same_as_a_whole_read(kept, session)
+    assert log[-1] == (
+        f"Sub-questions added:\n- asked a little earlier (priority 10)\n- {late.text} (priority 5)"
+    )
+
+    # A synthesis timed before the epoch's first cycle is the one it carries.
+    synthesis = story.synthesis()
+    first = Thought.objects.get(session=session, sequence=3 * transcript.EPOCH_CYCLES)
+    Synthesis.objects.filter(pk=synthesis.pk).update(
+        created_at=first.created_at - timedelta(seconds=1)
+    )
+    log = same_as_a_whole_read(kept, session)
+    assert log[0].startswith("Synthesis 4 ")
+
+    # A new cycle's thoughts timed before the epoch's first cycle start the epoch earlier:
+    # syntheses 3 and 4 are then inside it, and the one before them (2) is carried.
+    second = Synthesis.objects.get(session=session, sequence=2)
+    story.cycle(transcript.EPOCH_CYCLES + 3)
+    Thought.objects.filter(session=session, cycle=transcript.EPOCH_CYCLES + 3).update(
+        created_at=second.created_at + timedelta(seconds=1)
+    )
+    log = same_as_a_whole_read(kept, session)
+    assert log[0].startswith("Synthesis 2 ")
+    assert log[2].startswith("Synthesis 3 ") and log[3].startswith("Synthesis 4 ")
+
+
+def test_rows_stored_again_under_a_freed_place_are_read_in_order(make_session: Any) -> None:
+    """Rows deleted and then stored again with their old sequence or number (in the admin)
+    come after the newest key but belong in the middle."""
+    session = make_session()
+    story, kept = Story(session), transcript.KeptLog()
+    story.sources(4)
+    for cycle in range(3):
+        story.cycle(cycle)
+    story.synthesis()
+    story.synthesis()
+    story.cycle(3)
+    kept.read(session)
+    Source.objects.filter(session=session, number=2).delete()
+    Thought.objects.filter(session=session, sequence=4).delete()
+    Synthesis.objects.filter(session=session, sequence=1).delete()
+    kept.read(session)  # deletions: read whole
+
+    Source.objects.create(session=session, number=2, kind="web", title="S2 again", key="k2b")
+    Thought.objects.create(
+        session=session, sequence=4, cycle=1, text="thought 4 again", type="critique",
+        confidence=0.5, time_offset_seconds=1.0,
+    )  # fmt: skip
+    Synthesis.objects.create(
+        session=session, sequence=1, text="understanding 1 again", confidence=0.6,
+        time_offset_seconds=1.0,
+    )  # fmt: skip
+    log = same_as_a_whole_read(kept, session)
+    assert any("thought 3\n- [critique, 0.50] thought 4 again\n- [insight" in b for b in log)
+
+
+def test_sub_questions_with_the_same_text_are_both_shown(make_session: Any) -> None:
+    session = make_session()
+    story, kept = Story(session), transcript.KeptLog()
+    story.cycle(0)
+    SubQuestion.objects.create(session=session, text="Why?", priority=5)
+    SubQuestion.objects.create(session=session, text="Why?", priority=5)
+    kept.read(session)
+    story.cycle(1)
+    SubQuestion.objects.create(session=session, text="Why?", priority=5)
+    log = "".join(same_as_a_whole_read(kept, session))
+    assert log.count("- Why? (priority 5)") == 3

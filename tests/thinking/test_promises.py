@@ -578,6 +578,26 @@ async def test_sub_questions_are_not_stored_once_another_worker_took_the_session
     assert not await SubQuestion.objects.filter(session=session).aexists()
 
 
+async def test_a_synthesis_answered_after_another_worker_took_the_session_is_not_stored(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    session = await new_session(make_session, budget_seconds=60, synthesis_interval_seconds=0.01)
+    fake_claude.delay = 0.02  # the first cycle's thinking makes a synthesis due
+
+    def taken_over_while_synthesising(body: dict) -> Any:
+        if "Now synthesize" in json.dumps(body):
+            take_over(session.pk)  # another worker claims it while this call runs
+        return fake_claude.scripted_mind({**body, "tools": []})
+
+    fake_claude.responder = taken_over_while_synthesising
+    status = await run(session)
+
+    assert status is None  # it stopped: the session is the other worker's now
+    assert any("Now synthesize" in json.dumps(r["body"]) for r in fake_claude.requests)
+    assert not await session.syntheses.aexists()
+
+
 async def test_the_synthesis_call_reads_the_question_its_background_and_the_log(
     fake_claude: Any, make_session: Any
 ):

@@ -215,3 +215,79 @@ def test_reading_the_log_builds_only_the_current_epochs_rows(make_session: Any) 
     ]
     assert len(syntheses) == 2
     assert all('"thinking_synthesis"."created_at"' in sql.split("WHERE")[1] for sql in syntheses)
+
+
+def add_source(session: Any, number: int, minute: int) -> None:
+    source = Source.objects.create(
+        session=session, number=number, kind="web", title=f"S{number}", key=f"k{number}"
+    )
+    stamp(Source, source.pk, minute)
+
+
+def add_question(session: Any, text: str, minute: int) -> None:
+    stamp(
+        SubQuestion, SubQuestion.objects.create(session=session, text=text, priority=6).pk, minute
+    )
+
+
+def test_events_stored_at_the_same_instant_keep_one_order(make_session: Any) -> None:
+    """Rows of one step share their clock reading: sources, then sub-questions, then the
+    cycle, then a synthesis, whatever order they are read in."""
+    session = make_session(question="Why?")
+    add_synthesis(session, 0, 5)
+    add_cycle(session, 0, 5)
+    add_question(session, "What first?", 5)
+    add_question(session, "What next?", 5)
+    add_source(session, 1, 5)
+
+    log = transcript.session_log(session)
+
+    assert len(log) == 4 and 'title="S1"' in log[0]
+    assert log[2].startswith("Cycle 1, focus: Why?\n") and log[3].startswith("Synthesis 0 ")
+    assert log[1] == "Sub-questions added:\n- What first? (priority 6)\n- What next? (priority 6)"
+
+
+def test_a_row_at_the_same_instant_as_another_event_starts_a_new_block(make_session: Any):
+    session = make_session()
+    add_source(session, 1, 1)
+    add_cycle(session, 0, 2)
+    add_source(session, 2, 2)
+
+    log = transcript.session_log(session)
+
+    assert [block.count("<source ") for block in log] == [1, 1, 0]
+
+
+def test_a_final_answer_and_a_one_thought_cycle_are_logged(make_session: Any) -> None:
+    """A completed session given more time (a follow-up) carries its final answer on."""
+    session = make_session(question="Why?")
+    thought = Thought.objects.create(
+        session=session, sequence=0, cycle=0, text="only this", type="insight",
+        confidence=0.7, time_offset_seconds=1.0,
+    )  # fmt: skip
+    stamp(Thought, thought.pk, 1)
+    final = Synthesis.objects.create(
+        session=session, sequence=1, text="the answer", confidence=0.8, is_final=True,
+        time_offset_seconds=2.0,
+    )  # fmt: skip
+    stamp(Synthesis, final.pk, 2)
+
+    assert transcript.session_log(session) == (
+        "Cycle 1, focus: Why?\n- [insight, 0.70] only this",
+        "Final answer (confidence 0.80):\nthe answer",
+    )
+
+
+def test_the_first_epoch_logs_every_synthesis(make_session: Any) -> None:
+    """Only a later epoch carries just the latest synthesis before it."""
+    session = make_session()
+    add_synthesis(session, 0, 1)
+    add_synthesis(session, 1, 2)
+    add_cycle(session, 0, 3)
+
+    log = transcript.session_log(session)
+
+    assert log[:2] == (
+        "Synthesis 0 (confidence 0.60):\nunderstanding 0",
+        "Synthesis 1 (confidence 0.60):\nunderstanding 1",
+    )

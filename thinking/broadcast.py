@@ -23,6 +23,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import AnonymousUser
 from django.db import models
+from django.db.models import StringAgg, Value
+from django.db.models.functions import Cast, Concat
 from django.template.loader import render_to_string
 
 from config.hops import db_hop
@@ -43,7 +45,7 @@ from .presenters import (
     thought_page,
     thought_rows,
 )
-from .row_reads import Param, compiled_rows, read_by_pk, rows_by_pks, values_by
+from .row_reads import Param, compiled_rows, compiled_values, read_by_pk, rows_by_pks, values_by
 from .state import QuestionRows, SourceRows, UpdateMessage, UpdatePart
 from .watchers import has_members
 
@@ -286,8 +288,14 @@ def _question_rows(
 ) -> tuple[QuestionRows, dict[int, str]]:
     """The sub-questions new or moved since the states `known` (whose digest the last
     message gave, if any), and the states now. Every row's state is read, so the cost grows
-    with the session: only what that takes, and the tree's links only for new rows."""
-    states = sub_question_states(session_id)
+    with the session: as one text, taken apart only if its digest says something moved;
+    the tree's links only for new rows."""
+    before = known_digest if known_digest is not None else states_digest(known)
+    items = _state_items(session_id)
+    after = _digest(items)
+    if after == before:
+        return {"before": before, "after": after, "rows": []}, known
+    states = _parsed(items)
     new = sorted(pk for pk in states if pk not in known)
     moved = sorted(pk for pk in states if pk in known and known[pk] != states[pk])
     wanted = rows_by_pks(SubQuestion, [*new, *moved])
@@ -307,12 +315,7 @@ def _question_rows(
         {"kind": "subq", "seq": pk, "state": states[pk], "html": _question_row_html(wanted[pk])}
         for pk in moved
     ]
-    delta: QuestionRows = {
-        "before": known_digest if known_digest is not None else states_digest(known),
-        "after": states_digest(states),
-        "rows": parts,
-    }
-    return delta, states
+    return {"before": before, "after": after, "rows": parts}, states
 
 
 # --- per-page deltas: new sources, moved sub-questions ----------------------------------
@@ -340,7 +343,12 @@ def _question_row_html(question: SubQuestion) -> str:
 def states_digest(states: Mapping[int, str]) -> str:
     """A short fingerprint of sub-question states: two pages with the same one show the
     same rows in the same states. Stable across processes (not `hash`)."""
-    text = ";".join(f"{pk}:{states[pk]}" for pk in sorted(states))
+    return _digest([f"{pk}:{state}" for pk, state in states.items()])
+
+
+def _digest(items: list[str]) -> str:
+    """The fingerprint of rows' states as "pk:state" items, in any order."""
+    text = ";".join(sorted(items))
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
@@ -362,14 +370,36 @@ def _sources_above(session: ThinkingSession, number: int) -> tuple[list[Source],
     return rows, _render("_sources_summary.html", context)
 
 
-def question_state(explored: bool, priority: int) -> str:
-    """What a sub-question's row shows that can change: explored, and its priority (re-ranked)."""
-    return f"{int(explored)}:{priority}"
-
-
 def sub_question_states(session_id: uuid.UUID) -> dict[int, str]:
-    rows = values_by(SubQuestion, "session_id", session_id, "pk", "explored", "priority")
-    return {pk: question_state(explored, priority) for pk, explored, priority in rows}
+    """Each sub-question's id and its row's state: "explored:priority" (explored 0 or 1)."""
+    return _parsed(_state_items(session_id))
+
+
+def _states_text() -> models.QuerySet:
+    # "pk:explored:priority" per row (explored 0 or 1): a row's state is what follows its pk,
+    # what its row shows that can change (explored, and its priority, re-ranked).
+    state = Concat(
+        Cast("pk", models.TextField()), Value(":"), Cast("explored", models.IntegerField()),
+        Value(":"), Cast("priority", models.TextField()), output_field=models.TextField(),
+    )  # fmt: skip
+    rows = SubQuestion.objects.filter(session_id=SESSION_KEY).order_by().values("session_id")
+    return rows.annotate(text=StringAgg(state, Value(";"))).values_list("text")
+
+
+def _state_items(session_id: uuid.UUID) -> list[str]:
+    """Every sub-question's state as a "pk:state" item, in no order: the database joins them
+    into one text, so a session's hundreds of rows cost one row to fetch (every live update
+    on sub-questions reads them all)."""
+    found = compiled_values("live:question-states", _states_text, session=session_id)
+    return found[0][0].split(";") if found else []
+
+
+def _parsed(items: list[str]) -> dict[int, str]:
+    states: dict[int, str] = {}
+    for item in items:
+        pk, _, state = item.partition(":")
+        states[int(pk)] = state
+    return states
 
 
 def sub_question_changes(

@@ -12,7 +12,7 @@ synthesis carries the earlier ones forward), which keeps the prompt bounded.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -37,9 +37,15 @@ class _Event:
     text: str
 
 
-def _cycle_block(cycle: int, focus: str, thoughts: list[Any]) -> str:
+def _cycle_block(cycle: int, focus: str, thoughts: Sequence[Any]) -> str:
     lines = "\n".join(f"- [{t.type}, {t.confidence:.2f}] {t.text}" for t in thoughts)
     return f"Cycle {cycle + 1}, focus: {focus}\n{lines}"
+
+
+def _questions_block(questions: Sequence[Any]) -> str:
+    # The priority it was added with: re-ranking (rerank.py) must not rewrite a block.
+    lines = "\n".join(f"- {q.text} (priority {_added_priority(q)})" for q in questions)
+    return f"Sub-questions added:\n{lines}"
 
 
 def epoch_start_for(last_cycle: int) -> int:
@@ -129,19 +135,10 @@ def _source_rows(**filters: Any) -> models.QuerySet:
     return sources.values_list(*LogSource._fields)[:MAX_SOURCES]
 
 
-def _sources() -> models.QuerySet:
-    return _source_rows()
-
-
 def _question_rows(**filters: Any) -> models.QuerySet:
     questions = SubQuestion.objects.filter(session_id=SESSION_KEY, **filters)
-    return questions.order_by("created_at", "id").values_list(*LogQuestion._fields)[
-        :MAX_SUB_QUESTIONS
-    ]
-
-
-def _questions() -> models.QuerySet:
-    return _question_rows()
+    rows = questions.order_by("created_at", "id").values_list(*LogQuestion._fields)
+    return rows[:MAX_SUB_QUESTIONS]
 
 
 @dataclass(frozen=True)
@@ -164,9 +161,9 @@ def _epoch_first(thoughts: list[LogThought]) -> datetime | None:
     return min(firsts.values(), default=None)
 
 
-def _read_rows(key: Any) -> _Rows:
-    last = compiled_values("log:last-cycle", _last_cycle, session=key)
-    epoch_start = epoch_start_for(last[0][0] if last else 0)
+def _read_rows(key: Any, last_cycle: int | None) -> _Rows:
+    """The log's rows, read whole; `last_cycle` is the session's latest (None: no cycle)."""
+    epoch_start = epoch_start_for(last_cycle or 0)
     # Only this epoch's rows: every call of a session reads the log, and reading all of a
     # long session's thoughts each time made every call's work (and the peak memory of
     # the database threads, which the allocator keeps) grow with the session.
@@ -185,9 +182,11 @@ def _read_rows(key: Any) -> _Rows:
         epoch_start=epoch_start,
         thoughts=thoughts,
         syntheses=list(map(LogSynthesis._make, found)),
-        sources=list(map(LogSource._make, compiled_values("log:sources", _sources, session=key))),
+        sources=list(
+            map(LogSource._make, compiled_values("log:sources", _source_rows, session=key))
+        ),
         questions=list(
-            map(LogQuestion._make, compiled_values("log:questions", _questions, session=key))
+            map(LogQuestion._make, compiled_values("log:questions", _question_rows, session=key))
         ),
     )
 
@@ -199,10 +198,32 @@ def session_log(session: ThinkingSession) -> tuple[str, ...]:
     Every model call reads it, so thoughts, syntheses, sources and sub-questions are read as
     rows of the few columns it shows, not model instances (their JSON fields were most of
     the cost)."""
-    return _assemble(session.question, _read_rows(session.pk))
+    last = compiled_values("log:last-cycle", _last_cycle, session=session.pk)
+    return _assemble(session.question, _read_rows(session.pk, last[0][0] if last else None))
 
 
-def _assemble(question: str, rows: _Rows) -> tuple[str, ...]:
+class _Blocks:
+    """Block texts by the rows they are drawn from. A kept log passes the blocks its last
+    read drew: a block's rows rarely change between calls (new rows make new blocks), and
+    drawing them all again (the evidence block above all) was most of an assembly's CPU.
+    Only the blocks drawn this time are kept for the next."""
+
+    def __init__(self, drawn_before: dict[tuple[Any, ...], str]) -> None:
+        self.before = drawn_before
+        self.drawn: dict[tuple[Any, ...], str] = {}
+
+    def text(self, draw: Callable[..., str], *rows: Hashable) -> str:
+        """`draw(*rows)`, drawn again only if the last read did not draw it."""
+        key = (draw, *rows)
+        text = self.before.get(key)
+        if text is None:
+            text = draw(*rows)
+        self.drawn[key] = text
+        return text
+
+
+def _assemble(question: str, rows: _Rows, blocks: _Blocks | None = None) -> tuple[str, ...]:
+    blocks = _Blocks({}) if blocks is None else blocks
     events: list[_Event] = []
     cycles: dict[int, list[LogThought]] = {}
     for thought in rows.thoughts:
@@ -210,18 +231,19 @@ def _assemble(question: str, rows: _Rows) -> tuple[str, ...]:
     for cycle, thoughts in cycles.items():
         focus = thoughts[0].focus
         focus = question if focus is None else focus
-        events.append(_Event(thoughts[0].created_at, 2, _cycle_block(cycle, focus, thoughts)))
+        text = blocks.text(_cycle_block, cycle, focus, tuple(thoughts))
+        events.append(_Event(thoughts[0].created_at, 2, text))
     for synthesis in rows.syntheses:
         label = "Final answer" if synthesis.is_final else f"Synthesis {synthesis.sequence}"
         text = f"{label} (confidence {synthesis.confidence:.2f}):\n{synthesis.text}"
         events.append(_Event(synthesis.created_at, 3, text))
     # Consecutive rows of one kind (a research batch, one question step) make one block.
     for batch in _batches(rows.sources, [e.at for e in events]):
-        events.append(_Event(batch[0].created_at, 0, evidence_pack(batch)))
+        text = blocks.text(evidence_pack, tuple(batch))
+        events.append(_Event(batch[0].created_at, 0, text))
     for batch in _batches(rows.questions, [e.at for e in events]):
-        # The priority it was added with: re-ranking (rerank.py) must not rewrite a block.
-        lines = "\n".join(f"- {q.text} (priority {_added_priority(q)})" for q in batch)
-        events.append(_Event(batch[0].created_at, 1, f"Sub-questions added:\n{lines}"))
+        text = blocks.text(_questions_block, tuple(batch))
+        events.append(_Event(batch[0].created_at, 1, text))
     events.sort(key=lambda e: (e.at, e.order))
     return tuple(e.text for e in events)
 
@@ -310,6 +332,8 @@ def _added(key: Any, kind: str, was: _Marks, now: _Marks) -> list[Any] | None:
 def _merged[R: tuple](rows: list[R], added: list[R], order: Callable[[R], Any]) -> list[R]:
     """`rows` with `added`, each key once (a row committed between a whole read and the
     statement before it is in both), in the log's order."""
+    if not added:
+        return rows
     by_key = {row[0]: row for row in rows}
     by_key.update((row[0], row) for row in added)
     return sorted(by_key.values(), key=order)
@@ -319,20 +343,20 @@ def _updated(key: Any, rows: _Rows, was: _Marks, now: _Marks) -> _Rows | None:
     """`rows` with the rows added since `was`, or None if the log must be read whole."""
     if now.log_edits != was.log_edits or epoch_start_for(now.last_cycle or 0) != rows.epoch_start:
         return None
-    added = {kind: _added(key, kind, was, now) for kind in _NEW}
+    added: dict[str, list[Any]] = {}
+    for kind in _NEW:  # a kind that needs a whole read spares the others' reads
+        found = _added(key, kind, was, now)
+        if found is None:
+            return None
+        added[kind] = found
     new_thoughts, new_syntheses = added["thoughts"], added["syntheses"]
-    if new_thoughts is None or new_syntheses is None:
-        return None
-    if added["sources"] is None or added["questions"] is None:
-        return None
     epoch = [t for t in new_thoughts if t.cycle >= rows.epoch_start]
     thoughts = _merged(rows.thoughts, epoch, order=lambda t: t.sequence)
-    first = _epoch_first(rows.thoughts)
-    if rows.epoch_start and (
-        _epoch_first(thoughts) != first
-        or any(first is None or s.created_at < first for s in new_syntheses)
-    ):
-        return None  # the epoch's start moved, or a synthesis came before it: read whole
+    if rows.epoch_start:
+        first = _epoch_first(rows.thoughts)
+        moved = _epoch_first(thoughts) != first
+        if moved or any(first is None or s.created_at < first for s in new_syntheses):
+            return None  # the epoch's start moved, or a synthesis came before it: read whole
     sources = _merged(rows.sources, added["sources"], order=lambda s: s.number)
     questions = _merged(rows.questions, added["questions"], order=lambda q: (q.created_at, q.pk))
     return _Rows(
@@ -352,6 +376,7 @@ class KeptLog:
         self._rows: _Rows | None = None
         self._marks: _Marks | None = None
         self._source_count: int | None = None
+        self._blocks: dict[tuple[Any, ...], str] = {}
 
     def read(self, session: ThinkingSession) -> tuple[str, ...]:
         """The log (synchronous ORM): one statement, then only the rows added since."""
@@ -361,10 +386,16 @@ class KeptLog:
         rows = None
         if self._rows is not None and self._marks is not None and marks is not None:
             rows = _updated(key, self._rows, self._marks, marks)
-        self._rows = _read_rows(key) if rows is None else rows
+        if rows is None:
+            self._rows = _read_rows(key, None if marks is None else marks.last_cycle)
+        else:
+            self._rows = rows
         self._marks = marks
         self._source_count = 0 if marks is None else marks.n_sources
-        return _assemble(session.question, self._rows)
+        blocks = _Blocks(self._blocks)
+        log = _assemble(session.question, self._rows, blocks)
+        self._blocks = blocks.drawn
+        return log
 
     @property
     def source_count(self) -> int:

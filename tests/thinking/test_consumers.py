@@ -482,6 +482,63 @@ def test_each_message_starts_from_the_sub_questions_the_last_one_left_pages_with
     assert deltas[1]["before"] == deltas[0]["after"] != deltas[1]["after"]
 
 
+def test_sub_question_states_are_each_rows_explored_and_priority(make_session: Any):
+    """The states a live update compares come from one text the database joins: each row
+    once, with its own explored flag and priority (two digits too), nothing from another
+    session, and none for a session without sub-questions."""
+    from thinking.broadcast import sub_question_states
+    from thinking.models import SubQuestion
+
+    session, other = make_session(), make_session()
+    assert sub_question_states(session.pk) == {}
+    rows = [
+        SubQuestion.objects.create(session=session, text=f"Q{n}", priority=priority)
+        for n, priority in enumerate((10, 1, 7))
+    ]
+    SubQuestion.objects.filter(pk=rows[1].pk).update(explored=True)
+    SubQuestion.objects.create(session=other, text="elsewhere", priority=3)
+
+    assert sub_question_states(session.pk) == {
+        rows[0].pk: "0:10",
+        rows[1].pk: "1:1",
+        rows[2].pk: "0:7",
+    }
+
+
+def test_an_update_on_a_sub_question_already_explored_sends_no_rows(make_session: Any):
+    """A thought on a sub-question explored before changes no row: the update says so in
+    one statement for the sub-questions (their states' text), and reads no row."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from thinking.broadcast import _question_rows, render_event, states_digest, sub_question_states
+    from thinking.models import SubQuestion
+
+    session = make_session(status=Status.THINKING)
+    question = SubQuestion.objects.create(session=session, text="Why?", priority=5)
+    store_step(session, range(1, 2), explore=question)
+    render_event(SessionEvent(session.pk, questions=True))  # what pages have: it explored
+    thought = session.thoughts.count()  # a second cycle on it
+    Thought.objects.create(
+        session=session, sequence=thought, text="More on it.", type="insight",
+        confidence=0.8, time_offset_seconds=9, sub_question=question,
+    )  # fmt: skip
+
+    message = render_event(SessionEvent(session.pk, thoughts=(thought,)))
+
+    delta = message["questions"]
+    assert delta["rows"] == [] and delta["before"] == delta["after"]
+    known = sub_question_states(session.pk)
+    with CaptureQueriesContext(connection) as queries:
+        again, states = _question_rows(session.pk, known, states_digest(known))
+    assert len(queries.captured_queries) == 1 and again == delta and states is known
+    # Re-ranked: the same read now finds the row moved, and draws it.
+    SubQuestion.objects.filter(pk=question.pk).update(priority=9)
+    moved, states = _question_rows(session.pk, known, states_digest(known))
+    assert [row["seq"] for row in moved["rows"]] == [question.pk]
+    assert states[question.pk] == "1:9" and moved["after"] == states_digest(states)
+
+
 async def test_one_step_costs_no_database_reads_per_open_page(make_session: Any, alice: Any):
     """The step's new sources and sub-questions are rendered once for the group: pages that
     are up to date only keep what they lack, so 50 pages cost what one does."""

@@ -154,13 +154,36 @@ def test_only_rows_added_since_are_read(make_session: Any) -> None:
     story.synthesis()
     whole = statements(lambda: transcript.session_log(session))
 
-    assert statements(lambda: kept.read(session)) == 1 + whole  # the first read is whole
+    # The first read is whole, its last cycle from the statement that says what changed.
+    assert statements(lambda: kept.read(session)) == whole
     assert statements(lambda: kept.read(session)) == 1, "nothing new: one statement"
     story.cycle(1)
     assert statements(lambda: kept.read(session)) == 2, "the new cycle's thoughts"
     story.sources(2)
     story.cycle(2)
     assert statements(lambda: kept.read(session)) == 3
+    same_as_a_whole_read(kept, session)
+
+
+def test_a_read_found_wanting_reads_no_more_kinds_before_the_whole_read(
+    make_session: Any,
+) -> None:
+    """The thoughts' count says one was deleted: the log is read whole, without first
+    reading the new sources and sub-questions that read replaces."""
+    session = make_session()
+    story, kept = Story(session), transcript.KeptLog()
+    story.cycle(0)
+    story.sources(1)
+    story.questions(1)
+    kept.read(session)
+    whole = statements(lambda: transcript.session_log(session))
+    Thought.objects.filter(session=session, sequence=0).delete()
+    story.cycle(1)
+    story.sources(1)
+    story.questions(1)
+
+    # The statement, the new thoughts' read that finds the count wrong, then the whole read.
+    assert statements(lambda: kept.read(session)) == 1 + whole
     same_as_a_whole_read(kept, session)
 
 
@@ -279,6 +302,20 @@ def test_a_row_added_during_a_whole_read_is_shown_once(make_session: Any) -> Non
 
     log = same_as_a_whole_read(kept, session)
     assert "".join(log).count('title="S3"') == 1
+
+
+def test_a_new_epoch_begun_during_a_whole_read_is_read_whole_next(make_session: Any) -> None:
+    """The first cycle of a new epoch stored between the statement and the whole read: that
+    read took its epoch from the statement, and the next one sees the epoch moved."""
+    session = make_session()
+    story, kept = Story(session), transcript.KeptLog()
+    for cycle in range(transcript.EPOCH_CYCLES):
+        story.cycle(cycle)
+    with after_statement('AS "n_sources"', lambda: story.cycle(transcript.EPOCH_CYCLES)):
+        kept.read(session)
+
+    log = same_as_a_whole_read(kept, session)
+    assert log[0].startswith(f"Cycle {transcript.EPOCH_CYCLES + 1}, ")
 
 
 def test_a_new_epoch_is_read_whole(make_session: Any) -> None:
@@ -416,3 +453,47 @@ def test_sub_questions_with_the_same_text_are_both_shown(make_session: Any) -> N
     SubQuestion.objects.create(session=session, text="Why?", priority=5)
     log = "".join(same_as_a_whole_read(kept, session))
     assert log.count("- Why? (priority 5)") == 3
+
+
+def test_a_kept_read_draws_again_only_the_blocks_whose_rows_changed(
+    make_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drawing every block on every call (the evidence block above all) was most of a kept
+    read's CPU: a block is drawn once, and again only when a row in it changed."""
+    drawn: list[str] = []
+
+    def counted(name: str) -> Callable[..., str]:
+        draw = getattr(transcript, name)
+
+        def spy(*rows: Any) -> str:
+            drawn.append(name)
+            return draw(*rows)
+
+        return spy
+
+    for name in ("evidence_pack", "_cycle_block", "_questions_block"):
+        monkeypatch.setattr(transcript, name, counted(name))
+    session = make_session()
+    story, kept = Story(session), transcript.KeptLog()
+    story.sources(2)
+    story.cycle(0)
+    story.questions(2)
+    story.cycle(1)
+    kept.read(session)
+    assert sorted(drawn) == ["_cycle_block", "_cycle_block", "_questions_block", "evidence_pack"]
+
+    drawn.clear()
+    kept.read(session)
+    assert drawn == [], "nothing new: nothing drawn"
+    story.cycle(2)
+    kept.read(session)
+    assert drawn == ["_cycle_block"]
+    drawn.clear()
+    thought = Thought.objects.get(session=session, sequence=4)  # cycle 1's second
+    thought.text = "an edited thought"
+    thought.save()  # read whole, and only its cycle drawn again
+
+    log = kept.read(session)
+    assert drawn == ["_cycle_block"]
+    assert "] an edited thought\n" in "\n".join(log) + "\n"
+    assert log == transcript.session_log(session)

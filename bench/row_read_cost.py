@@ -8,8 +8,10 @@ Runs one 30-cycle benchmark session against the fake servers (so the rows are a 
 session's: ~75 stage entries, 100 thoughts, sub-questions and sources), then reads it back
 each way, side by side, and prints CPU milliseconds per read (or write) and the ratio
 (issue 17, "The session row, compiled once", "The step's UPDATE, compiled once", "A step's
-rows inserted without the ORM"). Its last row compares a whole read of the session log with
-a run's kept log when nothing was added ("The session log kept by the run").
+rows inserted without the ORM"). Two rows compare one statement run on a new cursor with
+the connection's kept one ("One cursor per connection"), and a whole read of the session log
+with a run's kept log when nothing was added ("The session log kept by the run"). The reads
+come first: the writes add thousands of rows to the session.
 """
 
 from __future__ import annotations
@@ -36,13 +38,13 @@ def cpu_ms(read: Callable[[], Any], count: int = READS) -> float:
 
 
 def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
-    from django.db import transaction
+    from django.db import DEFAULT_DB_ALIAS, connections, transaction
     from django.db.models import F
     from django.utils import timezone
 
     from thinking.broadcast import _digest, _parsed, _state_items, states_digest
     from thinking.models import ModelCall, Source, SubQuestion, ThinkingSession, Thought
-    from thinking.row_reads import read_by_pk, values_by
+    from thinking.row_reads import _all_rows, read_by_pk, run_statement, values_by
     from thinking.row_writes import insert_rows, update_by_pk
     from thinking.transcript import KeptLog, session_log
 
@@ -144,6 +146,20 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
         _parsed(items)
         return _digest(items)
 
+    # One small statement (the source numbers), run through a new cursor of Django's each
+    # time (before 2026-11-26, twelfth sitting) against the connection's kept one.
+    connection = connections[DEFAULT_DB_ALIAS]
+    numbers = Source.objects.filter(session_id=session_id).order_by().values_list("number")
+    sql, params = numbers.query.sql_with_params()
+
+    def new_cursor() -> list[Any]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+
+    def kept_cursor() -> list[Any]:
+        return run_statement(connection, sql, params, _all_rows)
+
     pairs: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
         (
             "the session row",
@@ -173,6 +189,11 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
             states_as_rows,
             states_as_text,
         ),
+        # Not the ORM against compiled: the same statement on a new cursor and the kept one.
+        ("a statement: a new cursor | kept", new_cursor, kept_cursor),
+        # Not the ORM against compiled: a whole read of the log (both compiled) against the
+        # run's kept log when nothing was added (one statement, then the log assembled).
+        ("the session log: whole | kept", lambda: session_log(session), lambda: kept.read(session)),
         (
             "UPDATE: a stage entered",
             orm_update(stage_entered),
@@ -189,9 +210,6 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
             orm_insert(ModelCall, lambda: [call]),
             compiled_insert(ModelCall, lambda: [call]),
         ),
-        # Not the ORM against compiled: a whole read of the log (both compiled) against the
-        # run's kept log when nothing was added (one statement, then the log assembled).
-        ("the session log: whole | kept", lambda: session_log(session), lambda: kept.read(session)),
     ]
     rows = []
     for label, orm, compiled in pairs:

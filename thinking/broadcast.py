@@ -408,9 +408,6 @@ def sub_question_changes(
     """Rows for sub-questions the page lacks (appended where the tree puts them, oldest
     first so a parent is always there before its follow-ups) and rows whose state moved
     (patched in place). Returns the HTML pieces and the states the page now has."""
-    parents = dict(
-        SubQuestion.objects.filter(session_id=session_id).order_by().values_list("pk", "parent_id")
-    )
     states = sub_question_states(session_id)
     if all_new_above is not None:  # a catch-up: the page has ids up to this, maybe stale
         new = [pk for pk in states if pk > all_new_above]
@@ -427,6 +424,9 @@ def sub_question_changes(
         new = [pk for pk in states if pk not in known]
         moved = [pk for pk in states if pk in known and known[pk] != states[pk]]
     wanted = rows_by_pks(SubQuestion, [*new, *moved])
+    parents: dict[int, int | None] = {}
+    if new:  # the tree's links place new rows only
+        parents = dict(values_by(SubQuestion, "session_id", session_id, "pk", "parent_id"))
     pieces = [_new_question_html(wanted[pk], parents) for pk in sorted(new)]
     pieces += [_question_row_html(wanted[pk]) for pk in sorted(moved)]
     return pieces, states

@@ -32,9 +32,7 @@ def _fetch(
 ) -> list[list[Any]]:
     """Run a compiled statement; each column of each row through its converters, as the
     ORM's iterators do."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = [list(row) for row in cursor.fetchall()]
+    rows = [list(row) for row in run_statement(connection, sql, params, _all_rows)]
     for row in rows:
         for position, convs, expression in converters:
             value = row[position]
@@ -42,6 +40,52 @@ def _fetch(
                 value = convert(value, expression, connection)
             row[position] = value
     return rows
+
+
+def _all_rows(cursor: Any) -> list[Any]:
+    return cursor.fetchall()
+
+
+def run_statement[R](
+    connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any], take: Callable[[Any], R]
+) -> R:
+    """Run one of the compiled statements and return `take(cursor)` (its rows, its row
+    count). A new cursor through Django costs about as much CPU as a small statement itself
+    (bench/README.md, "One cursor per connection"), and a step runs about eight of these, so
+    they share one cursor per database connection, kept beside the connection until it is
+    replaced. Django's checks and error handling stay: a broken transaction is refused, and
+    a driver error comes out as Django's, marking the connection as Django's own cursor
+    does. While statements are logged or wrapped (a test counting them, a debugging tool),
+    Django's own cursor runs them, so each is seen."""
+    if connection.queries_logged or connection.execute_wrappers:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return take(cursor)
+    cursor = _kept_cursor(connection)
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors:
+        cursor.execute(sql, params)
+        return take(cursor)
+
+
+def _kept_cursor(connection: BaseDatabaseWrapper) -> Any:
+    """The driver's cursor kept for this connection, made anew when the connection under it
+    changed (closed, replaced, another of the pool's) or its time zone did (a cursor may
+    carry its own time-zone loader). Holding the old connection object keeps its identity
+    from being reused by a new one while it is compared."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw, zone = connection.connection, connection.timezone
+    kept = connection.__dict__.get("_deepthink_cursor")
+    if kept is None or kept[0] is not raw or kept[1] is not zone:
+        connection.validate_thread_sharing()
+        with connection.wrap_database_errors:
+            kept = connection.__dict__["_deepthink_cursor"] = (
+                raw,
+                zone,
+                connection.create_cursor(),
+            )
+    return kept[2]
 
 
 _generation = [0]  # bumped by `forget_compiled`: every connection's statements are stale

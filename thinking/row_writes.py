@@ -31,9 +31,17 @@ from django.db.models.fields import NOT_PROVIDED
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
-from .row_reads import Param, Slot, compiled_on, filled
+from .row_reads import Param, Slot, compiled_on, filled, run_statement
 
 _UNSET = object()  # a stored Param's value: each write gives its own
+
+
+def _row_count(cursor: Any) -> int:
+    return cursor.rowcount
+
+
+def _done(cursor: Any) -> None:
+    return None
 
 
 class _Stored(Param):
@@ -128,9 +136,7 @@ def update_by_pk(model: type[models.Model], pk: Any, /, **changes: Any) -> int:
             query.add_filter("pk", Param("pk", model._meta.pk))  # type: ignore[arg-type]
             compiled = statements[kind] = query.get_compiler(connection=connection).as_sql()
         sql, params = compiled
-        with connection.cursor() as cursor:
-            cursor.execute(sql, filled(params, values, connection))
-            return cursor.rowcount
+        return run_statement(connection, sql, filled(params, values, connection), _row_count)
 
 
 # --- INSERTs ---------------------------------------------------------------------------
@@ -220,7 +226,7 @@ def insert_rows(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) ->
     now = timezone.now()
     # As the ORM's bulk_create: an error here (a value a field refuses, a failed INSERT)
     # inside a transaction leaves it to be rolled back.
-    with transaction.mark_for_rollback_on_error(connection.alias), connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(connection.alias):
         params = [
             field.get_db_prep_save(
                 now
@@ -240,5 +246,5 @@ def insert_rows(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) ->
                 sql = statements[("insert", model, columns, count)] = _insert_sql(
                     model, fields, count, connection
                 )
-            cursor.execute(sql, params[start * width : (start + count) * width])
+            run_statement(connection, sql, params[start * width : (start + count) * width], _done)
     return len(rows)

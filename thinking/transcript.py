@@ -352,11 +352,12 @@ def _updated(key: Any, rows: _Rows, was: _Marks, now: _Marks) -> _Rows | None:
     new_thoughts, new_syntheses = added["thoughts"], added["syntheses"]
     epoch = [t for t in new_thoughts if t.cycle >= rows.epoch_start]
     thoughts = _merged(rows.thoughts, epoch, order=lambda t: t.sequence)
-    if rows.epoch_start:
+    if rows.epoch_start and (epoch or new_syntheses):  # past the first epoch, with new rows
         first = _epoch_first(rows.thoughts)
-        moved = _epoch_first(thoughts) != first
-        if moved or any(first is None or s.created_at < first for s in new_syntheses):
-            return None  # the epoch's start moved, or a synthesis came before it: read whole
+        if epoch and _epoch_first(thoughts) != first:
+            return None  # a new thought stored earlier than the epoch's start: read whole
+        if any(first is None or s.created_at < first for s in new_syntheses):
+            return None  # a synthesis came before the epoch's start: read whole
     sources = _merged(rows.sources, added["sources"], order=lambda s: s.number)
     questions = _merged(rows.questions, added["questions"], order=lambda q: (q.created_at, q.pk))
     return _Rows(

@@ -539,6 +539,36 @@ def test_an_update_on_a_sub_question_already_explored_sends_no_rows(make_session
     assert states[question.pk] == "1:9" and moved["after"] == states_digest(states)
 
 
+def test_a_page_behind_reads_the_trees_links_only_for_rows_it_lacks(make_session: Any):
+    """A page that missed a message reads its own changes: a row it lacks is placed under
+    its parent (the tree's links read once), a row it has that moved is redrawn in place,
+    and with only moved rows the links are not read."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from thinking.broadcast import sub_question_changes, sub_question_states
+    from thinking.models import SubQuestion
+
+    session = make_session(status=Status.THINKING)
+    root = SubQuestion.objects.create(session=session, text="Why?", priority=5)
+    known = sub_question_states(session.pk)
+    child = SubQuestion.objects.create(session=session, text="And then?", priority=4, parent=root)
+    SubQuestion.objects.filter(pk=root.pk).update(explored=True)
+
+    with CaptureQueriesContext(connection) as first:
+        pieces, states = sub_question_changes(session.pk, known)
+
+    assert states == sub_question_states(session.pk) and set(states) == {root.pk, child.pk}
+    assert f'hx-swap-oob="beforeend:#subq-children-{root.pk}"' in pieces[0]
+    assert f'id="subq-{child.pk}"' in pieces[0] and f'id="subq-row-{root.pk}"' in pieces[1]
+    SubQuestion.objects.filter(pk=child.pk).update(priority=9)
+    with CaptureQueriesContext(connection) as queries:
+        moved, states = sub_question_changes(session.pk, states)
+    assert len(moved) == 1 and f'id="subq-row-{child.pk}"' in moved[0] and states[child.pk] == "0:9"
+    # The states' text and the rows; the links only when a row is new.
+    assert len(first.captured_queries) == 3 and len(queries.captured_queries) == 2
+
+
 async def test_one_step_costs_no_database_reads_per_open_page(make_session: Any, alice: Any):
     """The step's new sources and sub-questions are rendered once for the group: pages that
     are up to date only keep what they lack, so 50 pages cost what one does."""

@@ -412,6 +412,24 @@ def test_rows_stored_by_a_clock_behind_are_placed_as_a_whole_read_places_them(
     assert log[2].startswith("Synthesis 3 ") and log[3].startswith("Synthesis 4 ")
 
 
+def test_in_the_first_epoch_rows_timed_by_a_clock_behind_are_merged(make_session: Any) -> None:
+    """The first epoch's log carries every row, whatever its time: a thought or a synthesis
+    timed before the first cycle (another worker's clock) changes no epoch's start, so it
+    is read by its key like any new row, not by a whole read."""
+    session = make_session()
+    story, kept = Story(session), transcript.KeptLog()
+    same_as_a_whole_read(kept, session)  # no thoughts yet
+    synthesis = story.synthesis()
+    Synthesis.objects.filter(pk=synthesis.pk).update(created_at=START)
+    assert statements(lambda: kept.read(session)) == 2, "the new synthesis"
+    story.cycle(0)
+    same_as_a_whole_read(kept, session)
+    late = story.thought(1)
+    Thought.objects.filter(pk=late.pk).update(created_at=START)
+    assert statements(lambda: kept.read(session)) == 2, "the new thought"
+    same_as_a_whole_read(kept, session)
+
+
 def test_rows_stored_again_under_a_freed_place_are_read_in_order(make_session: Any) -> None:
     """Rows deleted and then stored again with their old sequence or number (in the admin)
     come after the newest key but belong in the middle."""

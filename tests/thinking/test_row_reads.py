@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import FieldDoesNotExist, ValidationError
-from django.db import connection, connections, models, transaction
+from django.db import IntegrityError, connection, connections, models, transaction
 from django.db.transaction import TransactionManagementError
-from django.test.utils import CaptureQueriesContext
+from django.test.utils import CaptureQueriesContext, override_settings
 
 from thinking.models import Source, SourceKind, SubQuestion, ThinkingSession, Thought
 from thinking.row_reads import (
@@ -28,6 +28,7 @@ from thinking.row_reads import (
     rows_by_pks,
     values_by,
 )
+from thinking.row_writes import update_by_pk
 
 pytestmark = pytest.mark.django_db
 
@@ -377,3 +378,102 @@ def test_a_threads_compiled_reads_go_with_its_connection(make_session: Any):
     worker.join()
     gc.collect()
     assert len(left) == 1 and left[0]() is None
+
+
+# --- one cursor per connection (run_statement) ---------------------------------------------
+
+
+def counting_cursors(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The driver cursors this thread's connection makes, as they are made."""
+    made: list[object] = []
+    create = connection.create_cursor
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append(create(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(connection, "create_cursor", counted)
+    return made
+
+
+def test_statements_share_one_cursor_per_connection(
+    make_session: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """A compiled statement costs a new cursor no more: reads and writes of one connection
+    run on one (a connection replaced under it gets its own: the next test)."""
+    session = a_busy_session(make_session)
+    connections["default"].__dict__.pop("_deepthink_cursor", None)  # as on a new connection
+    made = counting_cursors(monkeypatch)
+    for _ in range(3):
+        assert read_by_pk(ThinkingSession, session.pk).max_cost_usd == Decimal("1.2345")
+    assert update_by_pk(ThinkingSession, session.pk, focus="kept") == 1
+    assert read_by_pk(ThinkingSession, session.pk).focus == "kept"
+    assert len(made) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_cut_under_a_kept_cursor_fails_once_then_reads_on_a_new_one(
+    make_session: Any,
+):
+    """The server ends the connection (a restart, `pg_terminate_backend`): the read fails
+    with Django's error and marks the connection, which the hop's end replaces; the next
+    read runs on a new connection with a cursor of its own."""
+    needs_postgresql()
+    import psycopg
+    from django.db import Error, close_old_connections
+
+    session = make_session(focus="kept")
+    assert read_by_pk(ThinkingSession, session.pk).focus == "kept"
+    db = connection.settings_dict
+    server = {"host": db["HOST"], "port": db["PORT"], "user": db["USER"], "dbname": db["NAME"]}
+    with psycopg.connect(**server, autocommit=True) as admin:  # outside Django's pool
+        ended = connection.connection.info.backend_pid
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", [ended])
+    with pytest.raises(Error):
+        read_by_pk(ThinkingSession, session.pk)
+    assert connection.errors_occurred
+    close_old_connections()  # what every hop does after its work
+    assert read_by_pk(ThinkingSession, session.pk).focus == "kept"
+
+
+def test_a_statement_in_a_transaction_that_must_roll_back_is_refused(make_session: Any):
+    """As with Django's own cursor: after an error inside `atomic`, nothing else runs there."""
+    session = make_session()
+    with transaction.atomic():
+        with pytest.raises(IntegrityError), transaction.atomic(savepoint=False):
+            update_by_pk(ThinkingSession, session.pk, question=None)
+        with pytest.raises(TransactionManagementError):
+            read_by_pk(ThinkingSession, session.pk)
+    assert read_by_pk(ThinkingSession, session.pk).question == session.question
+
+
+def test_statements_are_seen_while_they_are_logged_or_wrapped(make_session: Any):
+    """A test counting statements, or a tool wrapping them, sees each compiled one."""
+    session = make_session()
+    seen: list[str] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        read_by_pk(ThinkingSession, session.pk)
+    with CaptureQueriesContext(connection) as logged:
+        read_by_pk(ThinkingSession, session.pk)
+    assert len(seen) == 1 and len(logged.captured_queries) == 1
+    assert '"thinking_thinkingsession"."id" =' in logged.captured_queries[0]["sql"]
+
+
+def test_a_change_of_time_zone_reads_times_as_the_orm_does(make_session: Any):
+    """A driver cursor may carry the time zone its connection had when it was made: after
+    the setting changes, times still read as the ORM reads them."""
+    session = a_busy_session(make_session)
+    assert read_by_pk(ThinkingSession, session.pk).started_at.tzinfo is not None
+    with override_settings(USE_TZ=False):
+        orm = ThinkingSession.objects.get(pk=session.pk).started_at
+        assert read_by_pk(ThinkingSession, session.pk).started_at == orm and orm.tzinfo is None
+    assert read_by_pk(ThinkingSession, session.pk).started_at == session_started(session)
+
+
+def session_started(session: ThinkingSession) -> datetime.datetime:
+    return ThinkingSession.objects.get(pk=session.pk).started_at

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -414,3 +414,26 @@ def layers(config: dict[str, Any]) -> Iterator[None]:
 
     with override_settings(CHANNEL_LAYERS=config):
         yield
+
+
+def with_benchmark_session(tag: str, use: Callable[[Setup, uuid.UUID], None]) -> None:
+    """One 30-cycle benchmark session run against the fake servers in a throwaway database,
+    then `use(setup, its id)`, for the benchmarks that read a real session's rows back
+    (`row_read_cost`, `log_growth`); everything is torn down after."""
+    fakes = FakeHost().start()
+    setup = prepare(quick=False, fakes=fakes)
+    try:
+        start_django()
+        from .scenarios import _new_sessions, _new_user
+
+        async def one_session() -> uuid.UUID:
+            fakes.configure(delay=0.0, exa_delay=0.0, cycles=30)
+            user = await _new_user(f"{tag}-{setup.run_id}")
+            runs = await _new_sessions(user, [f"{setup.run_id}-{tag}"], synthesis_seconds=0.5)
+            await run_supervised(runs, timeout=300)
+            return runs[0].id
+
+        use(setup, asyncio.run(one_session()))
+    finally:
+        teardown(setup)
+        fakes.stop()

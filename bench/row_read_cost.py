@@ -16,7 +16,6 @@ come first: the writes add thousands of rows to the session.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 import uuid
@@ -24,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 from . import harness
-from .fakehost import FakeHost
 
 READS = 1000
 
@@ -220,28 +218,15 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
     return rows
 
 
+def show(setup: harness.Setup, session_id: uuid.UUID) -> None:
+    print(f"{setup.database}: CPU ms per read or write ({READS} each, best of two)")
+    print(f"{'read':38} {'ORM':>7} {'compiled':>9} {'ratio':>6}")
+    for label, orm_ms, compiled_ms in measure(session_id):
+        print(f"{label:38} {orm_ms:7.3f} {compiled_ms:9.3f} {orm_ms / compiled_ms:5.1f}x")
+
+
 def main() -> None:
-    fakes = FakeHost().start()
-    setup = harness.prepare(quick=False, fakes=fakes)
-    try:
-        harness.start_django()
-        from .scenarios import _new_sessions, _new_user
-
-        async def one_session() -> uuid.UUID:
-            fakes.configure(delay=0.0, exa_delay=0.0, cycles=30)
-            user = await _new_user(f"rows-{setup.run_id}")
-            runs = await _new_sessions(user, [f"{setup.run_id}-rows"], synthesis_seconds=0.5)
-            await harness.run_supervised(runs, timeout=300)
-            return runs[0].id
-
-        session_id = asyncio.run(one_session())
-        print(f"{setup.database}: CPU ms per read or write ({READS} each, best of two)")
-        print(f"{'read':38} {'ORM':>7} {'compiled':>9} {'ratio':>6}")
-        for label, orm_ms, compiled_ms in measure(session_id):
-            print(f"{label:38} {orm_ms:7.3f} {compiled_ms:9.3f} {orm_ms / compiled_ms:5.1f}x")
-    finally:
-        harness.teardown(setup)
-        fakes.stop()
+    harness.with_benchmark_session("rows", show)
 
 
 if __name__ == "__main__":

@@ -715,6 +715,9 @@ class Thought(LoggedRow):
         constraints = [
             models.UniqueConstraint(fields=["session", "sequence"], name="thought_seq_unique"),
         ]
+        # The session log reads an epoch's thoughts and the last cycle on every model call
+        # (transcript.py): by cycle, so its cost does not grow with the session.
+        indexes = [models.Index(fields=["session", "cycle"], name="thought_session_cycle")]
 
     def __str__(self) -> str:
         return f"#{self.sequence} {self.type}: {self.text[:60]}"

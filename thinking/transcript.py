@@ -265,13 +265,17 @@ def _aggregate(rows: models.QuerySet, function: str, column: str = "pk") -> Subq
 
 
 def _marks_query() -> models.QuerySet:
+    model_thoughts = Thought.objects.filter(type__in=MODEL_TYPES)
     kinds = {
-        "thoughts": Thought.objects.filter(type__in=MODEL_TYPES),
+        # Only the kept epoch's thoughts are counted: the log shows no others, and counting
+        # every thought made each read grow with the session (the (session, cycle) index
+        # finds the epoch's rows and the last cycle without walking the rest).
+        "thoughts": model_thoughts.filter(cycle__gte=_EPOCH),
         "syntheses": Synthesis.objects.all(),
         "sources": Source.objects.all(),
         "questions": SubQuestion.objects.all(),
     }
-    columns: dict[str, Any] = {"last_cycle": _aggregate(kinds["thoughts"], "MAX", "cycle")}
+    columns: dict[str, Any] = {"last_cycle": _aggregate(model_thoughts, "MAX", "cycle")}
     for name, rows in kinds.items():
         columns[f"n_{name}"] = _aggregate(rows, "COUNT")
         columns[f"newest_{name}"] = _aggregate(rows, "MAX")
@@ -282,7 +286,7 @@ def _marks_query() -> models.QuerySet:
 class _Marks(NamedTuple):
     log_edits: int
     last_cycle: int | None
-    n_thoughts: int  # model thoughts, all cycles
+    n_thoughts: int  # model thoughts from the kept epoch's first cycle on
     newest_thoughts: int | None
     n_syntheses: int
     newest_syntheses: int | None
@@ -293,7 +297,7 @@ class _Marks(NamedTuple):
 
 
 def _new_thoughts() -> models.QuerySet:
-    return _thought_rows(_model_thoughts().filter(pk__gt=_AFTER))
+    return _thought_rows(_model_thoughts().filter(pk__gt=_AFTER, cycle__gte=_EPOCH))
 
 
 def _new_syntheses() -> models.QuerySet:
@@ -316,16 +320,18 @@ _NEW = {  # kind of row: its read of rows added since, and how a row is made
 }
 
 
-def _added(key: Any, kind: str, was: _Marks, now: _Marks) -> list[Any] | None:
-    """The rows of one kind added since `was`: none if its count and newest key are the
-    same; None if more changed than rows added (one deleted, or committed under an older
-    key), or more were added than a read of new rows gives (its LIMIT)."""
+def _added(key: Any, kind: str, was: _Marks, now: _Marks, epoch: int) -> list[Any] | None:
+    """The rows of one kind added since `was` (thoughts: of the epoch from `epoch` on, as
+    the marks count them): none if its count and newest key are the same; None if more
+    changed than rows added (one deleted, or committed under an older key), or more were
+    added than a read of new rows gives (its LIMIT)."""
     count, newest = getattr(now, f"n_{kind}"), getattr(now, f"newest_{kind}")
     count_was, newest_was = getattr(was, f"n_{kind}"), getattr(was, f"newest_{kind}")
     if (count, newest) == (count_was, newest_was):
         return []
     build, make = _NEW[kind]
-    found = compiled_values(f"log:new-{kind}", build, session=key, after=newest_was or 0)
+    bounds = {"after": newest_was or 0, **({"epoch": epoch} if kind == "thoughts" else {})}
+    found = compiled_values(f"log:new-{kind}", build, session=key, **bounds)
     return list(map(make, found)) if count_was + len(found) == count else None
 
 
@@ -345,12 +351,12 @@ def _updated(key: Any, rows: _Rows, was: _Marks, now: _Marks) -> _Rows | None:
         return None
     added: dict[str, list[Any]] = {}
     for kind in _NEW:  # a kind that needs a whole read spares the others' reads
-        found = _added(key, kind, was, now)
+        found = _added(key, kind, was, now, rows.epoch_start)
         if found is None:
             return None
         added[kind] = found
     new_thoughts, new_syntheses = added["thoughts"], added["syntheses"]
-    epoch = [t for t in new_thoughts if t.cycle >= rows.epoch_start]
+    epoch = new_thoughts  # of the epoch only: read from its first cycle on
     thoughts = _merged(rows.thoughts, epoch, order=lambda t: t.sequence)
     if rows.epoch_start and (epoch or new_syntheses):  # past the first epoch, with new rows
         first = _epoch_first(rows.thoughts)
@@ -382,13 +388,19 @@ class KeptLog:
     def read(self, session: ThinkingSession) -> tuple[str, ...]:
         """The log (synchronous ORM): one statement, then only the rows added since."""
         key = session.pk
-        found = compiled_values("log:marks", _marks_query, session=key)
+        epoch = 0 if self._rows is None else self._rows.epoch_start
+        found = compiled_values("log:marks", _marks_query, session=key, epoch=epoch)
         marks = _Marks._make(found[0]) if found else None  # None: the session was deleted
         rows = None
         if self._rows is not None and self._marks is not None and marks is not None:
             rows = _updated(key, self._rows, self._marks, marks)
         if rows is None:
-            self._rows = _read_rows(key, None if marks is None else marks.last_cycle)
+            self._rows = rows = _read_rows(key, None if marks is None else marks.last_cycle)
+            if marks is not None:
+                # The marks counted the thoughts from `epoch` on; the next read counts them
+                # from this read's epoch, whose rows are all here.
+                newest = max((t.pk for t in rows.thoughts), default=None)
+                marks = marks._replace(n_thoughts=len(rows.thoughts), newest_thoughts=newest)
         else:
             self._rows = rows
         self._marks = marks

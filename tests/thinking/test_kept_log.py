@@ -362,6 +362,45 @@ def a_second_epoch(make_session: Any) -> tuple[Story, transcript.KeptLog]:
     return story, kept
 
 
+def test_only_the_kept_epochs_thoughts_are_counted(make_session: Any) -> None:
+    """The statement that says what changed counts the thoughts of the kept epoch, not the
+    session's: a long session's read does not grow with it. A thought of an earlier epoch
+    deleted changes nothing the log shows; once a new epoch is read whole, the next read
+    counts that epoch's thoughts and takes one statement."""
+    story, kept = a_second_epoch(make_session)
+    session = story.session
+    Thought.objects.filter(session=session, cycle=2).delete()
+    assert statements(lambda: kept.read(session)) == 1, "nothing the log shows changed"
+    same_as_a_whole_read(kept, session)
+
+    for cycle in range(transcript.EPOCH_CYCLES + 3, 2 * transcript.EPOCH_CYCLES + 1):
+        story.cycle(cycle)
+    log = same_as_a_whole_read(kept, session)  # a new epoch: read whole
+    assert log[1].startswith(f"Cycle {2 * transcript.EPOCH_CYCLES + 1}, ")
+    assert statements(lambda: kept.read(session)) == 1, "nothing new"
+    story.cycle(2 * transcript.EPOCH_CYCLES + 1)
+    assert statements(lambda: kept.read(session)) == 2, "the new cycle's thoughts"
+    same_as_a_whole_read(kept, session)
+
+
+def test_a_thought_stored_during_a_whole_read_is_counted_from_its_rows(
+    make_session: Any,
+) -> None:
+    """A whole read takes the thoughts' count and newest key from the rows it read: one
+    stored between the statement and the rows is in both, so the next read finds nothing
+    new and takes one statement."""
+    story, kept = a_second_epoch(make_session)
+    session = story.session
+    with after_statement('AS "n_sources"', lambda: story.cycle(transcript.EPOCH_CYCLES + 3)):
+        edited = Thought.objects.get(session=session, sequence=3 * transcript.EPOCH_CYCLES)
+        edited.text = "edited in the admin"
+        edited.save()
+        kept.read(session)  # an edit: read whole, the new cycle's thoughts among its rows
+    assert statements(lambda: kept.read(session)) == 1, "nothing new"
+    log = same_as_a_whole_read(kept, session)
+    assert log[-1].startswith(f"Cycle {transcript.EPOCH_CYCLES + 4}, ")
+
+
 def test_a_later_epoch_is_read_by_its_new_rows_too(make_session: Any) -> None:
     story, kept = a_second_epoch(make_session)
     session = story.session

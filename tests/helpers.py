@@ -24,6 +24,17 @@ PHONE = {"width": 390, "height": 844}
 WORKER = "worker-test"
 
 
+def own_connection(**options: Any) -> Any:
+    """A psycopg connection of the test's own to the test database, outside Django's pool
+    (to end the pool's connections as a PostgreSQL restart or an administrator would)."""
+    import psycopg
+    from django.db import connection
+
+    db = connection.settings_dict
+    params = {"host": db["HOST"], "port": db["PORT"], "user": db["USER"], "dbname": db["NAME"]}
+    return psycopg.connect(**params, **options)
+
+
 def services_available() -> tuple[bool, str]:
     missing = [name for name in ("DATABASE_URL", "REDIS_URL") if not os.environ.get(name)]
     if missing:

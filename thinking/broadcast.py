@@ -299,9 +299,7 @@ def _question_rows(
     new = sorted(pk for pk in states if pk not in known)
     moved = sorted(pk for pk in states if pk in known and known[pk] != states[pk])
     wanted = rows_by_pks(SubQuestion, [*new, *moved])
-    parents: dict[int, int | None] = {}
-    if new:
-        parents = dict(values_by(SubQuestion, "session_id", session_id, "pk", "parent_id"))
+    parents = _tree_links(session_id) if new else {}
     parts: list[UpdatePart] = [
         {
             "kind": "question",
@@ -328,6 +326,11 @@ LIVE_SOURCE_ROWS = 100
 
 def _source_html(source: Source) -> str:
     return _render("_source.html", {"s": source, "append_to": "source-list"})
+
+
+def _tree_links(session_id: uuid.UUID) -> dict[int, int | None]:
+    """Each sub-question's parent: what places a new row in the tree (read only for new rows)."""
+    return dict(values_by(SubQuestion, "session_id", session_id, "pk", "parent_id"))
 
 
 def _new_question_html(question: SubQuestion, parents: Mapping[int, int | None]) -> str:
@@ -424,9 +427,7 @@ def sub_question_changes(
         new = [pk for pk in states if pk not in known]
         moved = [pk for pk in states if pk in known and known[pk] != states[pk]]
     wanted = rows_by_pks(SubQuestion, [*new, *moved])
-    parents: dict[int, int | None] = {}
-    if new:  # the tree's links place new rows only
-        parents = dict(values_by(SubQuestion, "session_id", session_id, "pk", "parent_id"))
+    parents = _tree_links(session_id) if new else {}
     pieces = [_new_question_html(wanted[pk], parents) for pk in sorted(new)]
     pieces += [_question_row_html(wanted[pk]) for pk in sorted(moved)]
     return pieces, states

@@ -356,11 +356,11 @@ def _updated(key: Any, rows: _Rows, was: _Marks, now: _Marks) -> _Rows | None:
             return None
         added[kind] = found
     new_thoughts, new_syntheses = added["thoughts"], added["syntheses"]
-    epoch = new_thoughts  # of the epoch only: read from its first cycle on
-    thoughts = _merged(rows.thoughts, epoch, order=lambda t: t.sequence)
-    if rows.epoch_start and (epoch or new_syntheses):  # past the first epoch, with new rows
+    # New thoughts are the epoch's only: they are read from its first cycle on.
+    thoughts = _merged(rows.thoughts, new_thoughts, order=lambda t: t.sequence)
+    if rows.epoch_start and (new_thoughts or new_syntheses):  # past the first epoch, new rows
         first = _epoch_first(rows.thoughts)
-        if epoch and _epoch_first(thoughts) != first:
+        if new_thoughts and _epoch_first(thoughts) != first:
             return None  # a new thought stored earlier than the epoch's start: read whole
         if any(first is None or s.created_at < first for s in new_syntheses):
             return None  # a synthesis came before the epoch's start: read whole

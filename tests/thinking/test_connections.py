@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
+from tests.helpers import own_connection
 from thinking.models import Status, ThinkingSession
 
 from .test_processes import assert_intact, redis_layer, start_worker, stop, wait_for
@@ -19,17 +20,10 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 __all__ = ["redis_layer"]  # the fixture, used by name below
 
 
-def _connect(**options: Any) -> psycopg.Connection:
-    """A connection of the test's own to the test database, outside Django's pool."""
-    db = connection.settings_dict
-    params = {"host": db["HOST"], "port": db["PORT"], "user": db["USER"], "dbname": db["NAME"]}
-    return psycopg.connect(**params, **options)
-
-
 def _terminate_others(keep: int) -> int:
     """pg_terminate_backend on every other connection to the test database (the worker's
     pool), as a PostgreSQL restart or an administrator would; returns how many."""
-    with _connect(autocommit=True) as admin:
+    with own_connection(autocommit=True) as admin:
         rows = admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> %s",
@@ -160,11 +154,11 @@ def test_the_check_refuses_a_connection_the_server_ended_and_sweeps_the_pool(
 
     monkeypatch.setattr(ConnectionPool, "check", counted)
     check = health_check("default")
-    with _connect() as alive, _connect() as ended:
+    with own_connection() as alive, own_connection() as ended:
         check(alive)  # a live connection is lent, and nothing is swept
         assert swept == []
         # Through a connection of its own: the pool's may be ones an earlier test ended.
-        with _connect(autocommit=True) as admin:
+        with own_connection(autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s, 5000)", [ended.info.backend_pid])
         with pytest.raises(psycopg.OperationalError):
             check(ended)

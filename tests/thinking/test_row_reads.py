@@ -419,14 +419,13 @@ def test_a_connection_cut_under_a_kept_cursor_fails_once_then_reads_on_a_new_one
     with Django's error and marks the connection, which the hop's end replaces; the next
     read runs on a new connection with a cursor of its own."""
     needs_postgresql()
-    import psycopg
     from django.db import Error, close_old_connections
+
+    from tests.helpers import own_connection
 
     session = make_session(focus="kept")
     assert read_by_pk(ThinkingSession, session.pk).focus == "kept"
-    db = connection.settings_dict
-    server = {"host": db["HOST"], "port": db["PORT"], "user": db["USER"], "dbname": db["NAME"]}
-    with psycopg.connect(**server, autocommit=True) as admin:  # outside Django's pool
+    with own_connection(autocommit=True) as admin:
         ended = connection.connection.info.backend_pid
         admin.execute("SELECT pg_terminate_backend(%s, 5000)", [ended])
     with pytest.raises(Error):

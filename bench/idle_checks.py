@@ -5,7 +5,8 @@
    and by a poll of the socket first, the empty query only when there is something to read
    (measured and not kept: bench/README, "Idle connections checked with one poll");
 2. the model client's CPU per request with 1, 50 and 100 idle connections in its pool, as the
-   SDK builds it and with `config.http_pool.quick_idle_checks`.
+   SDK builds it by default (httpx2), with `config.http_pool.quick_idle_checks` (what the app
+   did until 2026-11-27), and on the SDK's aiohttp client (what the app does).
 
     DATABASE_URL=postgres://... .venv/bin/python bench/idle_checks.py
 
@@ -110,12 +111,16 @@ async def model_requests() -> None:
         await asyncio.sleep(index * 0.01)  # the fake's listen queue is short
         await ask(client, hold=True)
 
-    cpu: dict[tuple[bool, int], list[float]] = {}
+    cpu: dict[tuple[str, int], list[float]] = {}
+    kinds = ("SDK's pool", "quick idle checks", "aiohttp")
     for _ in range(2):
-        for quick in (False, True):
+        for kind in kinds:
             for idle in (1, 50, 100):
-                http = anthropic.DefaultAsyncHttpxClient()
-                if quick:
+                if kind == "aiohttp":
+                    http = anthropic.DefaultAioHttpClient()
+                else:
+                    http = anthropic.DefaultAsyncHttpxClient()
+                if kind == "quick idle checks":
                     quick_idle_checks(http)
                 client = anthropic.AsyncAnthropic(
                     api_key="test", base_url=url, max_retries=0, http_client=http
@@ -125,17 +130,19 @@ async def model_requests() -> None:
                 started = time.process_time()
                 for _ in range(REQUESTS):
                     await ask(client)
-                cpu.setdefault((quick, idle), []).append(
+                cpu.setdefault((kind, idle), []).append(
                     1000 * (time.process_time() - started) / REQUESTS
                 )
                 await client.close()
     server.kill()
     for idle in (1, 50, 100):
-        sdk, quick = (statistics.median(cpu[(q, idle)]) for q in (False, True))
-        print(
-            f"model request, {idle:3d} idle connections: SDK's pool {sdk:.2f} ms CPU, "
-            f"quick idle checks {quick:.2f} ms CPU ({quick / sdk:.2f} x)"
+        sdk = statistics.median(cpu[(kinds[0], idle)])
+        shown = ", ".join(
+            f"{kind} {ms:.2f} ms CPU ({ms / sdk:.2f} x)"
+            for kind in kinds
+            for ms in [statistics.median(cpu[(kind, idle)])]
         )
+        print(f"model request, {idle:3d} idle connections: {shown}")
 
 
 async def main() -> None:

@@ -1,7 +1,9 @@
-"""CPU of reading one streamed reply three ways, side by side in one run: the SDK's
+"""CPU of reading one streamed reply four ways, side by side in one run: the SDK's
 `messages.stream()` helper; the SDK's stream of typed events, each block's deltas joined at
 the end (what the app did until 2026-11-26); the events' JSON through the SDK's SSE decoder,
-`thinking.streaming.api_events` and `collect` (what the app does).
+`thinking.streaming.api_events` and `collect` (what the app did until 2026-11-27); the same
+on the SDK's aiohttp client (`thinking.llm._new_client`: what the app does). The first three
+run on the SDK's default HTTP client (httpx2, h11).
 
     .venv/bin/python bench/stream_cost.py 100
 
@@ -52,7 +54,11 @@ async def main(calls: int) -> None:
     address: Any = multiprocessing.Queue()
     server = multiprocessing.Process(target=_serve, args=(address,), daemon=True)
     server.start()
-    client = anthropic.AsyncAnthropic(api_key="test", base_url=address.get(), max_retries=0)
+    url = address.get()
+    client = anthropic.AsyncAnthropic(api_key="test", base_url=url, max_retries=0)
+    aio_client = anthropic.AsyncAnthropic(
+        api_key="test", base_url=url, max_retries=0, http_client=anthropic.DefaultAioHttpClient()
+    )
 
     async def shown(delta: str) -> None:
         return None
@@ -83,13 +89,21 @@ async def main(calls: int) -> None:
                         await shown(event.delta.thinking)
             ["".join(p) for p in parts.values()]
 
-    async def json_events() -> None:
-        stream = await client.messages.create(stream=True, **REQUEST)
+    async def json_events(on: anthropic.AsyncAnthropic = client) -> None:
+        stream = await on.messages.create(stream=True, **REQUEST)
         async with stream:
             events = streaming.api_events(stream.response)
             await streaming.collect(events, on_text=shown, on_thinking=shown)
 
-    readers = (("helper", helper), ("typed events", typed), ("JSON events", json_events))
+    async def json_events_aiohttp() -> None:
+        await json_events(aio_client)
+
+    readers = (
+        ("helper", helper),
+        ("typed events", typed),
+        ("JSON events", json_events),
+        ("JSON events on aiohttp", json_events_aiohttp),
+    )
     cpu: dict[str, list[float]] = {name: [] for name, _ in readers}
     for _ in range(3):  # alternated, so load on the machine falls on all alike
         for name, read in readers:
@@ -100,6 +114,7 @@ async def main(calls: int) -> None:
             cpu[name].append((time.process_time() - started) * 1000 / calls)
     server.kill()
     await client.close()
+    await aio_client.close()
     medians = {name: statistics.median(times) for name, times in cpu.items()}
     helper_ms = medians["helper"]
     shown_ms = ", ".join(

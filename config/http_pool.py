@@ -1,14 +1,15 @@
 """HTTP connection pools whose idle connections cost one `poll` each per request.
 
-httpcore (under exa-py's httpx) and httpcore2 (under the Anthropic SDK's httpx2) look over
-every idle connection of a pool each time a request joins or leaves it, and ask each one
-whether the server closed it: its stream's `get_extra_info("is_readable")`. With anyio
+httpcore (under exa-py's httpx) and httpcore2 (under httpx2) look over every idle connection
+of a pool each time a request joins or leaves it, and ask each one whether the server closed
+it: its stream's `get_extra_info("is_readable")`. With anyio
 underneath, that answer builds anyio's dict of socket attributes (a `getpeername` system
 call among them) before it polls the socket, ~9 µs a connection. A worker shares one pool
 per provider among all its sessions, so at 100 sessions at once each model call paid for up
 to 100 idle connections, twice, and the sum grew with the square of the sessions (a
 request's client CPU with 100 idle connections: a third less with this module; bench/README,
-"Idle connections checked with one poll").
+"Idle connections checked with one poll"). The model client no longer needs this: it runs
+on aiohttp (thinking/llm.py), whose connector checks only the connection it takes.
 
 `quick_idle_checks` wraps the pools' network backend so each stream keeps its socket and
 answers "is_readable" with one `poll`, as httpcore's own helper does after the lookup;

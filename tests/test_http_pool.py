@@ -1,5 +1,6 @@
-"""The model and web clients' connection pools check their idle connections with one poll
-(config/http_pool.py), and still notice a connection the server closed."""
+"""The web client's connection pool checks its idle connections with one poll
+(config/http_pool.py), and still notices a connection the server closed; the model client's
+(aiohttp) keeps its connection and drops one the server closed."""
 
 from __future__ import annotations
 
@@ -41,35 +42,31 @@ def _streams(client: Any) -> list[Any]:
     return [c._connection._network_stream for c in pool.connections if c._connection]
 
 
-async def test_the_model_clients_pool_asks_its_idle_connections_with_one_poll(
-    monkeypatch: pytest.MonkeyPatch,
-):
+async def test_the_model_client_keeps_its_connection_and_not_one_the_server_closed():
+    # The model client runs on aiohttp (thinking/llm.py), whose pool needs no wrapping: it
+    # reuses a kept-alive connection, and one the server closed is dropped, not written to.
     fake = FakeAnthropic().start()
     try:
         client = _new_client("test-key", fake.base_url).with_options(max_retries=0)
-        http = client._client
-        assert isinstance(http._transport._pool._network_backend, QuickCheckBackend)
         request = {
             "model": "claude-test",
             "max_tokens": 64,
             "messages": [{"role": "user", "content": "hi"}],
         }
         await client.messages.create(**request)
-        (stream,) = _streams(http)
-        assert isinstance(stream, QuickCheckStream)
-        inner_asked: list[str] = []
-        inner = stream._inner
-        original = inner.get_extra_info
-
-        def spy(info: str) -> Any:
-            inner_asked.append(info)
-            return original(info)
-
-        monkeypatch.setattr(inner, "get_extra_info", spy)
-        reply = await client.messages.create(**request)  # the idle connection is checked
-        assert reply.content
-        assert "is_readable" not in inner_asked  # the wrapper polled the socket itself
-        assert _streams(http)[0] is stream  # and it was reused
+        await client.messages.create(**request)
+        assert fake.connections_opened == 1
+        with fake._lock:
+            kept = list(fake._connections)
+        for conn in kept:  # the server ends the idle connection
+            conn.shutdown(socket.SHUT_RDWR)
+        for _ in range(50):
+            if not fake.open_connections:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the close reaches the client's socket
+        reply = await client.messages.create(**request)  # no retries: a reused one would fail
+        assert reply.content and fake.connections_opened == 2
         await client.close()
     finally:
         fake.stop()

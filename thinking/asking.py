@@ -90,6 +90,7 @@ async def ask(
                     skip_thinking=purpose in UTILITY_PURPOSES,
                     on_thinking=live.on_thinking,
                     on_text=live.on_text,
+                    on_restart=live.restart,
                 ),
                 session_id=session.pk,
                 meter=run.meter,

@@ -57,6 +57,13 @@ class LiveReasoning:
             self._last = 0.0  # show the switch from thinking to writing at once
         await self._maybe_publish()
 
+    async def restart(self) -> None:
+        """The call is made again (its stream broke off, or its reply was cut off): what was
+        shown of it is not the reply, so the page starts over, at once."""
+        self.text, self.writing = "", False
+        self._last = self.clock.monotonic()
+        await publish_safely(self.publish, self.event())
+
     async def _maybe_publish(self) -> None:
         now = self.clock.monotonic()
         if now - self._last >= self.interval:

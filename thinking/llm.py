@@ -3,8 +3,13 @@
 One call shape: `await llm.stream(messages, system=..., on_text=...) -> Reply`. Calls always
 stream (long replies would time out otherwise). The SDK retries errors that happen before a
 stream starts; an `error` event inside a stream surfaces as an APIStatusError with status 200,
-which the SDK never retries, so that retry lives here. Errors that survive become LLMError
-with a sentence a person can act on.
+and a connection lost mid-reply as the HTTP client's own error; the SDK retries neither, so
+those retries live here. Errors that survive become LLMError with a sentence a person can
+act on.
+
+The SDK's HTTP client runs on aiohttp (the SDK's `DefaultAioHttpClient`): its C parser reads
+a streamed reply for about half the CPU of the default pure-Python stack (bench/README, "The
+model client on aiohttp").
 """
 
 from __future__ import annotations
@@ -12,16 +17,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, cast
 
 import anthropic
+import httpx2
 from anthropic import AsyncStream
 from anthropic.types import CacheControlEphemeralParam, RawMessageStreamEvent, TextBlockParam
 from django.conf import settings
-
-from config.http_pool import quick_idle_checks
 
 from . import streaming
 from .capabilities import Capabilities, ThinkingSettings, build_request, from_models_api
@@ -29,6 +34,8 @@ from .capabilities import builtin_capabilities as table_capabilities
 from .streaming import TextCallback
 
 logger = logging.getLogger(__name__)
+
+RestartCallback = Callable[[], Awaitable[None]]
 
 
 # Error types that are worth trying again when they arrive mid-stream.
@@ -170,6 +177,18 @@ def describe_error(error: Exception) -> LLMError:
             kind="connection",
             retryable=True,
         )
+    # The HTTP client's own errors come only once a reply has begun: before that, the SDK
+    # raises them as its APITimeoutError and APIConnectionError (above).
+    if isinstance(error, httpx2.TimeoutException):
+        return LLMError(
+            "The model provider stopped answering mid-reply.", kind="timeout", retryable=True
+        )
+    if isinstance(error, httpx2.TransportError):
+        return LLMError(
+            "The connection to the model provider broke mid-reply.",
+            kind="connection",
+            retryable=True,
+        )
     if isinstance(error, TypeError) and "authentication" in str(error).lower():
         return LLMNotConfigured()
     logger.exception("Unexpected error from the model client", exc_info=error)
@@ -177,14 +196,14 @@ def describe_error(error: Exception) -> LLMError:
 
 
 def _new_client(api_key: str, base_url: str) -> anthropic.AsyncAnthropic:
-    # ~30 ms of CPU (mostly the TLS context of its httpx pool): a worker builds one. The
-    # SDK's own HTTP client (proxies, keep-alive), its idle connections checked cheaply:
-    # a worker's sessions share its pool (config/http_pool.py).
+    # ~30 ms of CPU (mostly the TLS context of its pool): a worker builds one, and its
+    # sessions share the pool. The SDK's aiohttp client, with the SDK's timeouts, limits
+    # and proxy settings: see the module's docstring.
     return anthropic.AsyncAnthropic(
         # Local servers (Ollama, vLLM) need no key, but the SDK insists on one.
         api_key=api_key or "no-key-needed",
         base_url=base_url or None,
-        http_client=quick_idle_checks(anthropic.DefaultAsyncHttpxClient()),
+        http_client=anthropic.DefaultAioHttpClient(),
     )
 
 
@@ -262,12 +281,15 @@ class LLM:
         tools: list[dict[str, Any]] | None = None,
         on_text: TextCallback | None = None,
         on_thinking: TextCallback | None = None,
+        on_restart: RestartCallback | None = None,
         model: str | None = None,
     ) -> Reply:
         """Stream one assistant message (with `model`, or this client's default).
 
         Retries errors that arrive mid-stream with backoff; raises LLMError when the call
-        fails for good. `system` and `tools` are sent as given, so a tool loop that passes the
+        fails for good. `on_restart` is awaited before a call is made again (after such an
+        error, or a reply cut off at max_tokens): the deltas handed on so far are not part of
+        the reply. `system` and `tools` are sent as given, so a tool loop that passes the
         same ones keeps the prompt cache and its thinking blocks valid."""
         wanted = thinking or ThinkingSettings(max_tokens=max_tokens or self.max_tokens)
         if thinking is not None and max_tokens:
@@ -282,6 +304,7 @@ class LLM:
             tools=tools,
             on_text=on_text,
             on_thinking=on_thinking,
+            on_restart=on_restart,
         )
         request = build_request(wanted, caps, tools=bool(tools), skip_thinking=skip_thinking)
         reply = await call(request=request)
@@ -297,6 +320,8 @@ class LLM:
             reply.truncated = True
             return reply
         logger.info("Reply cut off at %d tokens; asking again with %d", sent, room)
+        if on_restart is not None:
+            await on_restart()
         bigger = build_request(
             replace(wanted, max_tokens=room), caps, tools=bool(tools), skip_thinking=skip_thinking
         )
@@ -343,6 +368,7 @@ class LLM:
         tools: list[dict[str, Any]] | None,
         on_text: TextCallback | None,
         on_thinking: TextCallback | None,
+        on_restart: RestartCallback | None,
     ) -> Reply:
         attempt = 0
         while True:
@@ -363,10 +389,14 @@ class LLM:
                 error_type = getattr(error, "type", None) or ""
                 retryable = mid_stream and error_type in RETRYABLE_STREAM_ERRORS
                 if retryable and attempt < self.stream_retries:
-                    delay = self.retry_base_seconds * (2**attempt)
-                    attempt += 1
-                    logger.warning("Stream error %s; retry %d in %.1fs", error_type, attempt, delay)
-                    await asyncio.sleep(delay)
+                    attempt = await self._back_off(attempt, error_type, on_restart)
+                    continue
+                raise describe_error(error) from error
+            except httpx2.TransportError as error:
+                # The connection was lost (or went quiet) after the reply began: the SDK's
+                # retries cover only the request and its headers.
+                if attempt < self.stream_retries:
+                    attempt = await self._back_off(attempt, type(error).__name__, on_restart)
                     continue
                 raise describe_error(error) from error
             except anthropic.AnthropicError as error:
@@ -374,6 +404,15 @@ class LLM:
             except TypeError as error:
                 # The SDK raises TypeError when it cannot resolve any credentials.
                 raise describe_error(error) from error
+
+    async def _back_off(self, attempt: int, what: str, on_restart: RestartCallback | None) -> int:
+        """Wait before trying a failed stream again; the next attempt's number."""
+        delay = self.retry_base_seconds * (2**attempt)
+        logger.warning("Stream error %s; retry %d in %.1fs", what, attempt + 1, delay)
+        if on_restart is not None:
+            await on_restart()
+        await asyncio.sleep(delay)
+        return attempt + 1
 
     async def _stream_once(
         self,

@@ -28,6 +28,7 @@ import hashlib
 import itertools
 import json
 import re
+import socket
 import threading
 import time
 from collections import deque
@@ -43,6 +44,7 @@ __all__ = [
     "HttpError",
     "MindState",
     "Reply",
+    "StreamCut",
     "StreamError",
     "main",
     "scripted_mind",
@@ -108,7 +110,17 @@ class StreamError:
     text_before: str = "partial "
 
 
-Response = Reply | HttpError | StreamError
+@dataclass
+class StreamCut:
+    """A 200 stream that starts normally, emits ``text_before``, then loses its connection
+    (no error event, no end of the chunked body), as a network drop mid-reply looks.
+
+    For a non-streaming request the connection is dropped before any response."""
+
+    text_before: str = "partial "
+
+
+Response = Reply | HttpError | StreamError | StreamCut
 Responder = Callable[[dict], Response]
 
 
@@ -852,6 +864,9 @@ class _Handler(FakeHandler):
                 {"retry-after-ms": str(response.retry_after_ms)},
             )
             return
+        if isinstance(response, StreamCut) and not streaming:
+            self.close_connection = True
+            return
         if isinstance(response, StreamError) and not streaming:
             status = _ERROR_STATUS.get(response.type, 500)
             self._send_json(
@@ -866,6 +881,9 @@ class _Handler(FakeHandler):
         model = str(body.get("model") or "claude-fake")
         if isinstance(response, StreamError):
             self._stream_error(response, n, model, len(raw), request_id)
+            return
+        if isinstance(response, StreamCut):
+            self._stream_cut(response, n, model, len(raw), request_id)
             return
         usage = _usage(response, len(raw), fake._cache_lookup(body))
         fake._count_usage(usage)
@@ -901,13 +919,31 @@ class _Handler(FakeHandler):
     def _stream_error(
         self, error: StreamError, n: int, model: str, body_len: int, request_id: str
     ) -> None:
-        reply = Reply(text=error.text_before)
+        self._stream_start(error.text_before, n, model, body_len, request_id)
+        self._write_chunk(_sse("error", _error_body(error.type, error.message, request_id)))
+        self._write_chunk(b"")
+
+    def _stream_cut(
+        self, cut: StreamCut, n: int, model: str, body_len: int, request_id: str
+    ) -> None:
+        self._stream_start(cut.text_before, n, model, body_len, request_id)
+        self.wfile.flush()
+        # The peer sees the body end mid-chunk-stream: a reset, not a finished reply.
+        self.connection.shutdown(socket.SHUT_RDWR)
+        self.close_connection = True
+
+    def _stream_start(
+        self, text_before: str, n: int, model: str, body_len: int, request_id: str
+    ) -> None:
+        """A stream's opening (message_start, ping) and `text_before` as a text block's
+        deltas: what a failed stream sent before it failed."""
+        reply = Reply(text=text_before)
         usage = _usage(reply, body_len)
         self._start_stream(request_id)
         events = _stream_events(reply, n, model, usage)
         for data, _ in itertools.islice(events, 2):  # message_start, ping
             self._write_chunk(data)
-        if error.text_before:
+        if text_before:
             self._write_chunk(
                 _sse(
                     "content_block_start",
@@ -918,7 +954,7 @@ class _Handler(FakeHandler):
                     },
                 )
             )
-            for piece in _chunks(error.text_before):
+            for piece in _chunks(text_before):
                 self._write_chunk(
                     _sse(
                         "content_block_delta",
@@ -929,8 +965,6 @@ class _Handler(FakeHandler):
                         },
                     )
                 )
-        self._write_chunk(_sse("error", _error_body(error.type, error.message, request_id)))
-        self._write_chunk(b"")
 
 
 # --------------------------------------------------------------------------------------

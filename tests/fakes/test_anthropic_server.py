@@ -13,10 +13,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anthropic
+import httpx2
 import pytest
 from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 
-from tests.fakes.anthropic_server import FakeAnthropic, HttpError, Reply, StreamError
+from tests.fakes.anthropic_server import FakeAnthropic, HttpError, Reply, StreamCut, StreamError
 
 MODEL = "claude-opus-5-5"
 USER = [{"role": "user", "content": "Hello there"}]
@@ -162,6 +163,27 @@ async def test_stream_error_mid_stream(client, fake):
     assert err.status_code == 200
     assert not isinstance(err, anthropic.OverloadedError)
     assert len(fake.requests) == 1  # not retried once the stream has begun
+
+
+@pytest.mark.parametrize("http", ["httpx2", "aiohttp"])
+async def test_a_cut_stream_breaks_off_after_its_opening(fake, http):
+    # Both of the SDK's HTTP clients see a body that ended early (not an error event), after
+    # the deltas sent before the cut; the SDK does not retry a stream that has begun.
+    fake.enqueue(StreamCut(text_before="partial answer that gets cut "))
+    http_client = anthropic.DefaultAioHttpClient() if http == "aiohttp" else None
+    seen: list[str] = []
+    async with anthropic.AsyncAnthropic(
+        base_url=fake.base_url, api_key="test", max_retries=2, http_client=http_client
+    ) as client:
+        with pytest.raises(httpx2.TransportError):
+            async with client.messages.stream(model=MODEL, max_tokens=100, messages=USER) as s:
+                async for text in s.text_stream:
+                    seen.append(text)
+        assert "".join(seen) == "partial answer that gets cut "
+        assert len(fake.requests) == 1
+        fake.enqueue(StreamCut())  # non-streaming: the connection drops, the SDK retries
+        message = await client.messages.create(model=MODEL, max_tokens=10, messages=USER)
+        assert message.content[0].type == "text" and len(fake.requests) == 3
 
 
 async def test_non_streaming_create(client, fake):

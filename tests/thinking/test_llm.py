@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
 
-from tests.fakes.anthropic_server import HttpError, Reply, StreamError
+from tests.fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
 from thinking import llm as llm_module
 from thinking.capabilities import ThinkingSettings
 from thinking.llm import LLM, LLMError
@@ -148,6 +149,64 @@ async def test_a_mid_stream_error_is_retried_then_reported(client: LLM, fake_cla
         await ask(client)
     stream_calls = [r for r in fake_claude.requests if r["path"].startswith("/v1/messages")]
     assert len(stream_calls) == 1 + client.stream_retries
+
+
+async def test_a_connection_lost_mid_reply_is_retried_then_reported(client: LLM, fake_claude: Any):
+    # The stream began (the SDK's retries are over) and then the connection went: the HTTP
+    # client's own error, which the SDK does not turn into one of its own.
+    fake_claude.responder = lambda body: StreamCut()
+    with pytest.raises(LLMError, match="broke mid-reply") as caught:
+        await ask(client)
+    assert caught.value.kind == "connection" and caught.value.retryable
+    stream_calls = [r for r in fake_claude.requests if r["path"].startswith("/v1/messages")]
+    assert len(stream_calls) == 1 + client.stream_retries
+
+
+async def test_the_reply_after_a_lost_connection_is_read_whole(client: LLM, fake_claude: Any):
+    fake_claude.enqueue(StreamCut(text_before="half a tho"), Reply(text="the whole thought"))
+
+    reply = await ask(client)
+
+    assert reply.text == "the whole thought"
+    assert [b["type"] for b in reply.content] == ["text"]  # nothing of the lost stream
+
+
+async def test_a_call_made_again_restarts_what_was_handed_on(client: LLM, fake_claude: Any):
+    # Once after a lost connection, once after a reply cut off at max_tokens: the deltas
+    # handed on before are not the reply's, and the page must be told to drop them.
+    fake_claude.enqueue(
+        StreamCut(text_before="half a tho"),
+        Reply(text="the whole", stop_reason="max_tokens"),
+        Reply(text="the whole thought"),
+    )
+    shown: list[str] = []
+    restarts = 0
+
+    async def on_text(delta: str) -> None:
+        shown.append(delta)
+
+    async def on_restart() -> None:
+        nonlocal restarts
+        restarts += 1
+        shown.clear()
+
+    reply = await ask(client, on_text=on_text, on_restart=on_restart)
+
+    assert reply.text == "".join(shown) == "the whole thought"
+    assert restarts == 2
+
+
+async def test_deltas_arrive_while_the_reply_is_still_streaming(client: LLM, fake_claude: Any):
+    # Six deltas 0.3 s apart: the first must reach the page long before the last is sent,
+    # not when the HTTP client's buffer fills or the body ends.
+    fake_claude.enqueue(Reply(thinking="t" * 60, text="x" * 60, chunk_delay=0.3))
+    first: list[float] = []
+
+    async def on_thinking(delta: str) -> None:
+        first.append(time.monotonic())
+
+    await ask(client, thinking=ADAPTIVE, on_thinking=on_thinking)
+    assert len(first) == 3 and time.monotonic() - first[0] > 1.0
 
 
 async def typed_reading(stream: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.fakes.anthropic_server import HttpError, Reply, StreamError
+from tests.fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
 from tests.helpers import (
     FrozenClock,
     TakenOverWhen,
@@ -313,6 +313,21 @@ async def test_an_error_inside_a_stream_is_retried(fake_claude: Any, make_sessio
 
     assert status == Status.COMPLETED
     assert await session.thoughts.aexists()
+
+
+async def test_a_connection_lost_mid_reply_is_retried(fake_claude: Any, make_session: Any):
+    session = await make_session_async(make_session, budget_seconds=0.2, interval=60)
+    fake_claude.enqueue(StreamCut(), StreamCut())
+    events: list[SessionEvent] = []
+
+    status = await run(session, events)
+
+    assert status == Status.COMPLETED
+    assert await session.thoughts.aexists()
+    # The first thought cycle's call broke off twice after it began writing: each time the
+    # page's live panel starts over (nothing written) before the call is made again.
+    first = [e.live.writing for e in events if e.live and e.live.purpose == "thoughts"]
+    assert first[:6] == [False, True, False, True, False, True]
 
 
 async def test_pause_at_a_step_boundary_keeps_time_and_releases_the_lease(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, cast
@@ -31,11 +30,9 @@ from django.conf import settings
 from . import streaming
 from .capabilities import Capabilities, ThinkingSettings, build_request, from_models_api
 from .capabilities import builtin_capabilities as table_capabilities
-from .streaming import TextCallback
+from .streaming import RestartCallback, TextCallback
 
 logger = logging.getLogger(__name__)
-
-RestartCallback = Callable[[], Awaitable[None]]
 
 
 # Error types that are worth trying again when they arrive mid-stream.

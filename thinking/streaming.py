@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import httpx2  # the SDK's HTTP client
 
 TextCallback = Callable[[str], Awaitable[None]]
+# Called before a call is made again, so what was handed on can start over.
+RestartCallback = Callable[[], Awaitable[None]]
 
 # Usage fields a message_delta may carry: cumulative totals that replace message_start's.
 _USAGE = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")

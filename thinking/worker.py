@@ -71,6 +71,7 @@ class Supervisor:
         self.clock = clock  # the sessions' clock (tests hand in a frozen one)
         self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self._background: asyncio.Task[Any] | None = None
+        self.closing = False  # shutting down: it claims nothing more
 
     @property
     def has_room(self) -> bool:
@@ -78,8 +79,9 @@ class Supervisor:
 
     async def start(self, session_id: uuid.UUID) -> bool:
         """Claim and run a session. False if it is running elsewhere, not runnable, or this
-        worker is full (then the sweeper of some worker picks it up later)."""
-        if session_id in self.running or not self.has_room:
+        worker is full (then the sweeper of some worker picks it up later), or shutting
+        down."""
+        if self.closing or session_id in self.running or not self.has_room:
             return False
         claimed = await db_hop(ThinkingSession.claim)(
             session_id, worker_id=self.worker_id, lease_seconds=settings.DEEPTHINK_LEASE_SECONDS
@@ -177,6 +179,7 @@ class Supervisor:
     async def shutdown(self) -> list[uuid.UUID]:
         """Stop every running session at once, releasing its lease; returns their ids so
         the caller can ring another worker's doorbell."""
+        self.closing = True
         if self._background is not None:
             self._background.cancel()
         stopped = list(self.running)
@@ -225,6 +228,9 @@ class ThinkingWorkerConsumer(AsyncConsumer):
             logger.warning("Ignoring a start message with a bad id: %r", message.get("id"))
             return
         supervisor = get_supervisor()
+        if supervisor.closing:  # this process is handing its sessions over: pass it on
+            await self.channel_layer.send(CHANNEL, {"type": "session.start", "id": str(session_id)})
+            return
         supervisor.ensure_background()
         await supervisor.start(session_id)
 
@@ -241,6 +247,11 @@ class ThinkingWorker(Worker):
     def __init__(self, *args: Any, chain_signal: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.chain_signal = chain_signal
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        """Hand the sessions over and stop listening, as on SIGTERM."""
+        self._stop.set()
 
     def _on_sigterm(self, stop: asyncio.Event) -> Any:
         running = asyncio.get_running_loop()
@@ -258,25 +269,29 @@ class ThinkingWorker(Worker):
     async def handle(self) -> None:
         supervisor = get_supervisor()
         supervisor.ensure_background()
-        stop = asyncio.Event()
+        stop = self._stop
         previous = self._on_sigterm(stop)
-        listening = asyncio.create_task(super().handle())
+        # channels' Worker.handle, with the listeners' tasks kept here: cancelling that
+        # method leaves them running, and a listener still taking doorbells after the
+        # handover would take this process's own and claim the session back as it exits.
+        listeners = [asyncio.ensure_future(self.listener(channel)) for channel in self.channels]
         # Operators (and the process tests) see when a started worker takes doorbells.
         logger.info("Worker %s: listening on %s", supervisor.worker_id, ", ".join(self.channels))
         stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({listening, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({*listeners, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not stop.is_set():
             stopping.cancel()
-            await listening  # the listener failed: let its error surface
+            await _cancel(listeners)
+            for listener in listeners:  # one failed (the channel layer's error): surface it
+                if not listener.cancelled():
+                    listener.result()
             return
         logger.info("Worker %s: SIGTERM, handing sessions over", supervisor.worker_id)
-        listening.cancel()
-        await asyncio.gather(listening, return_exceptions=True)
+        await _cancel(listeners)
         stopped = await supervisor.shutdown()
-        layer = get_channel_layer()
+        layer = self.channel_layer
         if hasattr(layer, "close_pools"):
-            # A cancelled blocking pop stays blocked on the Redis server, which would hand
-            # our own doorbell back to this dying process. Closing the connections ends it.
+            # The connections the cancelled pops used are dropped; so are the rest.
             await layer.close_pools()
         for session_id in stopped:
             await layer.send(CHANNEL, {"type": "session.start", "id": str(session_id)})
@@ -286,6 +301,12 @@ class ThinkingWorker(Worker):
             )
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
             signal.raise_signal(signal.SIGTERM)
+
+
+async def _cancel(tasks: list[asyncio.Future[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def request_start(session_id: uuid.UUID) -> None:

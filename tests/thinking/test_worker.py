@@ -165,6 +165,34 @@ async def test_the_worker_channel_runs_a_started_session(
     assert not task.done(), "a bad message does not kill the worker"
 
 
+async def test_a_stopping_worker_leaves_its_sessions_doorbell_for_another_worker(
+    fake_claude: Any, make_session: Any, background_tasks: None
+):
+    """On SIGTERM the worker stops listening before it hands its sessions over: a listener
+    left running (channels' own handle() leaves them when cancelled) took the doorbell this
+    process rang for another worker, and claimed the session back as the process exited,
+    so nobody ran it until its lease went stale."""
+    from config.asgi import router
+
+    fake_claude.delay = 0.05
+    session = await new_session(make_session, budget_seconds=60)
+    layer = get_channel_layer()
+    worker = ThinkingWorker(application=router, channels=[CHANNEL], channel_layer=layer)
+    task = asyncio.create_task(worker.handle())
+    await layer.send(CHANNEL, {"type": "session.start", "id": str(session.pk)})
+    assert await _wait_until(lambda: len(fake_claude.requests) >= 2), "the session is running"
+
+    worker.stop()
+    await asyncio.wait_for(task, timeout=30)
+
+    listening = [t for t in asyncio.all_tasks() if "Worker.listener" in repr(t.get_coro())]
+    assert listening == [], "nothing of the stopped worker takes doorbells"
+    await session.arefresh_from_db()
+    assert (session.status, session.worker_id) == (Status.THINKING, ""), "released"
+    doorbell = await asyncio.wait_for(layer.receive(CHANNEL), timeout=5)
+    assert doorbell == {"type": "session.start", "id": str(session.pk)}
+
+
 async def test_the_terminal_thinks_a_session_here_unless_a_worker_has_it(
     fake_claude: Any, make_session: Any
 ):

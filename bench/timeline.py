@@ -34,15 +34,16 @@ TARGETS = (
     ("thinking.evidence", "asearch_memory", "knowledge-base searches"),
     ("thinking.broadcast", "publish", "publishing updates (render + group_send)"),
     ("thinking.steps", "begin", "storing steps (transactions)"),
-    ("thinking.steps", "store_thoughts", "storing steps (transactions)"),
+    ("thinking.loop", "store_cycle", "storing steps (transactions)"),
     ("thinking.steps", "store_questions", "storing steps (transactions)"),
     ("thinking.steps", "store_synthesis", "storing steps (transactions)"),
     ("thinking.steps", "save_plan", "storing steps (transactions)"),
     ("thinking.evidence", "store_sources", "storing steps (transactions)"),
     ("thinking.tools", "save_progress", "storing steps (transactions)"),
     ("research.web", "store_results", "storing steps (transactions)"),
+    # Both store the cycle's "analysis" stage and read the prompt's material (mostly reads);
+    # open_cycle also the status and focus, open_analysis alone after the focus's research.
     ("thinking.loop", "open_cycle", "reading state"),
-    # Stores the cycle's "analysis" stage, then reads the prompt's material: mostly reads.
     ("thinking.loop", "open_analysis", "reading state"),
     ("research.web", "cached_results", "reading state"),
     ("channels.db", "DatabaseSyncToAsync.__call__", "other database hops"),

@@ -109,7 +109,11 @@ MODULES: dict[str, tuple[str, ...]] = {
     "thinking/steps.py": ("tests/thinking/test_step_stores.py", *LOOP_TESTS),
     # the loop (the longest runs)
     "thinking/prompts.py": ("tests/thinking/test_prompts.py", *LOOP_TESTS),
-    "thinking/loop.py": ("tests/thinking/test_focus.py", *LOOP_TESTS),
+    "thinking/loop.py": (
+        "tests/thinking/test_focus.py",
+        "tests/thinking/test_schedule.py",
+        *LOOP_TESTS,
+    ),
     # the session log every model call carries, and the log a run keeps between calls
     "thinking/transcript.py": (
         "tests/thinking/test_transcript.py",

@@ -69,6 +69,8 @@ logger = logging.getLogger(__name__)
 
 
 RECENT_HINTS = 5
+# A person paused or cancelled: the loop stops at the cycle's start.
+STOPPING = (Status.PAUSED, Status.CANCELLED)
 
 
 def _next_open_question() -> models.QuerySet[SubQuestion]:
@@ -86,10 +88,20 @@ def select_focus(*, session: ThinkingSession) -> Focus:
     return Focus(text=candidate.text, sub_question_id=candidate.pk, priority=candidate.priority)
 
 
-def _open_cycle(*, session: ThinkingSession, worker_id: str) -> tuple[str, Focus]:
-    """A thought cycle's first reads, in one hop: the status a person may have changed
-    (LeaseLost if the lease went elsewhere) and the focus."""
-    return steps.lease_status(session.pk, worker_id=worker_id), select_focus(session=session)
+Analysis = tuple[bool, int, list[str], tuple[str, ...]]
+
+
+def _open_cycle(*, session: ThinkingSession, run: Run) -> tuple[str, Focus, Analysis | None]:
+    """A thought cycle's reads before its model call, in one hop: the status a person may
+    have changed (LeaseLost if the lease went elsewhere), the focus and, when the cycle
+    goes straight to its thoughts, their stage and prompt's reads (`_open_analysis`).
+    None for those when it stops, ends or researches the focus first: each decides from
+    what this hop read and the session as last stored, so the loop decides the same."""
+    status = steps.lease_status(session.pk, worker_id=run.worker_id)
+    focus = select_focus(session=session)
+    if status in STOPPING or ending_reason(session) or replan_due(session, focus):
+        return status, focus, None
+    return status, focus, _open_analysis(session, focus, run=run)
 
 
 open_cycle = db_hop(_open_cycle)
@@ -100,9 +112,7 @@ def _recent_hints() -> models.QuerySet:
     return rows.order_by("-sequence").values_list("text")[:RECENT_HINTS]
 
 
-def _open_analysis(
-    session: ThinkingSession, focus: Focus, *, run: Run
-) -> tuple[bool, int, list[str], tuple[str, ...]]:
+def _open_analysis(session: ThinkingSession, focus: Focus, *, run: Run) -> Analysis:
     """A thought cycle's stage and its prompt's reads, in one hop: whether the stage was
     stored (not once the session ended), the sources known, the newest hints (newest
     first) and the session log. The log carries the sources, earlier cycles and syntheses:
@@ -143,10 +153,15 @@ async def generate_thoughts(
     session: ThinkingSession,
     focus: Focus,
     run: Run,
-) -> tuple[ThinkingSession, SessionEvent]:
+    opened: Analysis | None = None,
+) -> tuple[ThinkingSession, SessionEvent, tuple[str, ...] | None]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
-    then writes 3-5 thoughts about the focus."""
-    entered, known_sources, hints, log = await open_analysis(session, focus, run=run)
+    then writes 3-5 thoughts about the focus. `opened`: its reads, when the cycle's first
+    hop made them. Returns the session as stored, the update to publish and, when
+    sub-questions are due, the session log for their prompt."""
+    if opened is None:  # the focus was researched first: its sources go in the prompt
+        opened = await open_analysis(session, focus, run=run)
+    entered, known_sources, hints, log = opened
     if entered:
         await stages.show(session.pk, run.publish)
     mode, spec = _reading_mode(session)
@@ -243,9 +258,52 @@ async def generate_thoughts(
             )
         )
     reading = signals.read(replies[-1].text, mode=mode, custom=spec)  # typed values used
-    return await steps.store_thoughts(
-        session.pk, focus, reading, replies, scratch, worker_id=run.worker_id, meter=run.meter
+    return await store_cycle(session.pk, focus, reading, replies, scratch, run=run)
+
+
+def _store_cycle(
+    session_id: uuid.UUID,
+    focus: Focus,
+    reading: parsing.ThoughtReply,
+    replies: list[Reply],
+    scratch: list[str],
+    *,
+    run: Run,
+) -> tuple[ThinkingSession, SessionEvent, tuple[str, ...] | None]:
+    """A cycle's thoughts stored (`steps.store_thoughts`), then, in the same hop, what the
+    loop needs next: the session log when sub-questions are due (their prompt), else a
+    re-ranking's reads (`rerank.open_reranking`: whether one is due, and if so its
+    material). Each would otherwise be a hop of its own."""
+    session, event = steps._store_thoughts(
+        session_id, focus, reading, replies, scratch, worker_id=run.worker_id, meter=run.meter
     )
+    if questions_due(session):
+        return session, event, run.log.read(session)
+    session.rerank_opened = rerank.open_reranking(session, worker_id=run.worker_id)
+    return session, event, None
+
+
+store_cycle = db_hop(_store_cycle)
+
+
+def _store_asked(
+    session_id: uuid.UUID,
+    focus: Focus,
+    parsed: list[parsing.ParsedQuestion],
+    reply: Reply,
+    *,
+    run: Run,
+) -> tuple[ThinkingSession, SessionEvent]:
+    """New sub-questions stored (`steps.store_questions`), then a re-ranking's reads, in
+    the same hop."""
+    session, event = steps._store_questions(
+        session_id, focus, parsed, reply, worker_id=run.worker_id, meter=run.meter
+    )
+    session.rerank_opened = rerank.open_reranking(session, worker_id=run.worker_id)
+    return session, event
+
+
+store_asked = db_hop(_store_asked)
 
 
 def _tools_for(session: ThinkingSession, research: evidence.Research) -> list[dict]:
@@ -261,8 +319,9 @@ async def generate_questions(
     session: ThinkingSession,
     focus: Focus,
     run: Run,
+    log: tuple[str, ...],
 ) -> tuple[ThinkingSession, SessionEvent]:
-    log = await db_hop(run.log.read)(session)
+    """New sub-questions from the session log (read by the hop that stored the cycle)."""
     prompt = prompts.questions_prompt(
         question=session.question, log=log, background=session.parent_context
     )
@@ -273,9 +332,7 @@ async def generate_questions(
         run=run,
     )
     parsed = parsing.parse_questions(reply.text)
-    return await steps.store_questions(
-        session.pk, focus, parsed, reply, worker_id=run.worker_id, meter=run.meter
-    )
+    return await store_asked(session.pk, focus, parsed, reply, run=run)
 
 
 async def synthesise(
@@ -410,8 +467,12 @@ def synthesis_due(session: ThinkingSession) -> bool:
     return session.active_seconds >= session.next_synthesis_at and not session.budget_exhausted
 
 
-def questions_due(session: ThinkingSession, thought_count: int) -> bool:
-    return thought_count - session.thoughts_at_last_questions >= settings.DEEPTHINK_QUESTIONS_EVERY
+def questions_due(session: ThinkingSession) -> bool:
+    """After a cycle's thoughts are stored (they were counted then: `thought_count`)."""
+    count = session.thought_count
+    if count is None:
+        raise ValueError("questions_due needs the session as the cycle's store returned it")
+    return count - session.thoughts_at_last_questions >= settings.DEEPTHINK_QUESTIONS_EVERY
 
 
 def replan_due(session: ThinkingSession, focus: Focus) -> bool:
@@ -436,8 +497,8 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
     if not session.plan and session.research_enabled:  # research off: no plan, no searches
         session = await plan_research(session=session, run=run)
     while True:
-        status, focus = await open_cycle(session=session, worker_id=run.worker_id)
-        if status in (Status.PAUSED, Status.CANCELLED):
+        status, focus, opened = await open_cycle(session=session, run=run)
+        if status in STOPPING:
             session = await steps.stop_running(session.pk, worker_id=run.worker_id, meter=run.meter)
             finished = SessionEvent(session.pk, finished=session.is_finished)
             await publish_safely(run.publish, finished)
@@ -446,13 +507,14 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             break
         if replan_due(session, focus):
             session = await plan_research(session=session, run=run, focus=focus)
-        session, event = await generate_thoughts(session=session, focus=focus, run=run)
+        session, event, log = await generate_thoughts(
+            session=session, focus=focus, run=run, opened=opened
+        )
         await publish_safely(run.publish, event)
-        thought_count = session.thought_count  # counted by the step that stored them
-        if thought_count is None:
-            thought_count = await db_hop(session.thoughts.count)()
-        if questions_due(session, thought_count):
-            session, event = await generate_questions(session=session, focus=focus, run=run)
+        if log is not None:  # sub-questions are due: the store read the log for them
+            session, event = await generate_questions(
+                session=session, focus=focus, run=run, log=log
+            )
             await publish_safely(run.publish, event)
         session = await rerank.maybe_rerank(session=session, run=run)  # when due (rerank.py)
         if ending_reason(session):

@@ -350,6 +350,9 @@ class ThinkingSession(models.Model):
     # Set by the step that stored a cycle's thoughts (their count, read under the row lock),
     # so the loop needs no hop to count them; None on a row read any other way.
     thought_count: int | None = None
+    # Set by the hop that stored a cycle (loop.store_cycle, loop.store_asked): a
+    # re-ranking's reads (rerank.open_reranking), so the re-ranking needs no hop for them.
+    rerank_opened: tuple[int, dict[str, Any] | None] | None = None
 
     class Meta:
         ordering = ["-created_at"]

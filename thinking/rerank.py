@@ -130,11 +130,15 @@ def _counts(session: ThinkingSession) -> tuple[int, int]:
     return _count("rerank:open", _open_count, session.pk), source_count(session.pk)
 
 
-def _opened(session: ThinkingSession, *, worker_id: str) -> tuple[int, dict[str, Any] | None]:
-    """A re-ranking's reads and its stage, in one hop (read every cycle): the sources'
-    count, and, when one is due and at least two open questions are left to order, its
-    material, with the stage entered (only while this worker holds the lease). None for
-    the material when there is nothing to re-rank, or the session ended."""
+Opened = tuple[int, dict[str, Any] | None]
+
+
+def open_reranking(session: ThinkingSession, *, worker_id: str) -> Opened:
+    """A re-ranking's reads and its stage (read every cycle, by the hop that stored it:
+    `loop.store_cycle`): the sources' count, and, when one is due and at least two open
+    questions are left to order, its material, with the stage entered (only while this
+    worker holds the lease). None for the material when there is nothing to re-rank, or
+    the session ended."""
     open_count, sources = _counts(session)
     if not due(session, source_count=sources, open_count=open_count):
         return sources, None
@@ -237,7 +241,10 @@ def _store(
 async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession:
     """Re-rank when due; returns the session as stored. A failed call skips this round (the
     priorities stay as they were) and never stops the thinking."""
-    source_count, material = await db_hop(_opened)(session, worker_id=run.worker_id)
+    opened = session.rerank_opened  # by the hop that stored the cycle, if it was one
+    if opened is None:
+        opened = await db_hop(open_reranking)(session, worker_id=run.worker_id)
+    source_count, material = opened
     if material is None:
         return session
     await stages.show(session.pk, run.publish)

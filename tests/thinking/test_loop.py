@@ -349,6 +349,9 @@ async def test_pause_at_a_step_boundary_keeps_time_and_releases_the_lease(
     assert await session.thoughts.acount() == 1  # the step in flight was kept
     assert session.worker_id == "" and session.running_since is None
     assert 0 < session.active_seconds < 30
+    # The cycle the pause stopped entered no stage (its first hop saw the pause).
+    entered = [s["stage"] for s in await stage_history(session)]
+    assert entered.count("analysis") == 1, entered
 
 
 async def test_cancel_during_a_step_discards_it(fake_claude: Any, make_session: Any):
@@ -430,16 +433,34 @@ async def test_a_session_taken_over_before_it_plans_stops_without_a_call_or_a_wr
     assert await stage_history(session) == [] and session.worker_id == "another-worker"
 
 
-async def test_a_thought_cycle_reads_what_it_needs_in_two_hops_before_its_model_call(
-    fake_claude: Any, make_session: Any, monkeypatch: Any
+@pytest.mark.parametrize(
+    ("questions_every", "rerank_every", "after_thoughts"),
+    [
+        (1000, 1000, []),  # cycles that only think
+        (1, 1000, ["ask:questions", "_store_asked"]),  # sub-questions after every cycle
+        (1000, 1, ["_store"]),  # a re-ranking after every cycle: its call, then its store
+    ],
+)
+async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(
+    fake_claude: Any,
+    make_session: Any,
+    monkeypatch: Any,
+    settings: Any,
+    questions_every: int,
+    rerank_every: int,
+    after_thoughts: list[str],
 ):
-    """Issue 17: the status and the focus in one database hop, the stage entered and the
-    prompt's reads in another, then the model; each hop is a thread hand-off on the path
-    between two model calls."""
+    """Issue 17: the status, the focus, the stage entered and the prompt's reads in one
+    database hop, then the model, then the thoughts stored with what comes next read in one
+    more (the session log when sub-questions are due, else a re-ranking's reads: whether
+    one is due, and its material); sub-questions and a re-ranking likewise. Each hop is a
+    thread hand-off on the path between two model calls."""
     from asgiref.sync import SyncToAsync
 
     from thinking import loop
 
+    settings.DEEPTHINK_QUESTIONS_EVERY = questions_every
+    settings.DEEPTHINK_RERANK_EVERY = rerank_every
     order: list[str] = []
     hop, ask = SyncToAsync.__call__, loop.ask
 
@@ -457,16 +478,24 @@ async def test_a_thought_cycle_reads_what_it_needs_in_two_hops_before_its_model_
         budget_seconds=1.0, synthesis_interval_seconds=60, research_enabled=False
     )
     sub = await SubQuestion.objects.acreate(session=session, text="Is it layered?", priority=9)
+    for n in range(12):  # open questions enough to re-rank after every cycle
+        await SubQuestion.objects.acreate(session=session, text=f"Later {n}?", priority=1)
 
     assert await run(session) == Status.COMPLETED
 
-    cycles = [i for i, name in enumerate(order) if name == "_open_cycle"]
+    cycles = [i for i, name in enumerate(order) if name == "ask:thoughts"]
     assert len(cycles) >= 2, order
-    for start in cycles:
-        # A cycle that starts past the budget ends the session instead.
-        if order[start + 1] == "_open_analysis":
-            assert order[start + 2] == "ask:thoughts", order[start : start + 3]
-    assert sum(order[start + 1] == "_open_analysis" for start in cycles) >= 2
+    reranked = await session.model_calls.filter(purpose="rerank").acount()
+    if rerank_every == 1:
+        # Each cycle re-ranks while two open questions are left (one is explored a cycle).
+        assert reranked >= 2
+    else:
+        assert reranked == 0
+    for n, (at, after) in enumerate(itertools.pairwise(cycles)):
+        assert order[at - 1 : at + 2] == ["_open_cycle", "ask:thoughts", "_store_cycle"]
+        expected = after_thoughts if rerank_every != 1 or n < reranked else []
+        # Then nothing before the next cycle's first hop.
+        assert order[at + 2 : after] == [*expected, "_open_cycle"], order[at - 1 : after + 1]
     # The focus read with the status is the one the cycle thought about.
     first = await session.thoughts.order_by("sequence").afirst()
     assert first is not None and first.sub_question_id == sub.pk

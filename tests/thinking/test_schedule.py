@@ -72,8 +72,13 @@ def test_a_lap_hands_out_each_second_once(frozen: FrozenClock):
 def test_questions_are_due_every_n_thoughts(settings: Any):
     settings.DEEPTHINK_QUESTIONS_EVERY = 5
     s = session(thoughts_at_last_questions=10)
-    assert not loop.questions_due(s, 14)
-    assert loop.questions_due(s, 15)
+    s.thought_count = 14  # as the cycle's store counted them
+    assert not loop.questions_due(s)
+    s.thought_count = 15
+    assert loop.questions_due(s)
+    s.thought_count = None  # a row read any other way has not counted them
+    with pytest.raises(ValueError, match="as the cycle's store returned it"):
+        loop.questions_due(s)
 
 
 def test_a_high_priority_focus_is_researched_a_few_times_per_session(settings: Any):

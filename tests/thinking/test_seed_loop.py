@@ -165,7 +165,7 @@ async def test_a_due_re_ranking_reads_and_enters_its_stage_in_one_hop_and_stores
     finally:
         await llm.close()
 
-    assert hops == ["_opened", "_store"]
+    assert hops == ["open_reranking", "_store"]
     assert len(fake_claude.requests) == 1
     history = await stage_history(session)
     assert [s["message"] for s in history] == [

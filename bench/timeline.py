@@ -35,7 +35,7 @@ TARGETS = (
     ("thinking.broadcast", "publish", "publishing updates (render + group_send)"),
     ("thinking.steps", "begin", "storing steps (transactions)"),
     ("thinking.loop", "store_cycle", "storing steps (transactions)"),
-    ("thinking.steps", "store_questions", "storing steps (transactions)"),
+    ("thinking.loop", "store_asked", "storing steps (transactions)"),
     ("thinking.steps", "store_synthesis", "storing steps (transactions)"),
     ("thinking.steps", "save_plan", "storing steps (transactions)"),
     ("thinking.evidence", "store_sources", "storing steps (transactions)"),

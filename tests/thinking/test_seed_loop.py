@@ -11,7 +11,15 @@ from asgiref.sync import sync_to_async
 
 from research.knowledge import add_item
 from tests.fakes.anthropic_server import Reply
-from tests.helpers import WORKER, claim, prompt_of, run, stage_history
+from tests.helpers import (
+    WORKER,
+    FrozenClock,
+    claim,
+    each_call_takes,
+    prompt_of,
+    run,
+    stage_history,
+)
 from thinking import evidence, loop
 from thinking.events import SessionEvent, publish_nothing
 from thinking.llm import LLM
@@ -30,15 +38,20 @@ async def test_stages_come_from_the_loop_when_the_model_never_reports_progress(
     fake_claude: Any, make_session: Any
 ):
     never_reports_progress(fake_claude)
+    # Each call takes a second of the session's clock: the budget buys the same steps on
+    # any machine (on real time, a fast one filled the history past what it keeps).
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
     session = await sync_to_async(make_session)(
-        plan={}, budget_seconds=2.0, synthesis_interval_seconds=1.0
+        plan={}, budget_seconds=20.0, synthesis_interval_seconds=8.0
     )
 
-    await run(session)
+    await run(session, clock=frozen.clock)
 
     await session.arefresh_from_db()
     history = await stage_history(session)
     kinds = [item["stage"] for item in history]
+    assert len(history) == session.stage_count, "the whole history is kept"
     assert kinds[0] == "planning"
     assert kinds.index("research") < kinds.index("analysis")
     assert {"planning", "research", "analysis", "reflection", "synthesis"} <= set(kinds)

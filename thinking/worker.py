@@ -42,6 +42,11 @@ logger = logging.getLogger(__name__)
 CHANNEL = "thinking"
 
 
+def doorbell(session_id: uuid.UUID) -> StartMessage:
+    """The start message for a session: rung on start, on handover, and passed on."""
+    return {"type": "session.start", "id": str(session_id)}
+
+
 def new_worker_id(prefix: str = "worker") -> str:
     return f"{prefix}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -229,7 +234,7 @@ class ThinkingWorkerConsumer(AsyncConsumer):
             return
         supervisor = get_supervisor()
         if supervisor.closing:  # this process is handing its sessions over: pass it on
-            await self.channel_layer.send(CHANNEL, {"type": "session.start", "id": str(session_id)})
+            await self.channel_layer.send(CHANNEL, doorbell(session_id))
             return
         supervisor.ensure_background()
         await supervisor.start(session_id)
@@ -294,7 +299,7 @@ class ThinkingWorker(Worker):
             # The connections the cancelled pops used are dropped; so are the rest.
             await layer.close_pools()
         for session_id in stopped:
-            await layer.send(CHANNEL, {"type": "session.start", "id": str(session_id)})
+            await layer.send(CHANNEL, doorbell(session_id))
         if self.chain_signal:
             logger.info(
                 "Worker %s: sessions handed over, stopping the server", supervisor.worker_id
@@ -315,9 +320,7 @@ def request_start(session_id: uuid.UUID) -> None:
     from asgiref.sync import async_to_sync
 
     try:
-        async_to_sync(get_channel_layer().send)(
-            CHANNEL, {"type": "session.start", "id": str(session_id)}
-        )
+        async_to_sync(get_channel_layer().send)(CHANNEL, doorbell(session_id))
     except Exception:
         logger.warning("Could not send the start message for %s; the sweeper will", session_id)
 

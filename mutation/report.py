@@ -113,10 +113,27 @@ def _describe(module: str, name: str, mutants_dir: Path) -> Survivor:
     source = (ROOT / module).read_text()
     start, end = _function_span(source, function.rpartition(".")[-1], cls)
     lines = source.splitlines()
-    line = next(
-        (n for n in range(start, end + 1) if before and lines[n - 1].strip() == before), start
-    )
+    line = _changed_line(diff, lines, start, end)
+    if line is None:
+        line = next(
+            (n for n in range(start, end + 1) if before and lines[n - 1].strip() == before), start
+        )
     return Survivor(name=name, line=line, before=before, after=after)
+
+
+def _changed_line(diff: str, lines: list[str], start: int, end: int) -> int | None:
+    """The file line of a mutant's first removed line, found by the whole hunk (its context
+    and removed lines in order), so a line whose text occurs twice in a function (the same
+    call in two places) is told apart by its neighbours."""
+    body = [t for t in diff.splitlines() if t[:1] in (" ", "-") and not t.startswith("---")]
+    old = [t[1:].strip() for t in body]
+    first = next((i for i, t in enumerate(body) if t.startswith("-")), None)
+    if first is None:
+        return None
+    for top in range(start, end - len(old) + 2):
+        if [t.strip() for t in lines[top - 1 : top - 1 + len(old)]] == old:
+            return top + first
+    return None
 
 
 def summarise(module: str, mutants_dir: Path, *, only: str = "") -> Row:

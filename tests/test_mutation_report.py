@@ -126,3 +126,27 @@ def test_a_module_given_more_test_files_keeps_its_verdicts(tmp_path, monkeypatch
     (mutants / "mutmut-stats.json").write_text("{}")
     run.widen_tests(module, ("tests/b.py",))  # a file taken away: left to mutmut's reset
     assert (mutants / "mutmut-stats.json").exists()
+
+
+def test_a_survivor_is_placed_on_its_own_line_when_the_same_text_occurs_twice():
+    # The periodic synthesis's check and the final answer's are the same call; a survivor
+    # list that named the first for a mutant of the second sent readers to the wrong code.
+    lines = [
+        "def deliberate():",
+        "    while True:",
+        "        check(worker_id=run.worker_id)",
+        "    final = answer()",
+        "    check(worker_id=run.worker_id)",
+        "    return final",
+    ]
+    diff = (
+        "--- m.py\n+++ m.py\n@@ -4,3 +4,3 @@\n"
+        "     final = answer()\n"
+        "-    check(worker_id=run.worker_id)\n"
+        "+    check(worker_id=None)\n"
+        "     return final\n"
+    )
+    assert report._changed_line(diff, lines, 1, len(lines)) == 5
+    assert report._change(diff) == ("check(worker_id=run.worker_id)", "check(worker_id=None)")
+    # A hunk that no longer matches the code (it changed since) gives no line.
+    assert report._changed_line(diff.replace("answer()", "other()"), lines, 1, 6) is None

@@ -23,7 +23,15 @@ from tests.helpers import (
 )
 from thinking.events import SessionEvent
 from thinking.llm import LLM
-from thinking.models import CompletionReason, Status, SubQuestion, ThinkingSession
+from thinking.models import (
+    CitationCheck,
+    CompletionReason,
+    Source,
+    Status,
+    SubQuestion,
+    Synthesis,
+    ThinkingSession,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -416,6 +424,42 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(
     assert not await session.thoughts.aexists()
     await session.arefresh_from_db()
     assert session.status == Status.THINKING and session.worker_id == "someone-else"
+
+
+async def test_a_worker_that_lost_its_lease_while_checking_a_synthesis_stores_no_verdicts(
+    fake_claude: Any, make_session: Any
+):
+    # A session with sources goes straight to thinking; its first synthesis cites them, and
+    # another worker takes the session while the checker is being asked about that synthesis.
+    def planned() -> ThinkingSession:
+        session = make_session(budget_seconds=30, synthesis_interval_seconds=2)
+        Source.objects.create(
+            session=session, number=1, kind="web", title="Reef", snippet="Coral bleaches.", key="r"
+        )
+        return session
+
+    session = await sync_to_async(planned)()
+    checks: list[dict] = []
+
+    def taken_while_checked(body: dict) -> Reply:
+        reply = fake_claude.scripted_mind(body)
+        if "VERDICT:" in reply.text:
+            checks.append(body)
+            take_over(session.pk)
+        return reply
+
+    fake_claude.responder = taken_while_checked
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
+    status = await run(session, clock=frozen.clock)
+
+    assert status is None
+    assert len(checks) == 1, "the worker stopped at the check that found the lease gone"
+    synthesis = await Synthesis.objects.aget(session=session)
+    assert not synthesis.is_final
+    assert not await CitationCheck.objects.filter(synthesis__session=session).aexists()
+    await session.arefresh_from_db()
+    assert session.worker_id == "another-worker"
 
 
 async def test_a_session_taken_over_before_it_plans_stops_without_a_call_or_a_write(

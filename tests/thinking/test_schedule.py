@@ -77,7 +77,9 @@ def test_questions_are_due_every_n_thoughts(settings: Any):
     s.thought_count = 15
     assert loop.questions_due(s)
     s.thought_count = None  # a row read any other way has not counted them
-    with pytest.raises(ValueError, match="as the cycle's store returned it"):
+    with pytest.raises(
+        ValueError, match=r"^questions_due needs the session as the cycle's store returned it$"
+    ):
         loop.questions_due(s)
 
 

@@ -1038,7 +1038,7 @@ async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float]:
     """Check a synthesis with `count` cited sentences (over the session's own sources)."""
     from thinking import citations
     from thinking.llm import LLM
-    from thinking.models import Source, Synthesis
+    from thinking.models import Source, Synthesis, ThinkingSession
 
     def make() -> Any:
         numbers = list(
@@ -1055,16 +1055,23 @@ async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float]:
         )  # fmt: skip
 
     synthesis = await sync_to_async(make)()
+    session = await ThinkingSession.objects.aget(pk=session_id)
     llm = LLM.from_settings()
+
+    async def unseen(event: Any) -> None:  # nobody watches this session
+        return None
+
     try:
         began = time.monotonic()
         # The session has completed (no lease to hold): the check writes as for a final answer.
-        run = await citations.check_synthesis(synthesis.pk, llm=llm, worker_id="bench")
+        await citations.check_synthesis_citations(
+            session, synthesis, llm, unseen, worker_id="bench"
+        )
         seconds = time.monotonic() - began
     finally:
         await llm.close()
     claims = await sync_to_async(synthesis.citation_checks.count)()
-    if run is None or claims != count:
+    if claims != count:
         raise RuntimeError(f"expected {count} checked claims, got {claims}")
     return claims, seconds
 

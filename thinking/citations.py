@@ -285,12 +285,29 @@ async def judge(
     return run
 
 
-def _load(synthesis_id: int) -> tuple[list[Claim], dict[int, tuple[str, str]]]:
-    from .models import Synthesis
+@dataclass(frozen=True)
+class Loaded:
+    """What a check needs of a stored synthesis, read in one hop."""
 
-    synthesis = Synthesis.objects.get(pk=synthesis_id)
-    sources = {s.number: (s.title, s.snippet) for s in synthesis.session.sources.all()}
-    return claims_in(synthesis.text, sources), sources
+    synthesis_id: int
+    sequence: int
+    session_id: uuid.UUID
+    model: str  # the session's model: the checker is a faster one beside it
+    claims: list[Claim]
+    passages: dict[int, tuple[str, str]]  # source number -> (title, snippet)
+
+
+def _load(**lookup: object) -> Loaded:
+    """The synthesis (by `pk`, or by `session_id` and `sequence`), its session's model and
+    the session's sources: one hop, where the check used to make three."""
+    from .models import Source, Synthesis
+
+    synthesis_id, sequence, session_id, text, model = Synthesis.objects.values_list(
+        "pk", "sequence", "session_id", "text", "session__model_id"
+    ).get(**lookup)
+    rows = Source.objects.filter(session_id=session_id).values_list("number", "title", "snippet")
+    passages = {number: (title, snippet) for number, title, snippet in rows}
+    return Loaded(synthesis_id, sequence, session_id, model, claims_in(text, passages), passages)
 
 
 def _store(
@@ -331,24 +348,18 @@ def _store(
     return step.session
 
 
-async def check_synthesis(
-    synthesis_id: int, *, llm: LLM, worker_id: str
+async def _check(
+    loaded: Loaded, *, llm: LLM, worker_id: str
 ) -> tuple[CheckRun, ThinkingSession] | None:
     """Check one stored synthesis's citations and store the verdicts; None if nothing to
     check, else the run and the session re-read (its usage now includes the check)."""
-    from .models import Synthesis
-
-    claims, passages = await db_hop(_load)(synthesis_id)
-    if not claims:
+    if not loaded.claims:
         return None
-    session_id, model = await db_hop(
-        lambda: Synthesis.objects.values_list("session_id", "session__model_id").get(
-            pk=synthesis_id
-        )
-    )()
     limit = settings.DEEPTHINK_CHECK_MAX_CLAIMS
-    run = await judge(claims[:limit], passages, llm=llm, main_model=model)
-    session = await db_hop(_store)(session_id, synthesis_id, claims, run, worker_id)
+    run = await judge(loaded.claims[:limit], loaded.passages, llm=llm, main_model=loaded.model)
+    session = await db_hop(_store)(
+        loaded.session_id, loaded.synthesis_id, loaded.claims, run, worker_id
+    )
     return run, session
 
 
@@ -367,15 +378,13 @@ async def check_synthesis_citations(
 
     if not settings.DEEPTHINK_CITATION_CHECK or synthesis is None:
         return session
+    if isinstance(synthesis, Synthesis):
+        lookup: dict[str, object] = {"pk": synthesis.pk}
+    else:
+        lookup = {"session_id": session.pk, "sequence": synthesis}
     try:
-        if isinstance(synthesis, Synthesis):
-            row = synthesis
-        else:
-            sequence = synthesis
-            row = await db_hop(
-                lambda: Synthesis.objects.get(session_id=session.pk, sequence=sequence)
-            )()
-        checked = await check_synthesis(row.pk, llm=llm, worker_id=worker_id)
+        loaded = await db_hop(_load)(**lookup)
+        checked = await _check(loaded, llm=llm, worker_id=worker_id)
     except (LeaseLost, Stopped):
         raise
     except Exception:
@@ -383,7 +392,7 @@ async def check_synthesis_citations(
         return session
     if checked is None:
         return session
-    await publish_safely(publish, SessionEvent(session.pk, checked=row.sequence))
+    await publish_safely(publish, SessionEvent(session.pk, checked=loaded.sequence))
     return checked[1]
 
 

@@ -545,3 +545,52 @@ async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(
     assert first is not None and first.sub_question_id == sub.pk
     prompt = prompt_of(fake_claude.requests[0])
     assert "Is it layered?" in prompt
+
+
+async def test_a_synthesis_is_checked_with_one_hop_before_the_check_and_one_after(
+    fake_claude: Any, make_session: Any, monkeypatch: Any
+):
+    """Issue 17: the check reads the synthesis, its session's model and the sources in one
+    hop (it made three), asks the checker, and stores the verdicts in one more."""
+    from asgiref.sync import SyncToAsync
+
+    def planned() -> ThinkingSession:
+        session = make_session(budget_seconds=30, synthesis_interval_seconds=2)
+        Source.objects.create(
+            session=session, number=1, kind="web", title="Reef", snippet="Coral bleaches.", key="r"
+        )
+        return session
+
+    session = await sync_to_async(planned)()
+    order: list[str] = []
+    hop = SyncToAsync.__call__
+
+    async def hop_seen(self: Any, *args: Any, **kwargs: Any) -> Any:
+        order.append(getattr(self.func, "__name__", "?"))
+        return await hop(self, *args, **kwargs)
+
+    def answered(body: dict) -> Reply:
+        reply = fake_claude.scripted_mind(body)
+        kind = next(
+            (k for m, k in (("VERDICT:", "check"), ("SYNTHESIS:", "synthesis")) if m in reply.text),
+            "other",
+        )
+        order.append(f"call:{kind}")
+        return reply
+
+    monkeypatch.setattr(SyncToAsync, "__call__", hop_seen)
+    fake_claude.responder = answered
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
+
+    assert await run(session, clock=frozen.clock) == Status.COMPLETED
+
+    checks = [i for i, name in enumerate(order) if name == "call:check"]
+    assert len(checks) >= 2, order  # a periodic synthesis's and the answer's
+    for at in checks:
+        # The call before the check wrote the synthesis (or the final answer).
+        written = max(i for i in range(at) if order[i].startswith("call:"))
+        assert order[written + 1 : at] == ["_store_synthesis", "_load"], order[written:at]
+        assert order[at + 1] == "_store"
+    verdicts = await CitationCheck.objects.filter(synthesis__session=session).acount()
+    assert verdicts >= len(checks)

@@ -36,7 +36,7 @@ TARGETS = (
     ("thinking.steps", "begin", "storing steps (transactions)"),
     ("thinking.loop", "store_cycle", "storing steps (transactions)"),
     ("thinking.loop", "store_asked", "storing steps (transactions)"),
-    ("thinking.steps", "store_synthesis", "storing steps (transactions)"),
+    ("thinking.loop", "store_written", "storing steps (transactions)"),
     ("thinking.steps", "save_plan", "storing steps (transactions)"),
     ("thinking.evidence", "store_sources", "storing steps (transactions)"),
     ("thinking.tools", "save_progress", "storing steps (transactions)"),

@@ -297,9 +297,10 @@ class Loaded:
     passages: dict[int, tuple[str, str]]  # source number -> (title, snippet)
 
 
-def _load(**lookup: object) -> Loaded:
+def load(**lookup: object) -> Loaded:
     """The synthesis (by `pk`, or by `session_id` and `sequence`), its session's model and
-    the session's sources: one hop, where the check used to make three."""
+    the session's sources, in one read (the loop makes it in the hop that stored the
+    synthesis: `loop.store_written`)."""
     from .models import Source, Synthesis
 
     synthesis_id, sequence, session_id, text, model = Synthesis.objects.values_list(
@@ -370,10 +371,12 @@ async def check_synthesis_citations(
     publish: Publish,
     *,
     worker_id: str,
+    loaded: Loaded | None = None,
 ) -> ThinkingSession:
-    """The loop's hook after a synthesis is stored (`synthesis`: the row, or its sequence).
-    Returns the session re-read (its usage now includes the check). A failed check raises
-    nothing; a lost lease or a cancel (LeaseLost / Stopped) stops the loop as any step does."""
+    """The loop's hook after a synthesis is stored (`synthesis`: the row, or its sequence;
+    `loaded`: what `load` read of it, when the store's hop read it already). Returns the
+    session re-read (its usage now includes the check). A failed check raises nothing; a
+    lost lease or a cancel (LeaseLost / Stopped) stops the loop as any step does."""
     from .models import LeaseLost, Stopped, Synthesis
 
     if not settings.DEEPTHINK_CITATION_CHECK or synthesis is None:
@@ -383,7 +386,8 @@ async def check_synthesis_citations(
     else:
         lookup = {"session_id": session.pk, "sequence": synthesis}
     try:
-        loaded = await db_hop(_load)(**lookup)
+        if loaded is None:
+            loaded = await db_hop(load)(**lookup)
         checked = await _check(loaded, llm=llm, worker_id=worker_id)
     except (LeaseLost, Stopped):
         raise

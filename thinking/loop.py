@@ -341,8 +341,9 @@ async def synthesise(
     run: Run,
     final: bool = False,
     reason: str = CompletionReason.BUDGET,
-) -> tuple[ThinkingSession, SessionEvent]:
-    """A periodic synthesis, or with `final=True` the final answer that completes the session."""
+) -> tuple[ThinkingSession, SessionEvent, citations.Loaded | None]:
+    """A periodic synthesis, or with `final=True` the final answer that completes the session;
+    with what its citation check reads (None when checks are off)."""
 
     if not final:  # the final answer's stages come with its review (thinking.final_review)
         message = "Consolidating the understanding so far"
@@ -366,8 +367,23 @@ async def synthesise(
         run=run,
     )
     parsed = parsing.parse_synthesis(reply.text)
-    return await steps.store_synthesis(
-        session.pk,
+    return await store_written(session.pk, parsed, reply, run=run, final=final, reason=reason)
+
+
+def _store_written(
+    session_id: uuid.UUID,
+    parsed: parsing.ParsedSynthesis,
+    reply: Reply,
+    *,
+    run: Run,
+    final: bool,
+    reason: str,
+) -> tuple[ThinkingSession, SessionEvent, citations.Loaded | None]:
+    """A synthesis (or the final answer) stored (`steps.store_synthesis`), then, in the same
+    hop, what its citation check reads (`citations.load`), when checks are on: the check's
+    read would otherwise be a hop of its own."""
+    session, event = steps._store_synthesis(
+        session_id,
         parsed,
         reply,
         worker_id=run.worker_id,
@@ -375,6 +391,12 @@ async def synthesise(
         final=final,
         reason=reason,
     )
+    if not settings.DEEPTHINK_CITATION_CHECK:
+        return session, event, None
+    return session, event, citations.load(session_id=session_id, sequence=event.synthesis)
+
+
+store_written = db_hop(_store_written)
 
 
 async def plan_research(
@@ -520,16 +542,21 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
         if ending_reason(session):
             break
         if synthesis_due(session):
-            session, event = await synthesise(session=session, run=run)
+            session, event, loaded = await synthesise(session=session, run=run)
             await publish_safely(run.publish, event)
             session = await citations.check_synthesis_citations(
-                session, event.synthesis, run.llm, run.publish, worker_id=run.worker_id
+                session,
+                event.synthesis,
+                run.llm,
+                run.publish,
+                worker_id=run.worker_id,
+                loaded=loaded,
             )
     reason = ending_reason(session)
-    session, event = await synthesise(session=session, run=run, final=True, reason=reason)
+    session, event, loaded = await synthesise(session=session, run=run, final=True, reason=reason)
     await publish_safely(run.publish, event)
     session = await citations.check_synthesis_citations(
-        session, event.synthesis, run.llm, run.publish, worker_id=run.worker_id
+        session, event.synthesis, run.llm, run.publish, worker_id=run.worker_id, loaded=loaded
     )
     return session.status
 

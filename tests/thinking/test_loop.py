@@ -426,19 +426,43 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(
     assert session.status == Status.THINKING and session.worker_id == "someone-else"
 
 
+async def test_a_worker_that_lost_its_lease_while_writing_a_synthesis_stores_nothing(
+    fake_claude: Any, make_session: Any
+):
+    session = await sync_to_async(planned_with_a_source)(make_session)
+
+    def taken_while_written(body: dict) -> Reply:
+        reply = fake_claude.scripted_mind(body)
+        if "SYNTHESIS:" in reply.text:
+            take_over(session.pk)
+        return reply
+
+    fake_claude.responder = taken_while_written
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
+
+    assert await run(session, clock=frozen.clock) is None
+    assert not await Synthesis.objects.filter(session=session).aexists()
+    await session.arefresh_from_db()
+    assert session.worker_id == "another-worker" and session.confidence_evolution == []
+
+
+def planned_with_a_source(make_session: Any) -> ThinkingSession:
+    """A session with a source to cite: it goes straight to thinking, and its syntheses cite
+    the source, so each is checked. A synthesis about every other cycle."""
+    session = make_session(budget_seconds=30, synthesis_interval_seconds=2)
+    Source.objects.create(
+        session=session, number=1, kind="web", title="Reef", snippet="Coral bleaches.", key="r"
+    )
+    return session
+
+
 async def test_a_worker_that_lost_its_lease_while_checking_a_synthesis_stores_no_verdicts(
     fake_claude: Any, make_session: Any
 ):
     # A session with sources goes straight to thinking; its first synthesis cites them, and
     # another worker takes the session while the checker is being asked about that synthesis.
-    def planned() -> ThinkingSession:
-        session = make_session(budget_seconds=30, synthesis_interval_seconds=2)
-        Source.objects.create(
-            session=session, number=1, kind="web", title="Reef", snippet="Coral bleaches.", key="r"
-        )
-        return session
-
-    session = await sync_to_async(planned)()
+    session = await sync_to_async(planned_with_a_source)(make_session)
     checks: list[dict] = []
 
     def taken_while_checked(body: dict) -> Reply:
@@ -547,21 +571,27 @@ async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(
     assert "Is it layered?" in prompt
 
 
-async def test_a_synthesis_is_checked_with_one_hop_before_the_check_and_one_after(
+async def test_a_synthesis_is_stored_and_checked_with_one_hop_before_the_check_and_one_after(
     fake_claude: Any, make_session: Any, monkeypatch: Any
 ):
-    """Issue 17: the check reads the synthesis, its session's model and the sources in one
-    hop (it made three), asks the checker, and stores the verdicts in one more."""
+    """Issue 17: the hop that stores a synthesis also reads what its check needs (the
+    synthesis, its session's model and the sources: three hops of their own before), then
+    the checker is asked, and the verdicts are stored in one more hop."""
     from asgiref.sync import SyncToAsync
 
-    def planned() -> ThinkingSession:
-        session = make_session(budget_seconds=30, synthesis_interval_seconds=2)
-        Source.objects.create(
-            session=session, number=1, kind="web", title="Reef", snippet="Coral bleaches.", key="r"
-        )
-        return session
+    def others() -> None:  # another session's syntheses share this one's sequence numbers
+        other = make_session(question="Another question?")
+        for sequence in range(4):
+            Synthesis.objects.create(
+                session=other,
+                sequence=sequence,
+                text="Elsewhere [1].",
+                confidence=0.5,
+                time_offset_seconds=0,
+            )
 
-    session = await sync_to_async(planned)()
+    await sync_to_async(others)()
+    session = await sync_to_async(planned_with_a_source)(make_session)
     order: list[str] = []
     hop = SyncToAsync.__call__
 
@@ -590,7 +620,17 @@ async def test_a_synthesis_is_checked_with_one_hop_before_the_check_and_one_afte
     for at in checks:
         # The call before the check wrote the synthesis (or the final answer).
         written = max(i for i in range(at) if order[i].startswith("call:"))
-        assert order[written + 1 : at] == ["_store_synthesis", "_load"], order[written:at]
+        assert order[written + 1 : at] == ["_store_written"], order[written:at]
         assert order[at + 1] == "_store"
     verdicts = await CitationCheck.objects.filter(synthesis__session=session).acount()
     assert verdicts >= len(checks)
+    # Each check read its own session's synthesis, not another's with the same number.
+    assert await CitationCheck.objects.acount() == verdicts
+    # Every call up to the final answer took a second of active time, the answer's own
+    # included (its store ends the clock); the answer's check comes after.
+    calls = [i for i, name in enumerate(order) if name.startswith("call:")]
+    answer = max(i for i in calls if i < checks[-1] and order[i] != "call:check")
+    await session.arefresh_from_db()
+    assert session.active_seconds == sum(
+        1 for name in order[: answer + 1] if name.startswith("call:")
+    )

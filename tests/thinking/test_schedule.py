@@ -134,7 +134,7 @@ async def test_a_synthesis_step_counts_exactly_the_time_the_call_took(
 
     fake_claude.responder = seven_seconds
     try:
-        s, event = await loop.synthesise(session=s, run=run)
+        s, event, _ = await loop.synthesise(session=s, run=run)
     finally:
         await run.llm.close()
 

@@ -350,6 +350,9 @@ async def _run_supervised(
         publish=publish or broadcast.publish,
         sweeping=False,
     )
+    # A worker builds its model and web clients once in its life, not once a session (as
+    # this harness's supervisor per run would): built before any session's clock starts.
+    supervisor.open_clients()
     beat = asyncio.create_task(supervisor.run_forever())
 
     def finisher(run: SessionRun) -> Any:

@@ -45,6 +45,8 @@ TARGETS = (
     # open_cycle also the status and focus, open_analysis alone after the focus's research.
     ("thinking.loop", "open_cycle", "reading state"),
     ("thinking.loop", "open_analysis", "reading state"),
+    # A synthesis's stage (the final answer's two) and its prompt's reads.
+    ("thinking.loop", "open_written", "reading state"),
     ("research.web", "cached_results", "reading state"),
     ("channels.db", "DatabaseSyncToAsync.__call__", "other database hops"),
 )

@@ -267,6 +267,10 @@ class _SharedExa(AsyncExa):
             raise RuntimeError("A shared web-search client belongs to one event loop")
         return self._client
 
+    def open(self) -> httpx.AsyncClient:
+        """The HTTP client, built now if it was not (on the running event loop)."""
+        return self.client
+
 
 class SharedWebClient:
     """One Exa client, and so one connection pool, for all the sessions of a worker.
@@ -289,13 +293,25 @@ class SharedWebClient:
         key = (settings_["api_key"], settings_["base_url"], settings_["timeout"])
         if not key[0]:
             raise ResearchError(NOT_CONFIGURED, kind="not_configured")
+        return WebSearch(**settings_, exa=self._shared(key))
+
+    def _shared(self, key: tuple[str, str, float]) -> _SharedExa:
         with self._lock:
             exa = self._clients.get(key)
             if exa is None:
                 exa = self._clients[key] = _SharedExa(
                     api_key=key[0], api_base=_api_base(key[1]), timeout=key[2]
                 )
-        return WebSearch(**settings_, exa=exa)
+        return exa
+
+    def open(self) -> None:
+        """Build the client for the current settings and its HTTP pool now, on the running
+        event loop (which it then belongs to), instead of on the first search; nothing
+        without an Exa key."""
+        settings_ = WebSearch.settings_kwargs()
+        if settings_["api_key"]:
+            key = (settings_["api_key"], settings_["base_url"], settings_["timeout"])
+            self._shared(key).open()
 
     async def aclose(self) -> None:
         """Close the pool(s); a later `web_search()` builds a new one."""

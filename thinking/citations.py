@@ -381,12 +381,12 @@ async def check_synthesis_citations(
 
     if not settings.DEEPTHINK_CITATION_CHECK or synthesis is None:
         return session
-    if isinstance(synthesis, Synthesis):
-        lookup: dict[str, object] = {"pk": synthesis.pk}
-    else:
-        lookup = {"session_id": session.pk, "sequence": synthesis}
     try:
         if loaded is None:
+            if isinstance(synthesis, Synthesis):
+                lookup: dict[str, object] = {"pk": synthesis.pk}
+            else:
+                lookup = {"session_id": session.pk, "sequence": synthesis}
             loaded = await db_hop(load)(**lookup)
         checked = await _check(loaded, llm=llm, worker_id=worker_id)
     except (LeaseLost, Stopped):

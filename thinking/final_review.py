@@ -20,16 +20,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
 from django.conf import settings
 
-from config.hops import db_hop
-
 from . import parsing, prompts, stages, transcript
-from .events import Publish
 from .models import ThinkingSession
 from .prompts import Prompt
+from .state import StageEntry
 
 CHARS_PER_TOKEN = 4
 MIN_SYNTHESIS_CHARS = 300  # each synthesis keeps at least this much, however tight the budget
@@ -175,7 +172,11 @@ def _thought_line(t: ThoughtItem) -> str:
     return f"- #{t.sequence} [{t.type}, {t.confidence:.2f}] {_clip(t.text, 1200)}"
 
 
-def gather(session: ThinkingSession) -> dict:
+# What `gather` reads: "syntheses", "thoughts" and "sub_questions", each a list of items.
+Material = dict[str, list]
+
+
+def gather(session: ThinkingSession) -> Material:
     """Every synthesis, thought and sub-question of the session, as plain items. Read as
     tuples, not model instances: a long session's review reads thousands of thoughts once,
     and instances held its memory peak up (bench/README, "Memory over a long session")."""
@@ -201,18 +202,20 @@ def gather(session: ThinkingSession) -> dict:
     }
 
 
-async def final_prompt(
-    session: ThinkingSession,
-    *,
-    worker_id: str,
-    publish: Publish,
-    log: Sequence[str],
-) -> Prompt:
-    """The final prompt for `session`, after its cached `log`; the review shows as a
-    `reflection` stage."""
-    material = await db_hop(gather)(session)
+def reviewing(material: Material) -> StageEntry:
+    """The review's stage entry: what it reads."""
+    message = (
+        f"Reviewing the whole session: {len(material['syntheses'])} syntheses, "
+        f"{len(material['thoughts'])} thoughts, {len(material['sub_questions'])} sub-questions"
+    )
+    return stages.entry("reflection", message)
+
+
+def final_prompt(session: ThinkingSession, *, log: Sequence[str], material: Material) -> Prompt:
+    """The final prompt for `session`: its cached `log`, then the review of `material`
+    (`gather`)."""
     cycles = [t.cycle for t in material["thoughts"]]
-    prompt = review_prompt(
+    return review_prompt(
         question=session.question,
         budget_tokens=settings.DEEPTHINK_FINAL_PROMPT_TOKENS,
         log=log,
@@ -220,11 +223,3 @@ async def final_prompt(
         background=session.parent_context,
         **material,
     )
-    message = (
-        f"Reviewing the whole session: {len(material['syntheses'])} syntheses, "
-        f"{len(material['thoughts'])} thoughts, {len(material['sub_questions'])} sub-questions"
-    )
-    enter = partial(stages.enter, worker_id=worker_id, publish=publish)
-    await enter(session.pk, "reflection", message)
-    await enter(session.pk, "synthesis", "Writing the final answer")
-    return prompt

@@ -344,17 +344,11 @@ async def synthesise(
 ) -> tuple[ThinkingSession, SessionEvent, citations.Loaded | None]:
     """A periodic synthesis, or with `final=True` the final answer that completes the session;
     with what its citation check reads (None when checks are off)."""
-
-    if not final:  # the final answer's stages come with its review (thinking.final_review)
-        message = "Consolidating the understanding so far"
-        await stages.enter(
-            session.pk, "synthesis", message, worker_id=run.worker_id, publish=run.publish
-        )
-    log = await db_hop(run.log.read)(session)
-    if final:  # the final answer reviews the whole session, after the cached log
-        prompt = await final_review.final_prompt(
-            session, log=log, worker_id=run.worker_id, publish=run.publish
-        )
+    entered, log, material = await open_written(session, run=run, final=final)
+    if entered:
+        await stages.show(session.pk, run.publish)
+    if material is not None:  # the final answer reviews the whole session, after the log
+        prompt = final_review.final_prompt(session, log=log, material=material)
     else:
         prompt = prompts.synthesis_prompt(
             question=session.question, log=log, background=session.parent_context
@@ -368,6 +362,26 @@ async def synthesise(
     )
     parsed = parsing.parse_synthesis(reply.text)
     return await store_written(session.pk, parsed, reply, run=run, final=final, reason=reason)
+
+
+def _open_written(
+    session: ThinkingSession, *, run: Run, final: bool
+) -> tuple[bool, tuple[str, ...], final_review.Material | None]:
+    """A synthesis's stage and its prompt's reads, in one hop: whether the stage was stored
+    and the session log; for the final answer, its review's material first
+    (`final_review.gather`) and the review's stage entered with the answer's."""
+    if not final:
+        entry = stages.entry("synthesis", "Consolidating the understanding so far")
+        entered = stages.record_sync(session.pk, entry, worker_id=run.worker_id)
+        return entered, run.log.read(session), None
+    material = final_review.gather(session)
+    answering = stages.entry("synthesis", "Writing the final answer")
+    entries = (final_review.reviewing(material), answering)
+    entered = stages.record_sync(session.pk, *entries, worker_id=run.worker_id)
+    return entered, run.log.read(session), material
+
+
+open_written = db_hop(_open_written)
 
 
 def _store_written(
@@ -433,6 +447,9 @@ async def plan_research(
         plan = planner.heuristic_plan(
             subject, reason=f"Planning with the model failed ({error}); a simple plan was used."
         )
+    # The research stage is entered with the plan, in its store's transaction; showing it
+    # publishes the plan region, the new plan in it.
+    message = stages.research_message(plan, web=run.research.web is not None)
     session = await steps.save_plan(
         session.pk,
         plan,
@@ -440,12 +457,9 @@ async def plan_research(
         worker_id=run.worker_id,
         meter=run.meter,
         focus_id=focus.sub_question_id if focus else None,
+        entering=stages.entry("research", message),
     )
-    # Entering the research stage publishes the plan region, the new plan in it.
-    message = stages.research_message(plan, web=run.research.web is not None)
-    await stages.enter(
-        session.pk, "research", message, worker_id=run.worker_id, publish=run.publish
-    )
+    await stages.show(session.pk, run.publish)
 
     async def show(sources: list) -> None:
         await publish_safely(run.publish, SessionEvent(session.pk, sources=True))

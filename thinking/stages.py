@@ -92,21 +92,28 @@ def entry(
     return item
 
 
-def record(session: ThinkingSession, item: StageEntry) -> dict[str, Any]:
-    """Record `item` on a locked session row: its history row (the oldest past MAX_STAGES
-    deleted), and the field changes for the row: the count, the current progress line and,
-    for a step the model reported, the plan checklist."""
-    sequence = session.stage_count + 1
-    insert_rows(Stage, [{"session_id": session.pk, "sequence": sequence, "entry": item}])
-    if sequence > MAX_STAGES and sequence % PRUNE_EVERY == 0:
-        kept_from = sequence - MAX_STAGES + 1
+def record(session: ThinkingSession, *items: StageEntry) -> dict[str, Any]:
+    """Record `items` (one entry, or a few the loop enters at once) on a locked session
+    row: their history rows (the oldest past MAX_STAGES deleted), and the field changes for
+    the row: the count, the current progress line (the last item) and, for a step the model
+    reported, the plan checklist."""
+    first = session.stage_count + 1
+    last = first + len(items) - 1
+    rows = [
+        {"session_id": session.pk, "sequence": first + n, "entry": item}
+        for n, item in enumerate(items)
+    ]
+    insert_rows(Stage, rows)
+    # Pruned whenever the count passes a multiple of PRUNE_EVERY.
+    if last > MAX_STAGES and last // PRUNE_EVERY != (first - 1) // PRUNE_EVERY:
+        kept_from = last - MAX_STAGES + 1
         Stage.objects.filter(session_id=session.pk, sequence__lt=kept_from).delete()
-    changes: dict[str, Any] = {"stage_count": F("stage_count") + 1, "progress": item}
+    changes: dict[str, Any] = {"stage_count": F("stage_count") + len(items), "progress": items[-1]}
     steps = session.plan.get("steps") if isinstance(session.plan, dict) else None
-    plan_step = item.get("plan_step")
-    if plan_step and steps:
+    reported = [item["plan_step"] for item in items if item.get("plan_step")]
+    if reported and steps:
         # The checklist moves only on a step somebody reported, never on elapsed time.
-        current = min(len(steps) - 1, plan_step - 1)
+        current = min(len(steps) - 1, reported[-1] - 1)
         changes["plan"] = {**session.plan, "current": current, "step_reported": True}
     return changes
 
@@ -115,15 +122,15 @@ class _Finished(Exception):
     """The session already ended: its stage history is closed (rolls the step back)."""
 
 
-def record_sync(session_id: uuid.UUID, item: StageEntry, *, worker_id: str | None = None) -> bool:
-    """Store `item` through the session's step. With `worker_id`, only while that worker
-    holds the lease (LeaseLost otherwise; Stopped once cancelled, as every writer). Never on
-    a finished session: False then, True if stored."""
+def record_sync(session_id: uuid.UUID, *items: StageEntry, worker_id: str | None = None) -> bool:
+    """Store `items` through the session's step, in one transaction. With `worker_id`, only
+    while that worker holds the lease (LeaseLost otherwise; Stopped once cancelled, as every
+    writer). Never on a finished session: False then, True if stored."""
     try:
         with ThinkingSession.step(session_id, worker_id=worker_id) as step:
             if step.session.is_finished:
                 raise _Finished
-            step.update(**record(step.session, item))
+            step.update(**record(step.session, *items))
     except _Finished:
         return False
     return True

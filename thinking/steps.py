@@ -19,7 +19,7 @@ from config.hops import db_hop
 from research import knowledge
 from research.models import KnowledgeSource
 
-from . import citations, evidence, notify, parsing, signals
+from . import citations, evidence, notify, parsing, signals, stages
 from .events import SessionEvent
 from .llm import Reply, Usage
 from .models import (
@@ -41,6 +41,7 @@ from .run import Meter
 
 if TYPE_CHECKING:
     from . import planner
+    from .state import StageEntry
 
 MAX_ANSWER_CHARS = 500
 
@@ -397,9 +398,14 @@ def _save_plan(
     worker_id: str,
     meter: Meter,
     focus_id: int | None = None,
+    entering: StageEntry | None = None,
 ) -> ThinkingSession:
+    """The plan stored (a sub-question's plan only marks it researched) with its call and,
+    in the same transaction, `entering`: the stage the loop enters next (its research)."""
     with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
         session = step.session
+        if entering is not None:
+            step.update(**stages.record(session, entering))
         if focus_id is None:
             step.update(plan=plan.to_json())
         else:

@@ -501,6 +501,29 @@ async def test_a_session_taken_over_before_it_plans_stops_without_a_call_or_a_wr
     assert await stage_history(session) == [] and session.worker_id == "another-worker"
 
 
+def hops_and_calls(monkeypatch: Any) -> list[str]:
+    """The loop's database hops (by function name) and model calls ("ask:<purpose>"), in
+    the order they start."""
+    from asgiref.sync import SyncToAsync
+
+    from thinking import loop
+
+    order: list[str] = []
+    hop, ask = SyncToAsync.__call__, loop.ask
+
+    async def hop_seen(self: Any, *args: Any, **kwargs: Any) -> Any:
+        order.append(getattr(self.func, "__name__", "?"))
+        return await hop(self, *args, **kwargs)
+
+    async def ask_seen(**kwargs: Any) -> Any:
+        order.append(f"ask:{kwargs['purpose']}")
+        return await ask(**kwargs)
+
+    monkeypatch.setattr(SyncToAsync, "__call__", hop_seen)
+    monkeypatch.setattr(loop, "ask", ask_seen)
+    return order
+
+
 @pytest.mark.parametrize(
     ("questions_every", "rerank_every", "after_thoughts"),
     [
@@ -523,25 +546,9 @@ async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(
     more (the session log when sub-questions are due, else a re-ranking's reads: whether
     one is due, and its material); sub-questions and a re-ranking likewise. Each hop is a
     thread hand-off on the path between two model calls."""
-    from asgiref.sync import SyncToAsync
-
-    from thinking import loop
-
     settings.DEEPTHINK_QUESTIONS_EVERY = questions_every
     settings.DEEPTHINK_RERANK_EVERY = rerank_every
-    order: list[str] = []
-    hop, ask = SyncToAsync.__call__, loop.ask
-
-    async def hop_seen(self: Any, *args: Any, **kwargs: Any) -> Any:
-        order.append(getattr(self.func, "__name__", "?"))
-        return await hop(self, *args, **kwargs)
-
-    async def ask_seen(**kwargs: Any) -> Any:
-        order.append(f"ask:{kwargs['purpose']}")
-        return await ask(**kwargs)
-
-    monkeypatch.setattr(SyncToAsync, "__call__", hop_seen)
-    monkeypatch.setattr(loop, "ask", ask_seen)
+    order = hops_and_calls(monkeypatch)
     session = await sync_to_async(make_session)(
         budget_seconds=1.0, synthesis_interval_seconds=60, research_enabled=False
     )
@@ -569,6 +576,60 @@ async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(
     assert first is not None and first.sub_question_id == sub.pk
     prompt = prompt_of(fake_claude.requests[0])
     assert "Is it layered?" in prompt
+
+
+async def test_a_plan_is_stored_with_its_research_stage_and_a_synthesis_opened_in_one_hop(
+    fake_claude: Any, make_session: Any, monkeypatch: Any, settings: Any
+):
+    """Issue 17: the plan's store enters the research stage in the same transaction (a hop
+    of its own before), and a synthesis's stage (the final answer's two, after its review's
+    material) and its prompt's reads are one hop between the step before and its call (the
+    stage, the log and the review: up to four hops before)."""
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000
+    settings.DEEPTHINK_RERANK_EVERY = 1000
+    settings.DEEPTHINK_CITATION_CHECK = False
+    order = hops_and_calls(monkeypatch)
+    session = await sync_to_async(make_session)(
+        plan={}, budget_seconds=8, synthesis_interval_seconds=3
+    )
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
+
+    assert await run(session, clock=frozen.clock) == Status.COMPLETED
+
+    planned = order.index("ask:plan")
+    assert order[planned + 1] == "_save_plan"
+    thinking = order.index("ask:thoughts")
+    assert "record_sync" not in order[planned:thinking], order[planned:thinking]
+    written = [i for i, name in enumerate(order) if name in ("ask:synthesis", "ask:final")]
+    assert len(written) >= 2 and order[written[-1]] == "ask:final", order
+    for at in written:
+        before = max(i for i in range(at) if order[i].startswith("ask:"))
+        # The step before stored, the next cycle's first hop maybe (it decided to end), then
+        # the synthesis's one.
+        assert order[before + 1] in ("_store_cycle", "_store_written"), order[before:at]
+        assert order[before + 2 : at] in (["_open_written"], ["_open_cycle", "_open_written"])
+    history = [(s["stage"], s["message"]) for s in await stage_history(session)]
+    assert history[:2] == [
+        ("planning", "Planning the research: steps, key terms and queries"),
+        ("research", "Searching: 1 knowledge-base query"),
+    ]
+    await session.arefresh_from_db()  # the plan stored with its stage is the one it counted
+    assert session.plan["steps"] and len(session.plan["memory_queries"]) == 1
+    syntheses = await session.syntheses.acount()
+    thoughts = await session.thoughts.exclude(type="scratchpad").acount()
+    assert history[-2:] == [
+        (
+            "reflection",
+            f"Reviewing the whole session: {syntheses - 1} syntheses, {thoughts} thoughts, "
+            "0 sub-questions",
+        ),
+        ("synthesis", "Writing the final answer"),
+    ]
+    consolidating = [m for stage, m in history if stage == "synthesis"]
+    assert consolidating == ["Consolidating the understanding so far"] * (syntheses - 1) + [
+        "Writing the final answer"
+    ]
 
 
 async def test_a_synthesis_is_stored_and_checked_with_one_hop_before_the_check_and_one_after(

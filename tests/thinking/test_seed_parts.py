@@ -391,6 +391,27 @@ def test_the_stage_history_keeps_its_newest_entries_a_row_each(
     assert not Stage.objects.filter(session=session, entry__message="Too late").exists()
 
 
+def test_stages_entered_together_are_numbered_in_order_and_pruned_on_the_same_schedule(
+    make_session: Any, monkeypatch: Any
+):
+    """The loop enters a few stages in one transaction (the final answer's review and its
+    answer): each is a row in order, the last is the progress line, and the oldest rows go
+    whenever the count passes a multiple of PRUNE_EVERY, as they do one entry at a time."""
+    monkeypatch.setattr(stages, "MAX_STAGES", 22)
+    monkeypatch.setattr(stages, "PRUNE_EVERY", 4)
+    session = make_session(status=Status.THINKING)
+    for batch in range(10):  # 30 entries, three at a time
+        entries = [stages.entry("analysis", f"Entry {3 * batch + n}") for n in (1, 2, 3)]
+        assert stages.record_sync(session.pk, *entries)
+    session.refresh_from_db()
+    assert session.stage_count == 30 and session.progress["message"] == "Entry 30"
+    # The batch that passed 28 pruned to the newest 22 (its count is no multiple of 4).
+    rows = Stage.objects.filter(session=session).order_by("sequence")
+    assert [(r.sequence, r.entry["message"]) for r in rows] == [
+        (n, f"Entry {n}") for n in range(9, 31)
+    ]
+
+
 def test_each_page_draws_its_own_sessions_stage_lines_escaped(
     client: Client, alice: Any, make_session: Any
 ):

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from tests.helpers import prompt_of
 from thinking.models import Status, ThinkingSession
-from thinking.worker import CHANNEL, Supervisor, ThinkingWorker
+from thinking.worker import CHANNEL, Supervisor, ThinkingWorker, get_supervisor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,6 +112,8 @@ async def test_heartbeats_renew_the_leases_of_running_sessions(fake_claude: Any,
 async def test_a_missing_provider_fails_the_session_in_words(make_session: Any):
     session = await new_session(make_session)
     supervisor = Supervisor(worker_id="w6", publish=_ignore)
+    supervisor.open_clients()  # nothing to build, and no error: the session reports it
+    assert supervisor.model_client._clients == {} and supervisor.web_client._clients == {}
 
     assert await supervisor.start(session.pk)
     await supervisor.wait_idle()
@@ -233,3 +235,31 @@ async def test_a_workers_sessions_share_its_connections_which_it_closes_when_it_
     await supervisor.shutdown()
     assert await _wait_until(lambda: fake_claude.open_connections == 0)
     assert await _wait_until(lambda: fake_exa.open_connections == 0)
+
+
+async def test_a_worker_builds_its_clients_before_its_first_session_which_uses_them(
+    fake_claude: Any, fake_exa: Any, make_session: Any
+):
+    """Building the model client and the web client's pool costs ~30 ms of CPU each, once
+    in a worker's life: a worker builds them as it starts (the supervisor of its event
+    loop), not in its first session's time, and its sessions' calls and searches go through
+    those same clients."""
+    session = await new_session(make_session, plan={})
+    supervisor = get_supervisor()
+    try:
+        (model,) = supervisor.model_client._clients.values()
+        (web,) = supervisor.web_client._clients.values()
+        http = web._client
+        assert http is not None, "the web client's pool is built before any search"
+        assert get_supervisor() is supervisor
+
+        assert await supervisor.start(session.pk)
+        await supervisor.wait_idle()
+
+        await session.arefresh_from_db()
+        assert session.status == Status.COMPLETED
+        assert fake_claude.requests and fake_exa.searches
+        assert list(supervisor.model_client._clients.values()) == [model]
+        assert list(supervisor.web_client._clients.values()) == [web] and web._client is http
+    finally:
+        await supervisor.shutdown()

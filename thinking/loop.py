@@ -57,7 +57,7 @@ from .models import (
     Thought,
     ThoughtType,
 )
-from .row_reads import compiled_rows, compiled_values, read_by_pk
+from .row_reads import compiled_rows, compiled_values
 from .run import Clock, Meter, Run
 from .steps import Focus
 
@@ -419,7 +419,8 @@ async def plan_research(
     run: Run,
     focus: Focus | None = None,
 ) -> ThinkingSession:
-    """Plan (the model, else a heuristic), then search memory and the web in parallel."""
+    """Plan (the model, else a heuristic), then search memory and the web in parallel.
+    Returns the session as the plan's store left it."""
     subject = focus.text if focus else session.question
     await stages.enter(
         session.pk,
@@ -474,7 +475,10 @@ async def plan_research(
     )
     # No event of its own: each query's sources were shown as it finished, and the research
     # notes (a failed search) show with the stage the loop enters next, thoughts or the end.
-    return await db_hop(lambda: read_by_pk(ThinkingSession, session.pk))()
+    # The session as the plan's store left it: the searches' stores change only its sources
+    # and notes, which nothing the loop decides before its next store reads (the next
+    # cycle's first hop reads the status afresh, and each store returns the row).
+    return session
 
 
 # --- when to do what -------------------------------------------------------------------

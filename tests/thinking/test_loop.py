@@ -600,7 +600,11 @@ async def test_a_plan_is_stored_with_its_research_stage_and_a_synthesis_opened_i
     planned = order.index("ask:plan")
     assert order[planned + 1] == "_save_plan"
     thinking = order.index("ask:thoughts")
-    assert "record_sync" not in order[planned:thinking], order[planned:thinking]
+    # Then only the searches and their stores, and the first cycle's one hop: no stage
+    # entry of its own, no re-read of the session.
+    after_plan = order[planned + 2 : thinking]
+    assert after_plan[-1] == "_open_cycle", after_plan
+    assert set(after_plan[:-1]) <= {"_add_note", "search_memory", "_store_sources"}, after_plan
     written = [i for i, name in enumerate(order) if name in ("ask:synthesis", "ask:final")]
     assert len(written) >= 2 and order[written[-1]] == "ask:final", order
     for at in written:

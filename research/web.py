@@ -290,12 +290,14 @@ class SharedWebClient:
         """A session's WebSearch on the shared pool (ResearchError when not configured).
         Its `aclose()` leaves the pool open."""
         settings_ = WebSearch.settings_kwargs()
-        key = (settings_["api_key"], settings_["base_url"], settings_["timeout"])
-        if not key[0]:
+        if not settings_["api_key"]:
             raise ResearchError(NOT_CONFIGURED, kind="not_configured")
-        return WebSearch(**settings_, exa=self._shared(key))
+        return WebSearch(**settings_, exa=self._shared(settings_))
 
-    def _shared(self, key: tuple[str, str, float]) -> _SharedExa:
+    def _shared(self, settings_: dict[str, Any]) -> _SharedExa:
+        """The client for these settings (`WebSearch.settings_kwargs`), one per key, base
+        URL and timeout."""
+        key = (settings_["api_key"], settings_["base_url"], settings_["timeout"])
         with self._lock:
             exa = self._clients.get(key)
             if exa is None:
@@ -310,8 +312,7 @@ class SharedWebClient:
         without an Exa key."""
         settings_ = WebSearch.settings_kwargs()
         if settings_["api_key"]:
-            key = (settings_["api_key"], settings_["base_url"], settings_["timeout"])
-            self._shared(key).open()
+            self._shared(settings_).open()
 
     async def aclose(self) -> None:
         """Close the pool(s); a later `web_search()` builds a new one."""

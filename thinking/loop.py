@@ -59,6 +59,7 @@ from .models import (
 )
 from .row_reads import compiled_rows, compiled_values
 from .run import Clock, Meter, Run
+from .state import StageEntry
 from .steps import Focus
 
 __all__ = ["Focus", "LeaseLost", "Meter", "Run", "Stopped", "deliberate", "run_session"]
@@ -370,13 +371,14 @@ def _open_written(
     """A synthesis's stage and its prompt's reads, in one hop: whether the stage was stored
     and the session log; for the final answer, its review's material first
     (`final_review.gather`) and the review's stage entered with the answer's."""
-    if not final:
-        entry = stages.entry("synthesis", "Consolidating the understanding so far")
-        entered = stages.record_sync(session.pk, entry, worker_id=run.worker_id)
-        return entered, run.log.read(session), None
-    material = final_review.gather(session)
-    answering = stages.entry("synthesis", "Writing the final answer")
-    entries = (final_review.reviewing(material), answering)
+    material = final_review.gather(session) if final else None
+    if material is None:
+        entries: tuple[StageEntry, ...] = (
+            stages.entry("synthesis", "Consolidating the understanding so far"),
+        )
+    else:
+        answering = stages.entry("synthesis", "Writing the final answer")
+        entries = (final_review.reviewing(material), answering)
     entered = stages.record_sync(session.pk, *entries, worker_id=run.worker_id)
     return entered, run.log.read(session), material
 

@@ -8,14 +8,12 @@ one person's searches (which may reveal their question) never answer another's.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError
 from django.utils import timezone
 
 from config.hops import db_hop
@@ -65,16 +63,29 @@ async def store_results(
 ) -> None:
     """Keep `results` under `key` for `ttl_seconds`, replacing an expired row."""
     now = timezone.now()
-    values = {
-        "kind": kind,
-        "scope": scope,
-        "query": normalise_query(query),
-        "options": dict(options),
-        "results": results,
-        "created_at": now,
-        "expires_at": now + timedelta(seconds=ttl_seconds),
-    }
-    # The same search may finish at the same moment elsewhere and store its row first;
-    # its results are as good as ours.
-    with contextlib.suppress(IntegrityError):
-        await db_hop(SearchCache.objects.update_or_create)(key=key, defaults=values)
+    row = SearchCache(
+        key=key,
+        kind=kind,
+        scope=scope,
+        query=normalise_query(query),
+        options=dict(options),
+        results=results,
+        created_at=now,
+        expires_at=now + timedelta(seconds=ttl_seconds),
+    )
+    await upsert(row)
+
+
+def _upsert(row: SearchCache) -> None:
+    # One statement (INSERT … ON CONFLICT DO UPDATE), where update_or_create took a
+    # transaction of three. The same search may finish at the same moment elsewhere and
+    # store its row first; its results are as good as ours, and the later write wins.
+    SearchCache.objects.bulk_create(
+        [row],
+        update_conflicts=True,
+        unique_fields=["key"],
+        update_fields=["kind", "scope", "query", "options", "results", "created_at", "expires_at"],
+    )
+
+
+upsert = db_hop(_upsert)

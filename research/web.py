@@ -10,6 +10,7 @@ normalised URL and, per scope, cached in the database (research/cache.py).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -355,6 +356,8 @@ class WebSearch:
         if text_chars > 0:
             self.contents["text"] = {"max_characters": text_chars}
         self._owns_exa = exa is None
+        # Results being written to the cache, by key: stored beside the caller's work.
+        self._caching: dict[str, asyncio.Task[None]] = {}
         self._exa = (
             exa
             if exa is not None
@@ -391,6 +394,10 @@ class WebSearch:
         return 2 * self.timeout + RATE_LIMIT_BACKOFF * self.retry_base_seconds
 
     async def aclose(self) -> None:
+        """Wait for the cache writes under way, then close the client (if this search owns
+        it)."""
+        if self._caching:
+            await asyncio.wait(list(self._caching.values()))
         if self._owns_exa:
             await self._exa.aclose()
 
@@ -411,6 +418,9 @@ class WebSearch:
         options = {"num_results": count, "contents": self.contents}
         key = cache_key(kind="web", scope=scope, query=text, options=options)
         if self.cache_seconds > 0:
+            storing = self._caching.get(key)
+            if storing is not None:  # the same search just finished here: read its row
+                await asyncio.wait([storing])
             cached = await cached_results(key)
             if cached is not None:
                 # Cached before http(s) was required, perhaps: filter again.
@@ -425,16 +435,28 @@ class WebSearch:
         results = dedupe([result for result in parsed if result is not None])[:count]
 
         if self.cache_seconds > 0:
-            await store_results(
-                key=key,
-                kind="web",
-                scope=scope,
-                query=text,
-                options=options,
-                results=[result.to_dict() for result in results],
-                ttl_seconds=self.cache_seconds,
+            # Written while the caller stores and uses the results, not before it has them.
+            storing = asyncio.create_task(
+                store_results(
+                    key=key,
+                    kind="web",
+                    scope=scope,
+                    query=text,
+                    options=options,
+                    results=[result.to_dict() for result in results],
+                    ttl_seconds=self.cache_seconds,
+                )
             )
+            self._caching[key] = storing
+            storing.add_done_callback(functools.partial(self._cached, key))
         return results
+
+    def _cached(self, key: str, storing: asyncio.Task[None]) -> None:
+        if self._caching.get(key) is storing:
+            del self._caching[key]
+        if not storing.cancelled() and (error := storing.exception()) is not None:
+            # The results were used all the same; an identical search asks again.
+            logger.warning("Web results were not cached: %s", error)
 
     async def _search_with_retry(self, text: str, count: int) -> Any:
         for attempt in range(2):

@@ -20,7 +20,7 @@ from django.conf import settings
 from accounts.models import team_ids_of
 from config.hops import db_hop
 from research.memory import MemoryResult, asearch_memory
-from research.web import ResearchError, WebResult, WebSearch, is_web_url
+from research.web import NOT_CONFIGURED, ResearchError, WebResult, WebSearch, is_web_url
 
 from . import citations
 from .models import Source, SourceKind, ThinkingSession
@@ -89,6 +89,101 @@ def _identity(result: WebResult | MemoryResult) -> tuple[str, str, str, str, flo
     return f"item:{result.item_id}", result.url, title, result.snippet, result.score
 
 
+@dataclass(frozen=True)
+class Found:
+    """What one query (`kind`, `query`) found, or (`note`) why it failed, for the page."""
+
+    kind: str = ""
+    query: str = ""
+    results: Sequence[WebResult | MemoryResult] = ()
+    note: str = ""
+
+
+def _store_found(
+    session_id: uuid.UUID,
+    found: Sequence[Found],
+    *,
+    worker_id: str,
+    found_by: str = "plan",
+    again: list[int] | None = None,
+    notes: Sequence[str] = (),
+) -> list[Source]:
+    """Store what several queries found, in the order given, in one transaction: each
+    query's new sources take the next citation numbers; a source an earlier query found
+    (same URL, same passage) keeps its number, which is added to `again`. A failed query's
+    note (and any of `notes`) goes to the page's research notes. Returns the new sources.
+    The session's per-tool tally (`search_tally`) counts each search, its new and known
+    sources. Only while `worker_id` holds the session's lease and it is not cancelled (else
+    LeaseLost / Stopped)."""
+    created: list[Source] = []
+    known_again: list[int] = []
+    searched = [item for item in found if not item.note]
+    # The step's row lock serialises numbering between the session's stores.
+    with ThinkingSession.step(session_id, worker_id=worker_id) as step:
+        changes: dict[str, object] = {}
+        noted = list(step.session.research_notes)
+        for note in [*notes, *(item.note for item in found if item.note)]:
+            if note not in noted:
+                noted.append(note)
+        if noted != step.session.research_notes:
+            changes["research_notes"] = noted[-20:]
+        if searched:
+            # One read for the numbers taken and the keys already found.
+            taken = list(
+                Source.objects.filter(session_id=session_id).values_list("kind", "key", "number")
+            )
+            existing = {(kind, key): n for kind, key, n in taken}
+            number = max((n for _, _, n in taken), default=0) + 1
+            tally = dict(step.session.search_tally or {})
+            row = dict(tally.get(found_by) or {"searches": 0, "new": 0, "known": 0})
+            for item in searched:
+                first_new, query_again = number, []
+                for result in item.results:
+                    if isinstance(result, WebResult) and not is_web_url(result.url):
+                        continue  # only http(s) links are stored (research/web.py filters too)
+                    key, url, title, passage, score = _identity(result)
+                    key = key[:2000]
+                    seen = existing.get((item.kind, key))
+                    if seen is not None:
+                        # Found again: a source of an earlier search, not a repeat within
+                        # this one (the model would be told of a new source twice).
+                        if seen < first_new and seen not in query_again:
+                            query_again.append(seen)
+                        continue
+                    existing[item.kind, key] = number
+                    created.append(
+                        Source(
+                            session_id=session_id,
+                            number=number,
+                            kind=item.kind,
+                            title=_clip(title or url or "Untitled", 500),
+                            url=url[:2000],
+                            snippet=_clip(passage, MAX_SNIPPET_CHARS),
+                            score=float(score),
+                            query=item.query[:1000],
+                            key=key,
+                            found_by=found_by,
+                        )
+                    )
+                    number += 1
+                row["searches"] += 1
+                row["new"] += number - first_new
+                row["known"] += len(query_again)
+                known_again.extend(n for n in query_again if n not in known_again)
+            # One INSERT for the new sources (both databases return their ids).
+            Source.objects.bulk_create(created)
+            tally[found_by] = row
+            changes["search_tally"] = tally
+        if changes:
+            step.update(**changes)
+    if again is not None:
+        again.extend(known_again)
+    return created
+
+
+store_found = db_hop(_store_found)
+
+
 def _store_sources(
     session_id: uuid.UUID,
     kind: str,
@@ -99,60 +194,14 @@ def _store_sources(
     found_by: str = "plan",
     again: list[int] | None = None,
 ) -> list[Source]:
-    """Store new sources with the next citation numbers; a source already found (same URL,
-    same passage) keeps its number, which is added to `again`. Returns the new ones. The
-    session's per-tool tally (`search_tally`) counts the search, its new and known sources.
-    Only while `worker_id` holds the session's lease and it is not cancelled (else LeaseLost
-    / Stopped)."""
-    created: list[Source] = []
-    known_again: list[int] = []
-    # The step's row lock serialises numbering between parallel searches of one session.
-    with ThinkingSession.step(session_id, worker_id=worker_id) as step:
-        # One read for the numbers taken and the keys of this kind already found.
-        taken = list(
-            Source.objects.filter(session_id=session_id).values_list("kind", "key", "number")
-        )
-        existing = {key: n for k, key, n in taken if k == kind}
-        number = first_new = max((n for _, _, n in taken), default=0) + 1
-        for result in results:
-            if isinstance(result, WebResult) and not is_web_url(result.url):
-                continue  # only http(s) links are stored (research/web.py filters too)
-            key, url, title, passage, score = _identity(result)
-            key = key[:2000]
-            if key in existing:
-                # Found again: a source of an earlier search, not a repeat within this one
-                # (the model would be told of a new source twice).
-                if existing[key] < first_new and existing[key] not in known_again:
-                    known_again.append(existing[key])
-                continue
-            existing[key] = number
-            created.append(
-                Source(
-                    session_id=session_id,
-                    number=number,
-                    kind=kind,
-                    title=_clip(title or url or "Untitled", 500),
-                    url=url[:2000],
-                    snippet=_clip(passage, MAX_SNIPPET_CHARS),
-                    score=float(score),
-                    query=query[:1000],
-                    key=key,
-                    found_by=found_by,
-                )
-            )
-            number += 1
-        # One INSERT for the query's new sources (both databases return their ids).
-        Source.objects.bulk_create(created)
-        tally = dict(step.session.search_tally or {})
-        row = dict(tally.get(found_by) or {"searches": 0, "new": 0, "known": 0})
-        row["searches"] += 1
-        row["new"] += len(created)
-        row["known"] += len(known_again)
-        tally[found_by] = row
-        step.update(search_tally=tally)
-    if again is not None:
-        again.extend(known_again)
-    return created
+    """Store one query's results (`_store_found`)."""
+    return _store_found(
+        session_id,
+        [Found(kind, query, results)],
+        worker_id=worker_id,
+        found_by=found_by,
+        again=again,
+    )
 
 
 store_sources = db_hop(_store_sources)
@@ -160,10 +209,7 @@ store_sources = db_hop(_store_sources)
 
 def _add_note(session_id: uuid.UUID, note: str, *, worker_id: str) -> None:
     """A research note for the page ("web search is off", a failed query)."""
-    with ThinkingSession.step(session_id, worker_id=worker_id) as step:
-        notes = step.session.research_notes
-        if note not in notes:
-            step.update(research_notes=[*notes, note][-20:])
+    _store_found(session_id, [], worker_id=worker_id, notes=[note])
 
 
 add_note = db_hop(_add_note)
@@ -172,23 +218,13 @@ add_note = db_hop(_add_note)
 OnSources = Callable[[list[Source]], Awaitable[None]]
 
 
-async def search_one(
-    *,
-    session_id: uuid.UUID,
-    research: Research,
-    kind: str,
-    query: str,
-    limit: int,
-    worker_id: str,
-    found_by: str = "plan",
-    again: list[int] | None = None,
-) -> list[Source]:
-    """One query against one provider, with a time limit; its sources stored (the numbers
-    of sources found again go to `again`). A failure becomes a note and raises nothing."""
+async def find(*, research: Research, kind: str, query: str, limit: int) -> Found:
+    """One query against one provider, with a time limit. A failure is a `Found` with a note
+    saying why; nothing is raised but a cancel."""
     try:
         if kind == SourceKind.WEB:
-            if research.web is None:
-                return []
+            if research.web is None:  # the callers ask only when it is on: said all the same
+                raise ResearchError(NOT_CONFIGURED)
             # The client bounds its own attempts; this only stops a call they did not.
             results: Sequence[WebResult | MemoryResult] = await asyncio.wait_for(
                 research.web.search(query, num_results=limit, scope=research.scope),
@@ -207,20 +243,30 @@ async def search_one(
     except (ResearchError, TimeoutError) as error:
         where = "Web search" if kind == SourceKind.WEB else "Knowledge-base search"
         reason = "timed out" if isinstance(error, TimeoutError) else str(error)
-        await add_note(
-            session_id, f'{where} for "{_clip(query, 80)}" failed: {reason}', worker_id=worker_id
-        )
-        return []
+        return Found(note=f'{where} for "{_clip(query, 80)}" failed: {reason}')
     except Exception:
         logger.exception("Search %r (%s) failed unexpectedly", query, kind)
-        await add_note(
-            session_id,
-            f'A search for "{_clip(query, 80)}" failed unexpectedly.',
-            worker_id=worker_id,
-        )
-        return []
-    return await store_sources(
-        session_id, kind, results, query, worker_id=worker_id, found_by=found_by, again=again
+        return Found(note=f'A search for "{_clip(query, 80)}" failed unexpectedly.')
+    return Found(kind, query, results)
+
+
+async def search_one(
+    *,
+    session_id: uuid.UUID,
+    research: Research,
+    kind: str,
+    query: str,
+    limit: int,
+    worker_id: str,
+    found_by: str,
+    again: list[int] | None = None,
+) -> list[Source]:
+    """One query against one provider, with a time limit; its sources stored, counted for
+    the tool `found_by` (the numbers of sources found again go to `again`). A failure
+    becomes a note and raises nothing."""
+    found = await find(research=research, kind=kind, query=query, limit=limit)
+    return await store_found(
+        session_id, [found], worker_id=worker_id, found_by=found_by, again=again
     )
 
 
@@ -234,35 +280,36 @@ async def gather(
     worker_id: str,
     limit: int = 5,
 ) -> list[Source]:
-    """Run every query at once; each query's sources are stored and shown as soon as that
-    query finishes, not after the slowest. One failing query or provider blocks nothing;
-    a lost lease or a cancel (raised by a store) stops the other queries too."""
+    """Run every query at once; sources are stored and shown as soon as their query
+    finishes, not after the slowest. The queries that finish while a store runs are
+    stored together in the next, in one transaction (the session's row lock would
+    serialise their stores anyway). One failing query or provider blocks nothing; a lost
+    lease or a cancel (raised by a store) stops the other queries too."""
+    notes: list[str] = []
     if research.web is None and web_queries:
-        note = (
+        notes.append(
             "Web research is off for this session: only the knowledge base is searched."
             if research.web_off
             else "Web research is off: no EXA_API_KEY is set. The knowledge base is used."
         )
-        await add_note(session_id, note, worker_id=worker_id)
     jobs = [(SourceKind.WEB, q) for q in web_queries if research.web is not None]
     jobs += [(SourceKind.MEMORY, q) for q in memory_queries]
     found: list[Source] = []
     tasks = [
-        asyncio.create_task(
-            search_one(
-                session_id=session_id,
-                research=research,
-                kind=kind,
-                query=query,
-                limit=limit,
-                worker_id=worker_id,
-            )
-        )
+        asyncio.create_task(find(research=research, kind=kind, query=query, limit=limit))
         for kind, query in jobs
     ]
+    waiting = set(tasks)
     try:
-        for next_done in asyncio.as_completed(tasks):
-            sources = await next_done
+        if notes and not tasks:
+            await store_found(session_id, [], worker_id=worker_id, notes=notes)
+        while waiting:
+            done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            # In the order the queries were asked, so numbering does not depend on timing
+            # within a batch.
+            batch = [task.result() for task in tasks if task in done]
+            sources = await store_found(session_id, batch, worker_id=worker_id, notes=notes)
+            notes = []
             if sources:
                 found.extend(sources)
                 await on_sources(sources)

@@ -90,19 +90,27 @@ def select_focus(*, session: ThinkingSession) -> Focus:
 
 
 Analysis = tuple[bool, int, list[str], tuple[str, ...]]
+# A cycle's first hop: the status, the focus, the thoughts' reads (`Analysis`) when the
+# cycle goes straight to them, and whether it stored the planning stage when the focus gets
+# its own research first (None when it does not).
+Opened = tuple[str, Focus, Analysis | None, bool | None]
 
 
-def _open_cycle(*, session: ThinkingSession, run: Run) -> tuple[str, Focus, Analysis | None]:
+def _open_cycle(*, session: ThinkingSession, run: Run) -> Opened:
     """A thought cycle's reads before its model call, in one hop: the status a person may
     have changed (LeaseLost if the lease went elsewhere), the focus and, when the cycle
-    goes straight to its thoughts, their stage and prompt's reads (`_open_analysis`).
-    None for those when it stops, ends or researches the focus first: each decides from
-    what this hop read and the session as last stored, so the loop decides the same."""
+    goes straight to its thoughts, their stage and prompt's reads (`_open_analysis`); when
+    it researches the focus first, that research's planning stage. Neither when it stops
+    or ends: each decides from what this hop read and the session as last stored, so the
+    loop decides the same."""
     status = steps.lease_status(session.pk, worker_id=run.worker_id)
     focus = select_focus(session=session)
-    if status in STOPPING or ending_reason(session) or replan_due(session, focus):
-        return status, focus, None
-    return status, focus, _open_analysis(session, focus, run=run)
+    if status in STOPPING or ending_reason(session):
+        return status, focus, None, None
+    if replan_due(session, focus):
+        entry = stages.entry("planning", stages.planning_message(focus))
+        return status, focus, None, stages.record_sync(session.pk, entry, worker_id=run.worker_id)
+    return status, focus, _open_analysis(session, focus, run=run), None
 
 
 open_cycle = db_hop(_open_cycle)
@@ -420,17 +428,23 @@ async def plan_research(
     session: ThinkingSession,
     run: Run,
     focus: Focus | None = None,
+    planning: bool | None = None,
 ) -> ThinkingSession:
     """Plan (the model, else a heuristic), then search memory and the web in parallel.
-    Returns the session as the plan's store left it."""
+    `planning`: whether the cycle's first hop stored the planning stage of its focus's
+    research; None for the session's first plan, whose stage is stored here. Returns the
+    session as the plan's store left it."""
     subject = focus.text if focus else session.question
-    await stages.enter(
-        session.pk,
-        "planning",
-        stages.planning_message(focus),
-        worker_id=run.worker_id,
-        publish=run.publish,
-    )
+    if planning is None:
+        await stages.enter(
+            session.pk,
+            "planning",
+            stages.planning_message(),
+            worker_id=run.worker_id,
+            publish=run.publish,
+        )
+    elif planning:
+        await stages.show(session.pk, run.publish)
     stable, variable = planner.plan_prompt(
         session.question, focus=focus.text if focus and focus.sub_question_id else ""
     )
@@ -475,7 +489,7 @@ async def plan_research(
         memory_queries=plan.memory_queries,
         on_sources=show,
     )
-    # No event of its own: each query's sources were shown as it finished, and the research
+    # No event of its own: the sources were shown as their queries finished, and the research
     # notes (a failed search) show with the stage the loop enters next, thoughts or the end.
     # The session as the plan's store left it: the searches' stores change only its sources
     # and notes, which nothing the loop decides before its next store reads (the next
@@ -539,7 +553,7 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
     if not session.plan and session.research_enabled:  # research off: no plan, no searches
         session = await plan_research(session=session, run=run)
     while True:
-        status, focus, opened = await open_cycle(session=session, run=run)
+        status, focus, opened, planning = await open_cycle(session=session, run=run)
         if status in STOPPING:
             session = await steps.stop_running(session.pk, worker_id=run.worker_id, meter=run.meter)
             finished = SessionEvent(session.pk, finished=session.is_finished)
@@ -548,7 +562,7 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
         if ending_reason(session):
             break
         if replan_due(session, focus):
-            session = await plan_research(session=session, run=run, focus=focus)
+            session = await plan_research(session=session, run=run, focus=focus, planning=planning)
         session, event, log = await generate_thoughts(
             session=session, focus=focus, run=run, opened=opened
         )

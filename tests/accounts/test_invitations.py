@@ -37,6 +37,7 @@ async def memory_titles(session: ThinkingSession) -> list[str]:
         query="octopus",
         limit=5,
         worker_id=WORKER,
+        found_by="memory_search",
     )
     return [source.title for source in found]
 

@@ -171,6 +171,48 @@ async def test_an_identical_search_is_served_from_the_cache(fake_exa: FakeExa):
     assert entry.scope == "user:1" and entry.query == "why do we dream?"
 
 
+async def test_results_come_before_their_cache_write_which_the_next_identical_search_reads(
+    fake_exa: FakeExa, monkeypatch: Any
+):
+    from research import cache
+
+    written = asyncio.Event()
+    real_upsert = cache.upsert
+
+    async def slow_upsert(row: SearchCache) -> None:
+        await asyncio.sleep(0.2)  # a slow database
+        await real_upsert(row)
+        written.set()
+
+    monkeypatch.setattr(cache, "upsert", slow_upsert)
+    async with WebSearch.from_settings() as web:
+        first = await web.search("tides", num_results=5, scope="user:1")
+        assert first and not written.is_set()  # the caller has the results already
+        again = await web.search(" Tides ", num_results=5, scope="user:1")
+        assert again == first and fake_exa.request_count == 1  # it waited for the row
+        third = await web.search("storms", num_results=5, scope="user:1")
+    # Closing waits for the writes under way.
+    assert {e.query async for e in SearchCache.objects.all()} == {"tides", "storms"}
+    assert third and fake_exa.request_count == 2
+
+
+async def test_results_that_could_not_be_cached_are_still_returned(
+    fake_exa: FakeExa, monkeypatch: Any, caplog: Any
+):
+    from django.db import OperationalError
+
+    from research import cache
+
+    async def broken(row: SearchCache) -> None:
+        raise OperationalError("the database went away")
+
+    monkeypatch.setattr(cache, "upsert", broken)
+    assert await web_search("tides")
+    assert "Web results were not cached: the database went away" in caplog.text
+    monkeypatch.undo()
+    assert await web_search("tides") and fake_exa.request_count == 2  # asked again
+
+
 async def test_the_cache_is_kept_per_scope_and_per_options(fake_exa: FakeExa):
     await web_search("tides", scope="user:1")
     await web_search("tides", scope="user:2")

@@ -604,7 +604,7 @@ async def test_a_plan_is_stored_with_its_research_stage_and_a_synthesis_opened_i
     # entry of its own, no re-read of the session.
     after_plan = order[planned + 2 : thinking]
     assert after_plan[-1] == "_open_cycle", after_plan
-    assert set(after_plan[:-1]) <= {"_add_note", "search_memory", "_store_sources"}, after_plan
+    assert set(after_plan[:-1]) <= {"search_memory", "_store_found"}, after_plan
     written = [i for i, name in enumerate(order) if name in ("ask:synthesis", "ask:final")]
     assert len(written) >= 2 and order[written[-1]] == "ask:final", order
     for at in written:
@@ -634,6 +634,45 @@ async def test_a_plan_is_stored_with_its_research_stage_and_a_synthesis_opened_i
     assert consolidating == ["Consolidating the understanding so far"] * (syntheses - 1) + [
         "Writing the final answer"
     ]
+
+
+async def test_a_sub_questions_research_enters_its_planning_stage_in_the_cycles_first_hop(
+    fake_claude: Any, make_session: Any, monkeypatch: Any, settings: Any
+):
+    """Issue 17: the cycle's first hop, which finds the focus due its own research, stores
+    that research's planning stage (a hop of its own before); the stage is shown, then the
+    plan is asked for."""
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000
+    settings.DEEPTHINK_RERANK_EVERY = 1000
+    settings.DEEPTHINK_CITATION_CHECK = False
+    order = hops_and_calls(monkeypatch)
+
+    session = await sync_to_async(make_session)(
+        plan={"steps": ["Read"], "current": 0}, budget_seconds=1.0, synthesis_interval_seconds=60
+    )
+
+    class Shown(list):
+        def append(self, event: SessionEvent) -> None:
+            stage = event.plan and not event.header and event.session_id == session.pk
+            order.append("show:plan" if stage else "show")
+            super().append(event)
+
+    sub = await SubQuestion.objects.acreate(session=session, text="Is it layered?", priority=9)
+
+    assert await run(session, Shown()) == Status.COMPLETED
+
+    planned = order.index("ask:plan")
+    opened = order.index("_open_cycle")
+    assert order[opened : planned + 1] == ["_open_cycle", "show:plan", "ask:plan"]
+    assert next(n for n in order[planned + 1 :] if not n.startswith("show")) == "_save_plan"
+    history = [(s["stage"], s["message"]) for s in await stage_history(session)]
+    assert history[:3] == [
+        ("planning", "Planning research for the sub-question: Is it layered?"),
+        ("research", "Searching: 1 knowledge-base query"),
+        ("analysis", "Thinking about: Is it layered?"),
+    ]
+    await session.arefresh_from_db()
+    assert session.plan["researched"] == [sub.pk]
 
 
 async def test_a_synthesis_is_stored_and_checked_with_one_hop_before_the_check_and_one_after(

@@ -152,7 +152,7 @@ async def test_all_queries_run_at_once(
         shown.append(time.monotonic() - started)
 
     try:
-        await evidence.gather(
+        found = await evidence.gather(
             session_id=session.pk,
             research=research,
             web_queries=["why do we dream", "dream memory", "REM sleep"],
@@ -166,7 +166,69 @@ async def test_all_queries_run_at_once(
     # Six in a row would take 1.8 s; in parallel about one delay, with room for a busy machine.
     assert took < 3 * 0.3, f"research step took {took:.2f}s for six 0.3 s queries"
     assert fake_exa.max_in_flight == 3
-    assert len(shown) >= 4 and shown[0] < took, "sources were shown as each query finished"
+    stored = await session.sources.exclude(query="warm up").acount()
+    assert len(found) == stored >= 6 and shown, "every source found was stored and shown"
+
+
+async def test_sources_are_shown_as_found_and_those_found_together_stored_together(
+    fake_exa: Any, make_session: Any, notes: list, monkeypatch: Any
+):
+    """The knowledge base answers at once and the web in 0.5 s: its sources are stored and
+    shown first, without waiting for the web; the three answered together go in one
+    transaction, numbered in the order they were asked, and the web's in one more."""
+    session = await unplanned(make_session)
+    await claim(session)
+    research = await sync_to_async(evidence.Research.for_session)(session)
+    stores: list[list[tuple[str, str]]] = []
+    real_store = evidence._store_found
+
+    def counted_store(session_id: Any, found: list, **kwargs: Any) -> list:
+        stores.append([(item.kind, item.query) for item in found])
+        return real_store(session_id, found, **kwargs)
+
+    monkeypatch.setattr(evidence, "store_found", evidence.db_hop(counted_store))
+    real_search = evidence.asearch_memory
+    answered: list[object] = []
+    together = asyncio.Event()
+
+    async def answered_together(**kwargs: Any) -> Any:
+        # The three knowledge-base answers arrive in one turn of the event loop.
+        results = await real_search(**kwargs)
+        answered.append(results)
+        if len(answered) == 3:
+            together.set()
+        await together.wait()
+        return results
+
+    monkeypatch.setattr(evidence, "asearch_memory", answered_together)
+    fake_exa.delay = 0.5
+    batches: list[tuple[float, list[str]]] = []
+    started = time.monotonic()
+
+    async def on_sources(sources: list) -> None:
+        batches.append((time.monotonic() - started, [s.kind for s in sources]))
+
+    try:
+        found = await evidence.gather(
+            session_id=session.pk,
+            research=research,
+            web_queries=["why do we dream"],
+            memory_queries=["dreams memory", "sleep cycles", "REM"],
+            on_sources=on_sources,
+            worker_id=WORKER,
+        )
+    finally:
+        await research.close()
+    assert stores == [
+        [("memory", "dreams memory"), ("memory", "sleep cycles"), ("memory", "REM")],
+        [("web", "why do we dream")],
+    ]
+    (first_at, first), (_, second) = batches
+    assert first_at < 0.4 and set(first) == {"memory"}  # before the web answered
+    assert set(second) == {"web"}
+    assert [s.number for s in found] == list(range(1, len(found) + 1))
+    await session.arefresh_from_db()
+    assert session.search_tally["plan"]["searches"] == 4
 
 
 async def test_a_failing_web_provider_still_yields_knowledge_sources(
@@ -408,9 +470,25 @@ async def search_for(session: ThinkingSession, query: str) -> list[Source]:
             query=query,
             limit=3,
             worker_id=WORKER,
+            found_by="web_search",
         )
     finally:
         await research.close()
+
+
+async def test_a_web_search_without_a_web_client_is_noted_not_counted(
+    fake_exa: Any, make_session: Any
+):
+    session = await sync_to_async(make_session)(web_enabled=False)
+    await claim(session)
+
+    assert await search_for(session, "why do we dream") == []
+
+    await session.arefresh_from_db()
+    assert session.research_notes == [
+        'Web search for "why do we dream" failed: Web search is off: set EXA_API_KEY to turn it on.'
+    ]
+    assert session.search_tally == {} and fake_exa.request_count == 0
 
 
 async def test_a_failed_search_is_noted_with_its_query_clipped_for_the_page(

@@ -78,8 +78,9 @@ async def store_results(
 
 def _upsert(row: SearchCache) -> None:
     # One statement (INSERT … ON CONFLICT DO UPDATE), where update_or_create took a
-    # transaction of three. The same search may finish at the same moment elsewhere and
-    # store its row first; its results are as good as ours, and the later write wins.
+    # transaction (a locking read, then the write). The same search may finish at the same
+    # moment elsewhere and store its row first; its results are as good as ours, and the
+    # later write wins.
     SearchCache.objects.bulk_create(
         [row],
         update_conflicts=True,

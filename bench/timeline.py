@@ -38,7 +38,7 @@ TARGETS = (
     ("thinking.loop", "store_asked", "storing steps (transactions)"),
     ("thinking.loop", "store_written", "storing steps (transactions)"),
     ("thinking.steps", "save_plan", "storing steps (transactions)"),
-    ("thinking.evidence", "store_sources", "storing steps (transactions)"),
+    ("thinking.evidence", "store_found", "storing steps (transactions)"),
     ("thinking.tools", "save_progress", "storing steps (transactions)"),
     ("research.web", "store_results", "storing steps (transactions)"),
     # Both store the cycle's "analysis" stage and read the prompt's material (mostly reads);

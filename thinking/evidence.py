@@ -184,37 +184,6 @@ def _store_found(
 store_found = db_hop(_store_found)
 
 
-def _store_sources(
-    session_id: uuid.UUID,
-    kind: str,
-    results: Sequence[WebResult | MemoryResult],
-    query: str,
-    *,
-    worker_id: str,
-    found_by: str = "plan",
-    again: list[int] | None = None,
-) -> list[Source]:
-    """Store one query's results (`_store_found`)."""
-    return _store_found(
-        session_id,
-        [Found(kind, query, results)],
-        worker_id=worker_id,
-        found_by=found_by,
-        again=again,
-    )
-
-
-store_sources = db_hop(_store_sources)
-
-
-def _add_note(session_id: uuid.UUID, note: str, *, worker_id: str) -> None:
-    """A research note for the page ("web search is off", a failed query)."""
-    _store_found(session_id, [], worker_id=worker_id, notes=[note])
-
-
-add_note = db_hop(_add_note)
-
-
 OnSources = Callable[[list[Source]], Awaitable[None]]
 
 

@@ -47,7 +47,9 @@ async def test_a_javascript_url_is_never_stored(make_session: Any):
         WebResult("javascript:alert(1)", "Bad", "x", "", None, None, "q"),
         WebResult("https://example.org/", "Good", "y", "", None, None, "q"),
     ]
-    stored = await evidence.store_sources(session.pk, "web", results, "q", worker_id=WORKER)
+    stored = await evidence.store_found(
+        session.pk, [evidence.Found("web", "q", results)], worker_id=WORKER
+    )
     assert [s.url for s in stored] == ["https://example.org/"]
     assert await Source.objects.filter(session=session).acount() == 1
 
@@ -85,7 +87,9 @@ async def test_a_web_result_shows_its_passage_else_its_summary_else_its_snippet(
         WebResult("https://c.org/", "C", "snippet c", "", None, None, "q"),
     ]
     results.append(WebResult("https://d.org/", "D", "", "", 0.7, None, "q"))
-    stored = await evidence.store_sources(session.pk, "web", results, "q", worker_id=WORKER)
+    stored = await evidence.store_found(
+        session.pk, [evidence.Found("web", "q", results)], worker_id=WORKER
+    )
     assert [s.snippet for s in stored] == ["passage a", "summary b", "snippet c", ""]
     assert [s.score for s in stored] == [0.0, 0.0, 0.0, 0.7]  # no score from Exa: 0
 
@@ -99,7 +103,9 @@ async def test_a_knowledge_result_is_cited_by_its_passage_and_where_it_sits(make
         MemoryResult(1, "Notes", "item text", "", "kb", 1.5, "another passage", 8),
         MemoryResult(2, "Memo", "memo text", "", "kb", 1.0),
     ]
-    stored = await evidence.store_sources(session.pk, "memory", results, "q", worker_id=WORKER)
+    stored = await evidence.store_found(
+        session.pk, [evidence.Found("memory", "q", results)], worker_id=WORKER
+    )
     assert [(s.title, s.snippet, s.key, s.score) for s in stored] == [
         ("Notes (p. 3)", "the passage", "passage:7", 2.0),
         ("Notes", "another passage", "passage:8", 1.5),

@@ -116,10 +116,12 @@ def writers(session: ThinkingSession) -> dict[str, Any]:
         "thoughts": lambda: steps.store_thoughts(
             session.pk, steps.Focus("q"), reading, [], ["note"], worker_id=WORKER, meter=Meter()
         ),
-        "sources": lambda: evidence.store_sources(
-            session.pk, "web", web, "a query", worker_id=WORKER
+        "sources": lambda: evidence.store_found(
+            session.pk, [evidence.Found("web", "a query", web)], worker_id=WORKER
         ),
-        "note": lambda: evidence.add_note(session.pk, "A search failed.", worker_id=WORKER),
+        "note": lambda: evidence.store_found(
+            session.pk, [], worker_id=WORKER, notes=["A search failed."]
+        ),
         "progress": lambda: tools.save_progress(
             session.pk, {"stage": "note", "message": "Hi"}, worker_id=WORKER
         ),

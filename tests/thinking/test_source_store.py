@@ -31,7 +31,8 @@ def web(url: str, title: str = "Page", passage: str = "Text.") -> WebResult:
 def store(session: ThinkingSession, kind: str, results: list[Any], **kwargs: Any) -> list[Source]:
     kwargs.setdefault("worker_id", WORKER)
     query = kwargs.pop("query", "why is the sky blue")
-    return async_to_sync(evidence.store_sources)(session.pk, kind, results, query, **kwargs)
+    found = [evidence.Found(kind, query, results)]
+    return async_to_sync(evidence.store_found)(session.pk, found, **kwargs)
 
 
 def test_citation_numbers_run_on_across_searches_and_kinds(make_session: Any):
@@ -136,7 +137,7 @@ def test_a_worker_that_lost_the_session_stores_no_sources(make_session: Any):
 
 
 def note(session: ThinkingSession, text: str) -> list[str]:
-    async_to_sync(evidence.add_note)(session.pk, text, worker_id=WORKER)
+    async_to_sync(evidence.store_found)(session.pk, [], worker_id=WORKER, notes=[text])
     session.refresh_from_db()
     return session.research_notes
 
@@ -151,6 +152,8 @@ def test_a_research_note_is_shown_once_and_the_twenty_newest_are_kept(make_sessi
 def test_a_worker_that_lost_the_session_adds_no_note(make_session: Any):
     session = held(make_session)
     with pytest.raises(LeaseLost):
-        async_to_sync(evidence.add_note)(session.pk, "Search failed.", worker_id="w-gone")
+        async_to_sync(evidence.store_found)(
+            session.pk, [], worker_id="w-gone", notes=["Search failed."]
+        )
     session.refresh_from_db()
     assert session.research_notes == []

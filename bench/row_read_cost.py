@@ -11,7 +11,9 @@ each way, side by side, and prints CPU milliseconds per read (or write) and the 
 rows inserted without the ORM"). Two rows compare one statement run on a new cursor with
 the connection's kept one ("One cursor per connection"), and a whole read of the session log
 with a run's kept log when nothing was added ("The session log kept by the run"). The reads
-come first: the writes add thousands of rows to the session.
+come first: the writes add thousands of rows to the session. A plan's sources are inserted
+with their keys read back, as a plan's research stores them ("A plan's sources inserted
+without the ORM").
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
     from thinking.broadcast import _digest, _parsed, _state_items, states_digest
     from thinking.models import ModelCall, Source, SubQuestion, ThinkingSession, Thought
     from thinking.row_reads import _all_rows, read_by_pk, run_statement, values_by
-    from thinking.row_writes import insert_rows, update_by_pk
+    from thinking.row_writes import insert_rows, inserted_rows, update_by_pk
     from thinking.transcript import KeptLog, session_log
 
     progress = ThinkingSession.objects.get(pk=session_id).progress
@@ -111,6 +113,27 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
             for _ in range(4)
         ]
 
+    # A plan's research stored together (evidence._store_found): 3 web queries' five pages
+    # and 3 knowledge-base queries' three passages each.
+    source_numbers = itertools.count(100_000)
+
+    def plan_sources() -> list[dict[str, Any]]:
+        return [
+            {
+                "session_id": session_id,
+                "number": (number := next(source_numbers)),
+                "kind": "web" if i < 15 else "memory",
+                "title": "Tides and resonance, a review",
+                "url": f"https://example.com/tides/{number}",
+                "snippet": "The basin's resonance sets the tide's height. " * 20,
+                "score": 0.5,
+                "query": "what limits the tide's height",
+                "key": f"https://example.com/tides/{number}",
+                "found_by": "plan",
+            }
+            for i in range(24)
+        ]
+
     call = {
         "session_id": session_id,
         "purpose": "thoughts",
@@ -130,6 +153,19 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
 
     def compiled_insert(model: Any, rows: Callable[[], list[dict[str, Any]]]) -> Callable[[], Any]:
         return lambda: insert_rows(model, rows())
+
+    def orm_inserted(model: Any, rows: Callable[[], list[dict[str, Any]]]) -> Callable[[], Any]:
+        def insert() -> list[Any]:
+            made = [model(**row) for row in rows()]
+            model.objects.bulk_create(made)
+            return made
+
+        return insert
+
+    def compiled_inserted(
+        model: Any, rows: Callable[[], list[dict[str, Any]]]
+    ) -> Callable[[], Any]:
+        return lambda: inserted_rows(model, rows())
 
     questions = ("pk", "parent_id", "explored", "priority")
     session = ThinkingSession.objects.get(pk=session_id)
@@ -202,6 +238,11 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
             "INSERT: a cycle's four thoughts",
             orm_insert(Thought, cycle_thoughts),
             compiled_insert(Thought, cycle_thoughts),
+        ),
+        (
+            "INSERT: a plan's 24 sources, keys back",
+            orm_inserted(Source, plan_sources),
+            compiled_inserted(Source, plan_sources),
         ),
         (
             "INSERT: a model call",

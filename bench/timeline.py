@@ -33,14 +33,14 @@ TARGETS = (
     ("research.web", "WebSearch._search_with_retry", "web searches"),
     ("thinking.evidence", "asearch_memory", "knowledge-base searches"),
     ("thinking.broadcast", "publish", "publishing updates (render + group_send)"),
-    ("thinking.steps", "begin", "storing steps (transactions)"),
+    ("thinking.loop", "start", "storing steps (transactions)"),
     ("thinking.loop", "store_cycle", "storing steps (transactions)"),
     ("thinking.loop", "store_asked", "storing steps (transactions)"),
     ("thinking.loop", "store_written", "storing steps (transactions)"),
     ("thinking.steps", "save_plan", "storing steps (transactions)"),
     ("thinking.evidence", "store_found", "storing steps (transactions)"),
     ("thinking.tools", "save_progress", "storing steps (transactions)"),
-    ("research.web", "store_results", "storing steps (transactions)"),
+    ("research.web", "store_rows", "storing steps (transactions)"),
     # Both store the cycle's "analysis" stage and read the prompt's material (mostly reads);
     # open_cycle also the status and focus, open_analysis alone after the focus's research.
     ("thinking.loop", "open_cycle", "reading state"),

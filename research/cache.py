@@ -51,7 +51,7 @@ async def cached_results(key: str) -> list[dict[str, Any]] | None:
     return row.results
 
 
-async def store_results(
+def cache_row(
     *,
     key: str,
     kind: str,
@@ -60,10 +60,10 @@ async def store_results(
     options: Mapping[str, Any],
     results: list[dict[str, Any]],
     ttl_seconds: float,
-) -> None:
-    """Keep `results` under `key` for `ttl_seconds`, replacing an expired row."""
+) -> SearchCache:
+    """The row keeping `results` under `key` for `ttl_seconds` from now (see `store_rows`)."""
     now = timezone.now()
-    row = SearchCache(
+    return SearchCache(
         key=key,
         kind=kind,
         scope=scope,
@@ -73,16 +73,21 @@ async def store_results(
         created_at=now,
         expires_at=now + timedelta(seconds=ttl_seconds),
     )
-    await upsert(row)
 
 
-def _upsert(row: SearchCache) -> None:
-    # One statement (INSERT … ON CONFLICT DO UPDATE), where update_or_create took a
-    # transaction (a locking read, then the write). The same search may finish at the same
-    # moment elsewhere and store its row first; its results are as good as ours, and the
-    # later write wins.
+async def store_rows(rows: list[SearchCache]) -> None:
+    """Keep `rows` (from `cache_row`), each replacing an expired row of its key."""
+    if rows:
+        await upsert(rows)
+
+
+def _upsert(rows: list[SearchCache]) -> None:
+    # One statement for them all (INSERT … ON CONFLICT DO UPDATE), where update_or_create
+    # took a transaction each (a locking read, then the write). The same search may finish
+    # at the same moment elsewhere and store its row first; its results are as good as
+    # ours, and the later write wins.
     SearchCache.objects.bulk_create(
-        [row],
+        rows,
         update_conflicts=True,
         unique_fields=["key"],
         update_fields=["kind", "scope", "query", "options", "results", "created_at", "expires_at"],

@@ -26,7 +26,8 @@ from exa_py.api import ContentsOptions
 
 from config.http_pool import quick_idle_checks
 
-from .cache import cache_key, cached_results, store_results
+from .cache import cache_key, cache_row, cached_results, store_rows
+from .models import SearchCache
 
 logger = logging.getLogger(__name__)
 
@@ -356,7 +357,9 @@ class WebSearch:
         if text_chars > 0:
             self.contents["text"] = {"max_characters": text_chars}
         self._owns_exa = exa is None
-        # Results being written to the cache, by key: stored beside the caller's work.
+        # Results found but not yet written to the cache, by key (`write_cache` writes
+        # them), and those being written.
+        self._held: dict[str, SearchCache] = {}
         self._caching: dict[str, asyncio.Task[None]] = {}
         self._exa = (
             exa
@@ -394,8 +397,9 @@ class WebSearch:
         return 2 * self.timeout + RATE_LIMIT_BACKOFF * self.retry_base_seconds
 
     async def aclose(self) -> None:
-        """Wait for the cache writes under way, then close the client (if this search owns
-        it)."""
+        """Write the results still held, wait for the cache writes under way, then close the
+        client (if this search owns it)."""
+        self.write_cache()
         if self._caching:
             await asyncio.wait(list(self._caching.values()))
         if self._owns_exa:
@@ -418,8 +422,11 @@ class WebSearch:
         options = {"num_results": count, "contents": self.contents}
         key = cache_key(kind="web", scope=scope, query=text, options=options)
         if self.cache_seconds > 0:
+            held = self._held.get(key)
+            if held is not None:  # the same search just finished here, its row not yet written
+                return [WebResult.from_dict(item) for item in held.results]
             storing = self._caching.get(key)
-            if storing is not None:  # the same search just finished here: read its row
+            if storing is not None:  # its row is being written: read it
                 await asyncio.wait([storing])
             cached = await cached_results(key)
             if cached is not None:
@@ -435,25 +442,36 @@ class WebSearch:
         results = dedupe([result for result in parsed if result is not None])[:count]
 
         if self.cache_seconds > 0:
-            # Written while the caller stores and uses the results, not before it has them.
-            storing = asyncio.create_task(
-                store_results(
-                    key=key,
-                    kind="web",
-                    scope=scope,
-                    query=text,
-                    options=options,
-                    results=[result.to_dict() for result in results],
-                    ttl_seconds=self.cache_seconds,
-                )
+            # Held until the caller has stored and used the results (`write_cache`).
+            self._held[key] = cache_row(
+                key=key,
+                kind="web",
+                scope=scope,
+                query=text,
+                options=options,
+                results=[result.to_dict() for result in results],
+                ttl_seconds=self.cache_seconds,
             )
-            self._caching[key] = storing
-            storing.add_done_callback(functools.partial(self._cached, key))
         return results
 
-    def _cached(self, key: str, storing: asyncio.Task[None]) -> None:
-        if self._caching.get(key) is storing:
-            del self._caching[key]
+    def write_cache(self) -> None:
+        """Start writing the results found since the last call to the cache, in one
+        statement, beside the caller's next work (a search's caller calls this once it has
+        stored what it found, so the write does not compete with that store). A write that
+        fails is logged; an identical search then asks again."""
+        if not self._held:
+            return
+        keys, rows = list(self._held), list(self._held.values())
+        self._held = {}
+        storing = asyncio.create_task(store_rows(rows))
+        for key in keys:
+            self._caching[key] = storing
+        storing.add_done_callback(functools.partial(self._cached, keys))
+
+    def _cached(self, keys: list[str], storing: asyncio.Task[None]) -> None:
+        for key in keys:
+            if self._caching.get(key) is storing:
+                del self._caching[key]
         if not storing.cancelled() and (error := storing.exception()) is not None:
             # The results were used all the same; an identical search asks again.
             logger.warning("Web results were not cached: %s", error)

@@ -24,6 +24,8 @@ from research.web import NOT_CONFIGURED, ResearchError, WebResult, WebSearch, is
 
 from . import citations
 from .models import Source, SourceKind, ThinkingSession
+from .row_reads import values_by
+from .row_writes import inserted_rows
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,12 @@ class Research:
             team_ids=team_ids_of(session.owner),
             web_off=not session.web_enabled,
         )
+
+    def write_cache(self) -> None:
+        """Start writing the web results found so far to the cache (call once they are
+        stored: the write then runs beside the caller's next work, not its store)."""
+        if self.web is not None:
+            self.web.write_cache()
 
     async def close(self) -> None:
         if self.web is not None:
@@ -116,6 +124,7 @@ def _store_found(
     sources. Only while `worker_id` holds the session's lease and it is not cancelled (else
     LeaseLost / Stopped)."""
     created: list[Source] = []
+    rows: list[dict[str, object]] = []
     known_again: list[int] = []
     searched = [item for item in found if not item.note]
     # The step's row lock serialises numbering between the session's stores.
@@ -129,9 +138,7 @@ def _store_found(
             changes["research_notes"] = noted[-20:]
         if searched:
             # One read for the numbers taken and the keys already found.
-            taken = list(
-                Source.objects.filter(session_id=session_id).values_list("kind", "key", "number")
-            )
+            taken = values_by(Source, "session_id", session_id, "kind", "key", "number")
             existing = {(kind, key): n for kind, key, n in taken}
             number = max((n for _, _, n in taken), default=0) + 1
             tally = dict(step.session.search_tally or {})
@@ -151,27 +158,27 @@ def _store_found(
                             query_again.append(seen)
                         continue
                     existing[item.kind, key] = number
-                    created.append(
-                        Source(
-                            session_id=session_id,
-                            number=number,
-                            kind=item.kind,
-                            title=_clip(title or url or "Untitled", 500),
-                            url=url[:2000],
-                            snippet=_clip(passage, MAX_SNIPPET_CHARS),
-                            score=float(score),
-                            query=item.query[:1000],
-                            key=key,
-                            found_by=found_by,
-                        )
+                    rows.append(
+                        {
+                            "session_id": session_id,
+                            "number": number,
+                            "kind": item.kind,
+                            "title": _clip(title or url or "Untitled", 500),
+                            "url": url[:2000],
+                            "snippet": _clip(passage, MAX_SNIPPET_CHARS),
+                            "score": float(score),
+                            "query": item.query[:1000],
+                            "key": key,
+                            "found_by": found_by,
+                        }
                     )
                     number += 1
                 row["searches"] += 1
                 row["new"] += number - first_new
                 row["known"] += len(query_again)
                 known_again.extend(n for n in query_again if n not in known_again)
-            # One INSERT for the new sources (both databases return their ids).
-            Source.objects.bulk_create(created)
+            # One INSERT for the new sources, returning their keys.
+            created = inserted_rows(Source, rows)
             tally[found_by] = row
             changes["search_tally"] = tally
         if changes:
@@ -234,9 +241,12 @@ async def search_one(
     the tool `found_by` (the numbers of sources found again go to `again`). A failure
     becomes a note and raises nothing."""
     found = await find(research=research, kind=kind, query=query, limit=limit)
-    return await store_found(
-        session_id, [found], worker_id=worker_id, found_by=found_by, again=again
-    )
+    try:
+        return await store_found(
+            session_id, [found], worker_id=worker_id, found_by=found_by, again=again
+        )
+    finally:
+        research.write_cache()
 
 
 async def gather(
@@ -286,6 +296,7 @@ async def gather(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        research.write_cache()  # after the stores, not competing with them
     return found
 
 

@@ -92,8 +92,8 @@ def select_focus(*, session: ThinkingSession) -> Focus:
 Analysis = tuple[bool, int, list[str], tuple[str, ...]]
 # A cycle's first hop: the status, the focus, the thoughts' reads (`Analysis`) when the
 # cycle goes straight to them, and whether it stored the planning stage when the focus gets
-# its own research first (None when it does not).
-Opened = tuple[str, Focus, Analysis | None, bool | None]
+# its own research first (False when it does not).
+Opened = tuple[str, Focus, Analysis | None, bool]
 
 
 def _open_cycle(*, session: ThinkingSession, run: Run) -> Opened:
@@ -106,11 +106,11 @@ def _open_cycle(*, session: ThinkingSession, run: Run) -> Opened:
     status = steps.lease_status(session.pk, worker_id=run.worker_id)
     focus = select_focus(session=session)
     if status in STOPPING or ending_reason(session):
-        return status, focus, None, None
+        return status, focus, None, False
     if replan_due(session, focus):
         entry = stages.entry("planning", stages.planning_message(focus))
         return status, focus, None, stages.record_sync(session.pk, entry, worker_id=run.worker_id)
-    return status, focus, _open_analysis(session, focus, run=run), None
+    return status, focus, _open_analysis(session, focus, run=run), False
 
 
 open_cycle = db_hop(_open_cycle)
@@ -428,22 +428,14 @@ async def plan_research(
     session: ThinkingSession,
     run: Run,
     focus: Focus | None = None,
-    planning: bool | None = None,
+    planning: bool = False,
 ) -> ThinkingSession:
     """Plan (the model, else a heuristic), then search memory and the web in parallel.
     `planning`: whether the cycle's first hop stored the planning stage of its focus's
-    research; None for the session's first plan, whose stage is stored here. Returns the
-    session as the plan's store left it."""
+    research, to be shown here (the session's first plan's is stored with its start and
+    shown with it). Returns the session as the plan's store left it."""
     subject = focus.text if focus else session.question
-    if planning is None:
-        await stages.enter(
-            session.pk,
-            "planning",
-            stages.planning_message(),
-            worker_id=run.worker_id,
-            publish=run.publish,
-        )
-    elif planning:
+    if planning:
         await stages.show(session.pk, run.publish)
     stable, variable = planner.plan_prompt(
         session.question, focus=focus.text if focus and focus.sub_question_id else ""
@@ -550,7 +542,7 @@ def replan_due(session: ThinkingSession, focus: Focus) -> bool:
 async def deliberate(session: ThinkingSession, run: Run) -> str:
     """plan -> research -> [focus -> (research) -> thoughts -> questions? -> synthesis?]* ->
     final. Returns the status the session stopped in."""
-    if not session.plan and session.research_enabled:  # research off: no plan, no searches
+    if steps.plans_first(session):  # research off: no plan, no searches
         session = await plan_research(session=session, run=run)
     while True:
         status, focus, opened, planning = await open_cycle(session=session, run=run)
@@ -595,6 +587,22 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
     return session.status
 
 
+def _start(
+    session_id: uuid.UUID, *, worker_id: str, web_search: Callable[[], WebSearch] | None
+) -> tuple[ThinkingSession, evidence.Research] | None:
+    """A claimed session's start, in one hop: begun (`steps.begin_sync`, with its first
+    plan's stage when it plans first) and what it may search. None if it is not runnable or
+    another worker claimed it since."""
+    planning = stages.entry("planning", stages.planning_message())
+    session = steps.begin_sync(session_id, worker_id=worker_id, planning=planning)
+    if session is None:
+        return None
+    return session, evidence.Research.for_session(session, web_search=web_search)
+
+
+start = db_hop(_start)
+
+
 async def run_session(
     session_id: uuid.UUID,
     *,
@@ -613,11 +621,12 @@ async def run_session(
     """
     clock = clock or Clock()
     meter = Meter(clock)
-    session = await steps.begin(session_id, worker_id=worker_id)
-    if session is None:
+    started = await start(session_id, worker_id=worker_id, web_search=web_search)
+    if started is None:
         return None
-    await publish_safely(publish, SessionEvent(session.pk))
-    research = await db_hop(evidence.Research.for_session)(session, web_search=web_search)
+    session, research = started
+    # The header, and the plan region with the first plan's stage when there is one.
+    await publish_safely(publish, SessionEvent(session.pk, plan=steps.plans_first(session)))
     run = Run(
         llm=llm, research=research, publish=publish, worker_id=worker_id, meter=meter, clock=clock
     )

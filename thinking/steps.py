@@ -101,18 +101,28 @@ def record_calls(step: Step, purpose: str, replies: Sequence[Reply]) -> None:
 # --- the lifecycle ----------------------------------------------------------------------
 
 
-def _begin(session_id: uuid.UUID, *, worker_id: str) -> ThinkingSession | None:
-    """Move a claimed session to `thinking` and start its clock. None if it is not runnable,
-    or another worker claimed it since (that worker runs it: not an error)."""
+def plans_first(session: ThinkingSession) -> bool:
+    """Whether the loop plans and researches before its first thought cycle: the session
+    researches and has no plan yet (one resumed after its plan goes on thinking)."""
+    return not session.plan and session.research_enabled
+
+
+def begin_sync(
+    session_id: uuid.UUID, *, worker_id: str, planning: StageEntry | None = None
+) -> ThinkingSession | None:
+    """Move a claimed session to `thinking` and start its clock; when it plans first
+    (`plans_first`), its planning stage (`planning`) is entered in the same transaction.
+    None if it is not runnable, or another worker claimed it since (that worker runs it:
+    not an error)."""
     try:
         with ThinkingSession.step(session_id, worker_id=worker_id) as step:
-            step.update(**step.session.begin(now=timezone.now()))
+            changes = step.session.begin(now=timezone.now())
+            if planning is not None and plans_first(step.session):
+                changes.update(stages.record(step.session, planning))
+            step.update(**changes)
     except (IllegalTransition, Stopped, LeaseLost):
         return None
     return step.session
-
-
-begin = db_hop(_begin)
 
 
 def lease_status(session_id: uuid.UUID, *, worker_id: str) -> str:

@@ -171,29 +171,40 @@ async def test_an_identical_search_is_served_from_the_cache(fake_exa: FakeExa):
     assert entry.scope == "user:1" and entry.query == "why do we dream?"
 
 
-async def test_results_come_before_their_cache_write_which_the_next_identical_search_reads(
+async def test_results_are_held_until_the_caller_writes_them_to_the_cache_in_one_statement(
     fake_exa: FakeExa, monkeypatch: Any
 ):
     from research import cache
 
+    writes: list[list[str]] = []
     written = asyncio.Event()
     real_upsert = cache.upsert
 
-    async def slow_upsert(row: SearchCache) -> None:
+    async def slow_upsert(rows: list[SearchCache]) -> None:
+        writes.append(sorted(row.query for row in rows))
         await asyncio.sleep(0.2)  # a slow database
-        await real_upsert(row)
+        await real_upsert(rows)
         written.set()
 
     monkeypatch.setattr(cache, "upsert", slow_upsert)
     async with WebSearch.from_settings() as web:
         first = await web.search("tides", num_results=5, scope="user:1")
-        assert first and not written.is_set()  # the caller has the results already
+        assert first and await web.search("moon", num_results=5, scope="user:1")
+        await asyncio.sleep(0.05)
+        assert writes == []  # nothing written while the caller stores what it found
         again = await web.search(" Tides ", num_results=5, scope="user:1")
-        assert again == first and fake_exa.request_count == 1  # it waited for the row
-        third = await web.search("storms", num_results=5, scope="user:1")
-    # Closing waits for the writes under way.
-    assert {e.query async for e in SearchCache.objects.all()} == {"tides", "storms"}
-    assert third and fake_exa.request_count == 2
+        assert again == first and fake_exa.request_count == 2  # the held results answered
+        web.write_cache()
+        await asyncio.sleep(0.05)
+        assert writes == [["moon", "tides"]] and not written.is_set()  # one write for both
+        third = await web.search("tides", num_results=5, scope="user:1")
+        # It waited for the row and read it.
+        assert written.is_set() and third == first and fake_exa.request_count == 2
+        assert await web.search("storms", num_results=5, scope="user:1")
+    # Closing writes what is still held and waits for it.
+    assert writes == [["moon", "tides"], ["storms"]]
+    assert {e.query async for e in SearchCache.objects.all()} == {"tides", "moon", "storms"}
+    assert fake_exa.request_count == 3
 
 
 async def test_results_that_could_not_be_cached_are_still_returned(
@@ -203,7 +214,7 @@ async def test_results_that_could_not_be_cached_are_still_returned(
 
     from research import cache
 
-    async def broken(row: SearchCache) -> None:
+    async def broken(rows: list[SearchCache]) -> None:
         raise OperationalError("the database went away")
 
     monkeypatch.setattr(cache, "upsert", broken)

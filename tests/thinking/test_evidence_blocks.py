@@ -271,6 +271,9 @@ async def test_a_search_that_breaks_unexpectedly_is_logged_and_noted(
         def longest_call(self) -> float:
             return 60.0
 
+        def write_cache(self) -> None:
+            pass
+
         async def aclose(self) -> None:
             pass
 
@@ -320,6 +323,9 @@ async def test_a_worker_that_lost_the_lease_stores_nothing_and_stops_its_other_s
 
         def longest_call(self) -> float:
             return 60.0
+
+        def write_cache(self) -> None:
+            pass
 
         async def aclose(self) -> None:
             pass

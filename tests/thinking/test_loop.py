@@ -11,8 +11,10 @@ from asgiref.sync import sync_to_async
 
 from tests.fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
 from tests.helpers import (
+    WORKER,
     FrozenClock,
     TakenOverWhen,
+    claim,
     each_call_takes,
     logged_error,
     prompt_of,
@@ -21,7 +23,8 @@ from tests.helpers import (
     stage_history,
     take_over,
 )
-from thinking.events import SessionEvent
+from thinking import loop
+from thinking.events import SessionEvent, publish_nothing
 from thinking.llm import LLM
 from thinking.models import (
     CitationCheck,
@@ -486,27 +489,49 @@ async def test_a_worker_that_lost_its_lease_while_checking_a_synthesis_stores_no
     assert session.worker_id == "another-worker"
 
 
-async def test_a_session_taken_over_before_it_plans_stops_without_a_call_or_a_write(
+async def test_a_session_taken_over_before_it_starts_stops_without_a_call_or_a_write(
     fake_claude: Any, make_session: Any
 ):
-
     session = await sync_to_async(make_session)(plan={})  # it plans first
-
-    # Another worker claims the session as soon as this one has begun it.
-    status = await run(session, TakenOverWhen(session.pk, lambda event: True))
+    await claim(session)
+    await sync_to_async(take_over)(session.pk)  # between this worker's claim and its start
+    llm = LLM.from_settings()
+    try:
+        status = await loop.run_session(
+            session.pk, llm=llm, publish=publish_nothing, worker_id=WORKER
+        )
+    finally:
+        await llm.close()
 
     assert status is None
     assert fake_claude.requests == []  # not even the plan
     await session.arefresh_from_db()
-    assert await stage_history(session) == [] and session.worker_id == "another-worker"
+    assert await stage_history(session) == [] and session.status == Status.CREATED
+    assert session.worker_id == "another-worker"
+
+
+async def test_a_session_taken_over_once_started_stores_no_plan(
+    fake_claude: Any, make_session: Any
+):
+    session = await sync_to_async(make_session)(plan={})  # it plans first
+
+    # Another worker claims the session as soon as this one has started it.
+    status = await run(session, TakenOverWhen(session.pk, lambda event: True))
+
+    assert status is None
+    assert len(fake_claude.requests) <= 1  # the plan's call at most: its reply is dropped
+    await session.arefresh_from_db()
+    assert session.plan == {} and not await session.sources.aexists()
+    # Only what its start stored, before the other worker claimed it: its planning stage.
+    history = [(s["stage"], s["message"]) for s in await stage_history(session)]
+    assert history == [("planning", "Planning the research: steps, key terms and queries")]
+    assert session.worker_id == "another-worker"
 
 
 def hops_and_calls(monkeypatch: Any) -> list[str]:
     """The loop's database hops (by function name) and model calls ("ask:<purpose>"), in
     the order they start."""
     from asgiref.sync import SyncToAsync
-
-    from thinking import loop
 
     order: list[str] = []
     hop, ask = SyncToAsync.__call__, loop.ask
@@ -581,10 +606,11 @@ async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(
 async def test_a_plan_is_stored_with_its_research_stage_and_a_synthesis_opened_in_one_hop(
     fake_claude: Any, make_session: Any, monkeypatch: Any, settings: Any
 ):
-    """Issue 17: the plan's store enters the research stage in the same transaction (a hop
-    of its own before), and a synthesis's stage (the final answer's two, after its review's
-    material) and its prompt's reads are one hop between the step before and its call (the
-    stage, the log and the review: up to four hops before)."""
+    """Issue 17: the session's start enters its first plan's stage and sets up its research
+    in one hop (three before), the plan's store enters the research stage in the same
+    transaction (a hop of its own before), and a synthesis's stage (the final answer's two,
+    after its review's material) and its prompt's reads are one hop between the step
+    before and its call (the stage, the log and the review: up to four hops before)."""
     settings.DEEPTHINK_QUESTIONS_EVERY = 1000
     settings.DEEPTHINK_RERANK_EVERY = 1000
     settings.DEEPTHINK_CITATION_CHECK = False
@@ -598,6 +624,8 @@ async def test_a_plan_is_stored_with_its_research_stage_and_a_synthesis_opened_i
     assert await run(session, clock=frozen.clock) == Status.COMPLETED
 
     planned = order.index("ask:plan")
+    # The session's start, its first plan's stage and its research set up in one hop.
+    assert order[planned - 1] == "_start" and order.count("_start") == 1, order[:planned]
     assert order[planned + 1] == "_save_plan"
     thinking = order.index("ask:thoughts")
     # Then only the searches and their stores, and the first cycle's one hop: no stage

@@ -230,6 +230,56 @@ async def test_sources_are_shown_as_found_and_those_found_together_stored_togeth
     assert session.search_tally["plan"]["searches"] == 4
 
 
+async def test_a_plans_web_results_are_cached_in_one_write_once_its_sources_are_stored(
+    fake_exa: Any, make_session: Any, monkeypatch: Any
+):
+    """The cache write does not compete with the sources' store: the three searches'
+    results are written after it, in one statement, and a search of the same query on the
+    session asks the provider nothing."""
+    from research import cache
+
+    session = await unplanned(make_session)
+    await claim(session)
+    research = await sync_to_async(evidence.Research.for_session)(session)
+    order: list[str] = []
+    real_store, real_upsert = evidence._store_found, cache._upsert
+
+    def logged_store(session_id: Any, found: list, **kwargs: Any) -> list:
+        order.append("store")
+        return real_store(session_id, found, **kwargs)
+
+    def logged_upsert(rows: list) -> None:
+        order.append("cache: " + ", ".join(sorted(row.query for row in rows)))
+        real_upsert(rows)
+
+    monkeypatch.setattr(evidence, "store_found", evidence.db_hop(logged_store))
+    monkeypatch.setattr(cache, "upsert", evidence.db_hop(logged_upsert))
+    try:
+        found = await evidence.gather(
+            session_id=session.pk,
+            research=research,
+            web_queries=["tides", "moon", "sea"],
+            memory_queries=[],
+            on_sources=lambda sources: asyncio.sleep(0),
+            worker_id=WORKER,
+        )
+        assert found and fake_exa.request_count == 3
+        again = await evidence.gather(
+            session_id=session.pk,
+            research=research,
+            web_queries=["moon"],
+            memory_queries=[],
+            on_sources=lambda sources: asyncio.sleep(0),
+            worker_id=WORKER,
+        )
+    finally:
+        await research.close()
+    assert fake_exa.request_count == 3 and again == []  # answered by the cache, known sources
+    *stores, write = order[: order.index("cache: moon, sea, tides") + 1]
+    assert stores and set(stores) == {"store"} and write == "cache: moon, sea, tides"
+    assert order.count("cache: moon, sea, tides") == 1
+
+
 async def test_a_failing_web_provider_still_yields_knowledge_sources(
     fake_claude: Any, fake_exa: Any, make_session: Any, notes: list
 ):

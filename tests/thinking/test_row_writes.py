@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+import time_machine
 from django.core.exceptions import FieldDoesNotExist, FieldError, ValidationError
 from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import F
@@ -20,9 +21,9 @@ from django.utils import timezone
 
 from accounts.models import Team
 from thinking import row_writes
-from thinking.models import ModelCall, Stage, SubQuestion, ThinkingSession, Thought
+from thinking.models import ModelCall, Source, Stage, SubQuestion, ThinkingSession, Thought
 from thinking.row_reads import compiled_on
-from thinking.row_writes import insert_rows, update_by_pk
+from thinking.row_writes import insert_rows, inserted_rows, update_by_pk
 
 pytestmark = pytest.mark.django_db
 
@@ -207,7 +208,8 @@ def some_rows(session: ThinkingSession, question: SubQuestion) -> list[tuple[Any
                     "sub_question_id": question.pk if n % 2 else None,
                     "created_at": WHEN,  # auto_now_add: the clock's time wins, as on a save
                 }
-                for n in range(4)
+                # More parameters than psycopg parses once: one array per column there.
+                for n in range(6)
             ],
         ),
         (
@@ -268,7 +270,7 @@ def check_inserts_like_bulk_create(make_session: Any) -> None:
             times = {r.created_at for r in mine}
             assert len(times) == 1 and started <= times.pop() <= timezone.now()
     thoughts = Thought.objects.filter(session=ours).order_by("sequence")
-    assert [t.sub_question_id for t in thoughts] == [None, asked[ours.pk].pk] * 2
+    assert [t.sub_question_id for t in thoughts] == [None, asked[ours.pk].pk] * 3
     assert thoughts[0].parts["route"] == "tags" and thoughts[0].reasoning == "why ✓"
     call = ModelCall.objects.get(session=ours)
     assert (call.thinking_mode, call.duration_ms, call.content[0]["thinking"]) == ("off", 0, "ü")
@@ -286,6 +288,140 @@ def test_inserted_rows_are_what_bulk_create_stores(make_session: Any):
 def test_inserted_rows_are_what_bulk_create_stores_on_postgresql(make_session: Any):
     needs_postgresql()
     check_inserts_like_bulk_create(make_session)
+
+
+def a_source(session: ThinkingSession, number: int) -> dict[str, Any]:
+    """A source row as a plan's research stores it (`found_by` left to its default)."""
+    return {
+        "session_id": session.pk,
+        "number": number,
+        "kind": "web" if number % 2 else "memory",
+        "title": f"Page {number} — «ü»",
+        "url": f"https://example.com/{number}",
+        "snippet": "A passage ✓ " * 40,
+        "score": 0.125 * number,
+        "query": "tides",
+        "key": f"https://example.com/{number}",
+    }
+
+
+def check_inserted_rows_come_back_as_bulk_create_gives_them(make_session: Any) -> None:
+    ours, theirs = make_session(), make_session()
+    width = len(row_writes._insert_plan(Source, frozenset(a_source(ours, 1))) or ())
+    for first, count in ((1, 1), (2, 3), (5, 12)):
+        numbers = range(first, first + count)
+        started = timezone.now()
+        with CaptureQueriesContext(connection) as queries:
+            mine = inserted_rows(Source, [a_source(ours, n) for n in numbers])
+        assert len(queries) == 1  # the keys come back with the INSERT
+        # On PostgreSQL, more than psycopg parses once go as one array per column.
+        arrays = connection.vendor == "postgresql" and count * width > 50
+        assert ("UNNEST" in queries[0]["sql"]) == arrays, queries[0]["sql"]
+        made = [Source(**a_source(theirs, n)) for n in numbers]
+        Source.objects.bulk_create(made)
+        stored = Source.objects.in_bulk([source.pk for source in mine])
+        assert [source.number for source in mine] == list(numbers)  # in the rows' order
+        for source, same in zip(mine, made, strict=True):
+            assert source.pk is not None and not source._state.adding
+            assert source._state.db == same._state.db == "default"
+            assert columns_of(source) == columns_of(same) == columns_of(stored[source.pk])
+            assert source.session_id == ours.pk and source.found_by == "plan"
+            assert started <= source.created_at == stored[source.pk].created_at
+    assert Source.objects.filter(session=ours).count() == 16
+
+
+def test_inserted_rows_come_back_as_bulk_create_gives_them(make_session: Any):
+    check_inserted_rows_come_back_as_bulk_create_gives_them(make_session)
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_inserted_rows_come_back_as_bulk_create_gives_them_on_postgresql(make_session: Any):
+    needs_postgresql()
+    check_inserted_rows_come_back_as_bulk_create_gives_them(make_session)
+
+
+def test_rows_whose_keys_it_cannot_read_back_go_through_the_orm(
+    make_session: Any, monkeypatch: pytest.MonkeyPatch
+):
+    session = make_session()
+    monkeypatch.setattr(
+        type(connection.features), "can_return_rows_from_bulk_insert", False, raising=False
+    )
+    monkeypatch.setitem(connection.features.__dict__, "can_return_rows_from_bulk_insert", False)
+    compiled_on(connections["default"]).clear()
+    made: list[int] = []
+    bulk_create = Source.objects.bulk_create
+
+    def counted(objs: Any, *args: Any, **kwargs: Any) -> Any:
+        made.append(len(objs))
+        return bulk_create(objs, *args, **kwargs)
+
+    monkeypatch.setattr(Source.objects, "bulk_create", counted)
+    mine = inserted_rows(Source, [a_source(session, n) for n in (1, 2)])
+    # As bulk_create gives them there: without the keys it cannot read back.
+    assert made == [2] and [s.number for s in mine] == [1, 2]
+    # A key given, or an expression: the ORM's too.
+    given = inserted_rows(Source, [{**a_source(session, 3), "id": 4242}])
+    assert made == [2, 1] and given[0].pk == 4242
+    monkeypatch.undo()
+    timed = inserted_rows(Source, [{**a_source(session, 4), "created_at": Now()}])
+    assert timed[0].pk is not None
+    assert list(Source.objects.filter(session=session).values_list("number", flat=True)) == [
+        1,
+        2,
+        3,
+        4,
+    ]
+
+
+def postgresql_offline() -> Any:
+    """A PostgreSQL connection that never connects: its backend's words for a statement,
+    on any machine."""
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    settings = {**connection.settings_dict, "ENGINE": "django.db.backends.postgresql"}
+    return DatabaseWrapper({**settings, "OPTIONS": {}}, alias="postgresql-offline")
+
+
+@pytest.mark.parametrize(("count", "limit"), [(1, 50), (4, 50), (4, 44), (4, 43), (12, 50)])
+def test_on_postgresql_many_rows_go_as_the_orm_writes_them_there(
+    count: int, limit: int, make_session: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """Rows of more than 50 parameters (psycopg parses those anew each time) go as the
+    ORM's bulk_create writes them on PostgreSQL, one array per column; fewer, one value per
+    field. The keys come back in the rows' order."""
+    from django.db.models.sql import InsertQuery
+
+    session, pg = make_session(), postgresql_offline()
+    ran: list[tuple[str, list[Any]]] = []
+
+    def run(on: Any, sql: str, params: list[Any], take: Any) -> list[int]:
+        assert on is pg
+        ran.append((sql, params))
+        return list(range(101, 101 + count))
+
+    monkeypatch.setattr(row_writes, "connections", {"default": pg})
+    monkeypatch.setattr(row_writes, "run_statement", run)
+    monkeypatch.setattr(row_writes, "PARSED_ONCE_PARAMS", limit)  # 4 sources: 44 parameters
+    rows = [a_source(session, n) for n in range(1, count + 1)]
+    with time_machine.travel(WHEN, tick=False):
+        made = inserted_rows(Source, rows)
+        query = InsertQuery(Source)
+        fields = [f for f in Source._meta.concrete_fields if not f.primary_key]
+        query.insert_values(fields, [Source(**row) for row in rows])
+        compiler = query.get_compiler(connection=pg)
+        compiler.returning_fields = [Source._meta.pk]
+        ((orm_sql, orm_params),) = compiler.as_sql()
+    ((sql, params),) = ran
+    if count * len(fields) > limit or count == 1:
+        assert (sql, params) == (orm_sql, list(orm_params))
+    else:  # the ORM's arrays, one value per field instead
+        assert "UNNEST" in orm_sql and "UNNEST" not in sql and "VALUES" in sql
+        assert params == [value for row in zip(*orm_params, strict=True) for value in row]
+    assert [source.pk for source in made] == list(range(101, 101 + count))
+    assert [columns_of(source) for source in made] == [columns_of(Source(**r)) for r in rows]
+    assert {source.created_at for source in made} == {WHEN}
 
 
 def limit_parameters(monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
@@ -310,8 +446,17 @@ def test_rows_beyond_the_databases_parameter_limit_go_in_batches(
     with CaptureQueriesContext(connection) as queries:
         assert insert_rows(Stage, more) == 3
     assert len(queries) == 3
+    # With the keys read back, batch by batch, every row's.
+    rows = [{"session_id": session.pk, "sequence": n, "entry": {"n": n}} for n in range(10, 15)]
+    limit_parameters(monkeypatch, 6)
+    with CaptureQueriesContext(connection) as queries:
+        made = inserted_rows(Stage, rows)
+    assert len(queries) == 3
+    assert [(stage.pk, stage.sequence) for stage in made] == list(
+        Stage.objects.filter(sequence__gte=10).order_by("pk").values_list("pk", "sequence")
+    )
     stored = Stage.objects.filter(session=session).order_by("sequence")
-    assert [s.entry["n"] for s in stored] == list(range(10))
+    assert [s.entry["n"] for s in stored] == list(range(15))
     with CaptureQueriesContext(connection) as queries:
         assert insert_rows(Stage, []) == 0
     assert not queries
@@ -344,7 +489,9 @@ def test_an_insert_is_built_once_per_shape(make_session: Any, monkeypatch: pytes
     assert built == [2, 1]  # two rows, then one: two statements
     insert_rows(Stage, [{"sequence": 31, "session_id": session.pk, "entry": {}}])
     assert planned == ["Stage"] and built == [2, 1]  # the same fields in another order
-    assert Stage.objects.filter(session=session).count() == 8
+    insert_rows(Stage, [{"id": 4242, "session_id": session.pk, "sequence": 32, "entry": {}}])
+    assert built == [2, 1, 1]  # other fields, as many rows: a statement of its own
+    assert Stage.objects.filter(session=session).count() == 9
 
 
 def test_a_given_key_is_stored(make_session: Any):

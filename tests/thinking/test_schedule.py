@@ -101,7 +101,7 @@ def test_a_high_priority_focus_is_researched_a_few_times_per_session(settings: A
 async def begun(make_session: Any, **fields: Any) -> ThinkingSession:
     s = await sync_to_async(make_session)(**fields)
     assert await sync_to_async(ThinkingSession.claim)(s.pk, worker_id=WORKER, lease_seconds=30)
-    began = await steps.begin(s.pk, worker_id=WORKER)
+    began = await sync_to_async(steps.begin_sync)(s.pk, worker_id=WORKER)
     assert began is not None
     return began
 

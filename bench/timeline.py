@@ -48,6 +48,7 @@ TARGETS = (
     # A synthesis's stage (the final answer's two) and its prompt's reads.
     ("thinking.loop", "open_written", "reading state"),
     ("research.web", "cached_results", "reading state"),
+    ("research.web", "cached_many", "reading state"),  # a plan's queries' reads, ahead
     ("channels.db", "DatabaseSyncToAsync.__call__", "other database hops"),
 )
 

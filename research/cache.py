@@ -45,10 +45,17 @@ def cache_key(*, kind: str, scope: str, query: str, options: Mapping[str, Any]) 
 
 async def cached_results(key: str) -> list[dict[str, Any]] | None:
     """The stored results for `key` if they have not expired, else None."""
-    row = await db_hop(SearchCache.objects.fresh().filter(key=key).only("results").first)()
-    if row is None or not isinstance(row.results, list):
-        return None
-    return row.results
+    return (await cached_many([key])).get(key)
+
+
+def _cached_many(keys: list[str]) -> dict[str, list[dict[str, Any]]]:
+    rows = SearchCache.objects.fresh().filter(key__in=keys).order_by().values_list("key", "results")
+    return {key: results for key, results in rows if isinstance(results, list)}
+
+
+# The stored results of each of `keys` that has not expired, in one statement; a key
+# without them is left out.
+cached_many = db_hop(_cached_many)
 
 
 def cache_row(

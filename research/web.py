@@ -15,6 +15,7 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -26,7 +27,7 @@ from exa_py.api import ContentsOptions
 
 from config.http_pool import quick_idle_checks
 
-from .cache import cache_key, cache_row, cached_results, store_rows
+from .cache import cache_key, cache_row, cached_many, cached_results, store_rows
 from .models import SearchCache
 
 logger = logging.getLogger(__name__)
@@ -361,6 +362,8 @@ class WebSearch:
         # them), and those being written.
         self._held: dict[str, SearchCache] = {}
         self._caching: dict[str, asyncio.Task[None]] = {}
+        # Cache reads started ahead of their searches, several keys a read (`read_ahead`).
+        self._ahead: dict[str, asyncio.Future[dict[str, list[dict[str, Any]]]]] = {}
         self._exa = (
             exa
             if exa is not None
@@ -399,6 +402,7 @@ class WebSearch:
     async def aclose(self) -> None:
         """Write the results still held, wait for the cache writes under way, then close the
         client (if this search owns it)."""
+        await self.forget_read_ahead()
         self.write_cache()
         if self._caching:
             await asyncio.wait(list(self._caching.values()))
@@ -415,20 +419,22 @@ class WebSearch:
         """Up to `num_results` (at most `max_items_per_source`) distinct pages for `query`,
         best first. `scope` ("user:5", "team:3") decides who shares cached results.
         Raises ResearchError when the search fails for good."""
-        text = " ".join(query.split())
+        text, count, options, key = self._search_key(query, num_results, scope)
         if not text:
             return []
-        count = max(1, min(num_results, self.max_items_per_source, MAX_NUM_RESULTS))
-        options = {"num_results": count, "contents": self.contents}
-        key = cache_key(kind="web", scope=scope, query=text, options=options)
         if self.cache_seconds > 0:
             held = self._held.get(key)
             if held is not None:  # the same search just finished here, its row not yet written
                 return [WebResult.from_dict(item) for item in held.results]
             storing = self._caching.get(key)
+            ahead = self._ahead.pop(key, None)
             if storing is not None:  # its row is being written: read it
                 await asyncio.wait([storing])
-            cached = await cached_results(key)
+                cached = await cached_results(key)
+            elif ahead is not None:  # read with the other searches read ahead
+                cached = (await asyncio.shield(ahead)).get(key)
+            else:
+                cached = await cached_results(key)
             if cached is not None:
                 # Cached before http(s) was required, perhaps: filter again.
                 return [
@@ -453,6 +459,41 @@ class WebSearch:
                 ttl_seconds=self.cache_seconds,
             )
         return results
+
+    def _search_key(
+        self, query: str, num_results: int, scope: str
+    ) -> tuple[str, int, dict[str, Any], str]:
+        """A search's query as sent, its result count, its options and its cache key."""
+        text = " ".join(query.split())
+        count = max(1, min(num_results, self.max_items_per_source, MAX_NUM_RESULTS))
+        options = {"num_results": count, "contents": self.contents}
+        return text, count, options, cache_key(kind="web", scope=scope, query=text, options=options)
+
+    def read_ahead(self, queries: Sequence[str], *, num_results: int, scope: str) -> None:
+        """Start reading the cached results of these searches in one statement, for the
+        `search` of each to take (a plan's web queries, which would otherwise read the cache
+        a hop each, side by side). Only searches that would read it: not one whose results
+        are held here or being written; nothing for fewer than two. `forget_read_ahead` drops
+        what no search took."""
+        if self.cache_seconds <= 0:
+            return
+        keys = []
+        for query in queries:
+            text, _, _, key = self._search_key(query, num_results, scope)
+            if text and key not in self._held and key not in self._caching and key not in keys:
+                keys.append(key)
+        if len(keys) < 2:
+            return
+        reading = asyncio.ensure_future(cached_many(keys))
+        for key in keys:
+            self._ahead[key] = reading
+
+    async def forget_read_ahead(self) -> None:
+        """Drop the reads ahead that no search took (a later search reads the cache as it is
+        then), waiting for those still running."""
+        reads, self._ahead = set(self._ahead.values()), {}
+        # Read errors are the searches' to report; one that no search took is dropped.
+        await asyncio.gather(*reads, return_exceptions=True)
 
     def write_cache(self) -> None:
         """Start writing the results found since the last call to the cache, in one

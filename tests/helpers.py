@@ -35,6 +35,33 @@ def own_connection(**options: Any) -> Any:
     return psycopg.connect(**params, **options)
 
 
+def on_statements(monkeypatch: Any, hook: Callable[[str], None]) -> None:
+    """Call `hook` with the SQL of every statement the database is sent, on any thread (the
+    hops'), before it is sent: to count statements, or to play a database that refuses or
+    is slow to answer one (the hook raises, or waits)."""
+    from django.db.backends.utils import CursorWrapper
+
+    execute = CursorWrapper._execute
+
+    def seen(self: Any, sql: str, *args: Any) -> Any:
+        hook(sql)
+        return execute(self, sql, *args)
+
+    monkeypatch.setattr(CursorWrapper, "_execute", seen)
+
+
+def cache_reads(monkeypatch: Any) -> list[str]:
+    """The statements that read the web-search cache from now on."""
+    reads: list[str] = []
+
+    def seen(sql: str) -> None:
+        if sql.startswith("SELECT") and '"research_searchcache"' in sql:
+            reads.append(sql)
+
+    on_statements(monkeypatch, seen)
+    return reads
+
+
 def services_available() -> tuple[bool, str]:
     missing = [name for name in ("DATABASE_URL", "REDIS_URL") if not os.environ.get(name)]
     if missing:

@@ -274,6 +274,8 @@ async def gather(
     jobs = [(SourceKind.WEB, q) for q in web_queries if research.web is not None]
     jobs += [(SourceKind.MEMORY, q) for q in memory_queries]
     found: list[Source] = []
+    if research.web is not None:  # the web queries' cache reads in one statement
+        research.web.read_ahead(web_queries, num_results=limit, scope=research.scope)
     tasks = [
         asyncio.create_task(find(research=research, kind=kind, query=query, limit=limit))
         for kind, query in jobs
@@ -296,6 +298,8 @@ async def gather(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if research.web is not None:
+            await research.web.forget_read_ahead()
         research.write_cache()  # after the stores, not competing with them
     return found
 

@@ -405,7 +405,9 @@ def _store_written(
 ) -> tuple[ThinkingSession, SessionEvent, citations.Loaded | None]:
     """A synthesis (or the final answer) stored (`steps.store_synthesis`), then, in the same
     hop, what its citation check reads (`citations.load`), when checks are on: the check's
-    read would otherwise be a hop of its own."""
+    read would otherwise be a hop of its own. The synthesis is committed before that read,
+    so a read that fails is logged and left to the check (None), which reads again in a hop
+    of its own and, should that fail too, leaves the synthesis unchecked: the session goes on."""
     session, event = steps._store_synthesis(
         session_id,
         parsed,
@@ -417,7 +419,14 @@ def _store_written(
     )
     if not settings.DEEPTHINK_CITATION_CHECK:
         return session, event, None
-    return session, event, citations.load(session_id=session_id, sequence=event.synthesis)
+    try:
+        loaded = citations.load(session_id=session_id, sequence=event.synthesis)
+    except Exception:
+        logger.exception(
+            "Session %s: reading synthesis %s for its check", session_id, event.synthesis
+        )
+        loaded = None
+    return session, event, loaded
 
 
 store_written = db_hop(_store_written)

@@ -21,7 +21,7 @@ operations.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
@@ -29,7 +29,7 @@ from django.db.backends.postgresql.compiler import InsertUnnest
 from django.db.models import F
 from django.db.models.expressions import Value
 from django.db.models.fields import NOT_PROVIDED
-from django.db.models.sql import UpdateQuery
+from django.db.models.sql import InsertQuery, UpdateQuery
 from django.utils import timezone
 
 from .row_reads import Param, Slot, compiled_on, filled, run_statement
@@ -196,23 +196,22 @@ def _insert_plan(
 PARSED_ONCE_PARAMS = 50
 
 
-def _unnest(fields: list[models.Field], count: int, connection: Any) -> list[str] | None:
-    """On PostgreSQL, each column's placeholder for rows given as one array per column
-    (`INSERT … SELECT * FROM UNNEST(…)`, as its bulk_create writes them) where one value per
-    field would take more than PARSED_ONCE_PARAMS parameters: psycopg would parse such a
-    statement anew each time (a plan's two dozen sources: 1.7 → 1.4 ms of CPU), where
-    building the arrays costs more for a few rows (a cycle's four thoughts: 0.23 → 0.34 ms).
-    None otherwise, elsewhere, and for a column type the backend does not name (as the
-    ORM)."""
-    if connection.vendor != "postgresql" or count * len(fields) <= PARSED_ONCE_PARAMS:
-        return None
-    targets = [getattr(field, "target_field", field) for field in fields]  # a key's column
-    if any(target.get_internal_type() not in connection.data_types for target in targets):
-        return None
-    # Without a type's parameters, so nothing is truncated (varchar[], not varchar(50)[]);
-    # a column's type is never None (that is a field without a column).
-    types = [cast(str, field.db_type(connection)).split("(")[0] for field in fields]
-    return [f"(%s)::{db_type}[]" for db_type in types]
+def _placeholders(
+    model: type[models.Model], fields: list[models.Field], count: int, connection: Any
+) -> Sequence[Sequence[str]] | InsertUnnest:
+    """The placeholders of `count` rows of `fields`: one value per field, or where that
+    would take more than PARSED_ONCE_PARAMS parameters, whatever the backend's own insert
+    compiler makes of such rows (`assemble_as_sql`). On PostgreSQL that is one array per
+    column (`InsertUnnest`: `INSERT … SELECT * FROM UNNEST(…)`, as its bulk_create writes
+    them, unless a column's type forbids it), which psycopg parses once, where a statement of
+    more parameters it would parse anew each time (a plan's two dozen sources: 1.7 → 1.4 ms of
+    CPU); building the arrays costs more for a few rows (a cycle's four thoughts: 0.23 →
+    0.34 ms)."""
+    if count * len(fields) <= PARSED_ONCE_PARAMS:
+        return [["%s"] * len(fields)] * count
+    compiler = InsertQuery(model).get_compiler(connection=connection)
+    placeholders, _ = compiler.assemble_as_sql(fields, [[None] * len(fields)] * count)
+    return placeholders
 
 
 def _insert_sql(
@@ -223,23 +222,20 @@ def _insert_sql(
     keys: bool,
 ) -> tuple[str, bool]:
     """The INSERT of `count` rows of `fields`, as the backend's operations write it, and
-    whether it takes one array per column (`_unnest`) rather than one value per field; with
+    whether it takes one array per column (`_placeholders`) rather than one value per field; with
     `keys`, returning the primary key of each row, in the rows' order (as bulk_create reads
     them)."""
     ops = connection.ops
-    unnest = _unnest(fields, count, connection)
+    placeholders = _placeholders(model, fields, count, connection)
     names = ", ".join(ops.quote_name(f.column) for f in fields)
     table = ops.quote_name(model._meta.db_table)
-    if unnest is None:
-        values = ops.bulk_insert_sql(fields, [["%s"] * len(fields)] * count)
-    else:  # the backend's own words for it
-        values = ops.bulk_insert_sql(fields, InsertUnnest(unnest))
+    values = ops.bulk_insert_sql(fields, placeholders)  # the backend's own words for it
     sql = f"{ops.insert_statement()} {table} ({names}) {values}"
     if keys:
         # No parameters on PostgreSQL and SQLite, the backends this app runs on.
         returning, _ = ops.returning_columns([model._meta.pk])
         sql = f"{sql} {returning}"
-    return sql, unnest is not None
+    return sql, isinstance(placeholders, InsertUnnest)
 
 
 def insert_rows(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> int:

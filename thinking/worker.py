@@ -77,6 +77,8 @@ class Supervisor:
         self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self._background: asyncio.Task[Any] | None = None
         self.closing = False  # shutting down: it claims nothing more
+        self._starting: set[asyncio.Task[bool]] = set()  # claims under way (`start`)
+        self._handed_back: list[uuid.UUID] = []  # claimed as the shutdown began, let go of
 
     def open_clients(self) -> None:
         """Build the shared model and web clients now, on this event loop (~30 ms of CPU
@@ -96,10 +98,24 @@ class Supervisor:
         down."""
         if self.closing or session_id in self.running or not self.has_room:
             return False
+        starting = asyncio.ensure_future(self._start(session_id))
+        self._starting.add(starting)
+        starting.add_done_callback(self._starting.discard)
+        # Shielded: a claim runs on its hop thread and may commit whatever happens here, so
+        # a start cancelled mid-claim (a shutdown cancels the sweep) still ends in a run or,
+        # once the shutdown has begun, a release, which `shutdown` waits for: never in a
+        # lease nobody uses until it goes stale.
+        return await asyncio.shield(starting)
+
+    async def _start(self, session_id: uuid.UUID) -> bool:
         claimed = await db_hop(ThinkingSession.claim)(
             session_id, worker_id=self.worker_id, lease_seconds=settings.DEEPTHINK_LEASE_SECONDS
         )
         if not claimed:
+            return False
+        if self.closing:  # the shutdown began while the claim ran: hand the session over
+            await steps.release_lease(session_id, worker_id=self.worker_id)
+            self._handed_back.append(session_id)
             return False
         task = asyncio.create_task(self._run(session_id), name=f"session-{session_id}")
         self.running[session_id] = task
@@ -190,18 +206,26 @@ class Supervisor:
             self._background = asyncio.create_task(self.run_forever(), name="thinking-supervisor")
 
     async def shutdown(self) -> list[uuid.UUID]:
-        """Stop every running session at once, releasing its lease; returns their ids so
-        the caller can ring another worker's doorbell."""
+        """Stop every running session at once, releasing its lease, and let go of what a
+        claim under way takes; returns their ids so the caller can ring another worker's
+        doorbell."""
         self.closing = True
         if self._background is not None:
             self._background.cancel()
+            await asyncio.gather(self._background, return_exceptions=True)
+        # Claims under way end in a run (stopped below) or a release (handed over below).
+        for failed in await asyncio.gather(*self._starting, return_exceptions=True):
+            if isinstance(failed, Exception):  # its lease, if it took one, goes stale
+                logger.warning(
+                    "Worker %s: a start failed as it stopped: %r", self.worker_id, failed
+                )
         stopped = list(self.running)
         tasks = list(self.running.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.aclose()
-        return stopped
+        return [*stopped, *self._handed_back]
 
     async def aclose(self) -> None:
         """Close the clients the sessions shared (when this worker stops; tests, the CLI).

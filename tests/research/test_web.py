@@ -15,6 +15,7 @@ from django.utils import timezone
 from research.models import SearchCache
 from research.web import NOT_CONFIGURED, ResearchError, WebResult, WebSearch, normalise_url
 from tests.fakes.exa_server import FakeExa
+from tests.helpers import cache_reads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -205,6 +206,57 @@ async def test_results_are_held_until_the_caller_writes_them_to_the_cache_in_one
     assert writes == [["moon", "tides"], ["storms"]]
     assert {e.query async for e in SearchCache.objects.all()} == {"tides", "moon", "storms"}
     assert fake_exa.request_count == 3
+
+
+async def test_searches_read_ahead_take_their_cached_results_from_one_statement(
+    fake_exa: FakeExa, monkeypatch: Any
+):
+    cached = {query: await web_search(query) for query in ("tides", "moon")}
+    reads = cache_reads(monkeypatch)
+    async with WebSearch.from_settings() as web:
+        queries = ["tides", " Moon ", "storms", "TIDES"]
+        web.read_ahead(queries, num_results=5, scope="user:1")
+        found = await asyncio.gather(
+            *(web.search(query, num_results=5, scope="user:1") for query in queries[:3])
+        )
+        assert len(reads) == 1  # one read for the three searches
+        assert found[:2] == [cached["tides"], cached["moon"]] and found[2]
+        assert fake_exa.request_count == 3  # only "storms" was not cached
+        # A read ahead is taken once: a later search reads the cache as it is then.
+        assert await web.search("tides", num_results=5, scope="user:1") == cached["tides"]
+        assert len(reads) == 2
+        # Fewer than two searches to read: no read ahead, the search reads for itself.
+        web.read_ahead(["moon"], num_results=5, scope="user:1")
+        assert await web.search("moon", num_results=5, scope="user:1") == cached["moon"]
+        assert len(reads) == 3 and fake_exa.request_count == 3
+
+
+async def test_a_read_ahead_no_search_took_is_forgotten(fake_exa: FakeExa, monkeypatch: Any):
+    """What a read ahead found is not kept for later: a search after it reads the cache as
+    it is then (here, with a row another search wrote since)."""
+    reads = cache_reads(monkeypatch)
+    async with WebSearch.from_settings() as web:
+        web.read_ahead(["tides", "moon"], num_results=5, scope="user:1")
+        await web.forget_read_ahead()
+        assert len(reads) == 1
+        first = await web_search("tides")  # another session's search, cached
+        assert await web.search("tides", num_results=5, scope="user:1") == first
+    assert fake_exa.request_count == 1 and len(reads) == 3
+
+
+async def test_a_search_whose_results_are_held_or_being_written_is_not_read_ahead(
+    fake_exa: FakeExa, monkeypatch: Any
+):
+    reads = cache_reads(monkeypatch)
+    async with WebSearch.from_settings() as web:
+        await web.search("tides", num_results=5, scope="user:1")
+        await web.search("moon", num_results=5, scope="user:1")
+        assert len(reads) == 2
+        web.read_ahead(["tides", "moon"], num_results=5, scope="user:1")  # both held
+        web.write_cache()
+        web.read_ahead(["tides", "moon"], num_results=5, scope="user:1")  # being written
+        await web.forget_read_ahead()
+        assert len(reads) == 2
 
 
 async def test_results_that_could_not_be_cached_are_still_returned(

@@ -271,6 +271,12 @@ async def test_a_search_that_breaks_unexpectedly_is_logged_and_noted(
         def longest_call(self) -> float:
             return 60.0
 
+        def read_ahead(self, queries: Any, **kwargs: Any) -> None:
+            pass
+
+        async def forget_read_ahead(self) -> None:
+            pass
+
         def write_cache(self) -> None:
             pass
 
@@ -323,6 +329,12 @@ async def test_a_worker_that_lost_the_lease_stores_nothing_and_stops_its_other_s
 
         def longest_call(self) -> float:
             return 60.0
+
+        def read_ahead(self, queries: Any, **kwargs: Any) -> None:
+            pass
+
+        async def forget_read_ahead(self) -> None:
+            pass
 
         def write_cache(self) -> None:
             pass

@@ -17,6 +17,7 @@ from tests.helpers import (
     claim,
     each_call_takes,
     logged_error,
+    on_statements,
     prompt_of,
     run,
     set_fields,
@@ -703,6 +704,32 @@ async def test_a_sub_questions_research_enters_its_planning_stage_in_the_cycles_
     assert session.plan["researched"] == [sub.pk]
 
 
+async def test_a_session_shows_its_first_plans_stage_once_with_its_start(
+    fake_claude: Any, make_session: Any
+):
+    """The start stores the first plan's planning stage, and its first live update shows it
+    with the header: the page shows the stage at once, and not a second time before the
+    plan's call. A session that has its plan already (resumed) shows the header alone."""
+    events: list[SessionEvent] = []
+    asked_at: list[int] = []  # how many updates were out when each call was made
+
+    def answered(body: dict) -> Reply:
+        asked_at.append(len(events))
+        return fake_claude.scripted_mind(body)
+
+    fake_claude.responder = answered
+    planning = await sync_to_async(make_session)(plan={}, budget_seconds=0.5)
+    await run(planning, events)
+    shown = [(e.plan, e.header) for e in events[: asked_at[0]] if e.live is None]
+    assert shown == [(True, True)]  # besides the call's own live line
+
+    events.clear()
+    asked_at.clear()
+    planned = await sync_to_async(make_session)(budget_seconds=0.5)
+    await run(planned, events)
+    assert [(bool(e.plan), e.header) for e in events[:1]] == [(False, True)]
+
+
 async def test_a_synthesis_is_stored_and_checked_with_one_hop_before_the_check_and_one_after(
     fake_claude: Any, make_session: Any, monkeypatch: Any
 ):
@@ -766,3 +793,59 @@ async def test_a_synthesis_is_stored_and_checked_with_one_hop_before_the_check_a
     assert session.active_seconds == sum(
         1 for name in order[: answer + 1] if name.startswith("call:")
     )
+
+
+async def test_a_synthesis_whose_check_read_fails_in_its_store_is_checked_all_the_same(
+    fake_claude: Any, make_session: Any, monkeypatch: Any, caplog: Any
+):
+    """The hop that stores a synthesis also reads what its check needs. That read failing
+    (the database refusing the statement once) loses nothing: the synthesis is stored, the
+    check reads it again in a hop of its own, and the session runs to its answer."""
+    from asgiref.sync import SyncToAsync
+    from django.db import OperationalError
+
+    session = await sync_to_async(planned_with_a_source)(make_session)
+    order: list[str] = []
+    hop = SyncToAsync.__call__
+    refused: list[str] = []
+
+    async def hop_seen(self: Any, *args: Any, **kwargs: Any) -> Any:
+        order.append(getattr(self.func, "__name__", "?"))
+        return await hop(self, *args, **kwargs)
+
+    def refuse_the_first_check_read(sql: str) -> None:
+        # The check's read: the synthesis joined to its session's model.
+        if not refused and '"thinking_synthesis"."text"' in sql and "model_id" in sql:
+            refused.append(sql)
+            raise OperationalError("the server refused the statement")
+
+    def answered(body: dict) -> Reply:
+        reply = fake_claude.scripted_mind(body)
+        order.append("call:check" if "VERDICT:" in reply.text else "call")
+        return reply
+
+    monkeypatch.setattr(SyncToAsync, "__call__", hop_seen)
+    on_statements(monkeypatch, refuse_the_first_check_read)
+    fake_claude.responder = answered
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
+
+    with caplog.at_level(logging.ERROR, logger="thinking.loop"):
+        assert await run(session, clock=frozen.clock) == Status.COMPLETED
+
+    assert len(refused) == 1
+    assert f"Session {session.pk}: reading synthesis 0 for its check" in caplog.messages
+    # The first synthesis's check read it again on its own, then asked the checker.
+    first = order.index("_store_written")
+    assert order[first + 1 : first + 3] == ["load", "call:check"], order[first:]
+    syntheses = await sync_to_async(list)(
+        Synthesis.objects.filter(session=session)
+        .order_by("sequence")
+        .values_list("sequence", flat=True)
+    )
+    checked = await sync_to_async(set)(
+        CitationCheck.objects.filter(synthesis__session=session).values_list(
+            "synthesis__sequence", flat=True
+        )
+    )
+    assert len(syntheses) >= 2 and checked == set(syntheses)

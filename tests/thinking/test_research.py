@@ -17,6 +17,7 @@ from tests.fakes.anthropic_server import Reply
 from tests.helpers import (
     WORKER,
     FrozenClock,
+    cache_reads,
     claim,
     each_call_takes,
     prompt_of,
@@ -278,6 +279,35 @@ async def test_a_plans_web_results_are_cached_in_one_write_once_its_sources_are_
     *stores, write = order[: order.index("cache: moon, sea, tides") + 1]
     assert stores and set(stores) == {"store"} and write == "cache: moon, sea, tides"
     assert order.count("cache: moon, sea, tides") == 1
+
+
+async def test_a_plans_cached_web_searches_are_read_in_one_statement(
+    fake_exa: Any, make_session: Any, monkeypatch: Any
+):
+    """A plan's web queries read the cache together, where each read it in a hop of its own:
+    another session of the same owner asking the same three finds them all in one read."""
+    first, second = await unplanned(make_session), await unplanned(make_session)
+    reads = cache_reads(monkeypatch)
+    found = []
+    for session in (first, second):
+        await claim(session)
+        research = await sync_to_async(evidence.Research.for_session)(session)
+        try:
+            found.append(
+                await evidence.gather(
+                    session_id=session.pk,
+                    research=research,
+                    web_queries=["tides", "moon", "sea"],
+                    memory_queries=[],
+                    on_sources=lambda sources: asyncio.sleep(0),
+                    worker_id=WORKER,
+                )
+            )
+        finally:
+            await research.close()
+    assert len(reads) == 2  # one a plan
+    assert fake_exa.request_count == 3  # the second plan's were all cached
+    assert [(s.title, s.url) for s in found[1]] == [(s.title, s.url) for s in found[0]]
 
 
 async def test_a_failing_web_provider_still_yields_knowledge_sources(

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -9,11 +11,29 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from tests.helpers import prompt_of
+from tests.helpers import on_statements, prompt_of
 from thinking.models import Status, ThinkingSession
 from thinking.worker import CHANNEL, Supervisor, ThinkingWorker, get_supervisor
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+async def _supervisors_closed(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
+    """The shared model and web clients of every supervisor a test makes are closed at its
+    end, as a stopping worker closes them, rather than left to the garbage collector (which
+    warns of each unclosed connection pool)."""
+    made: list[Supervisor] = []
+    init = Supervisor.__init__
+
+    def tracked(self: Supervisor, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Supervisor, "__init__", tracked)
+    yield
+    for supervisor in made:
+        await supervisor.aclose()
 
 
 async def _ignore(event: object) -> None:
@@ -193,6 +213,62 @@ async def test_a_stopping_worker_leaves_its_sessions_doorbell_for_another_worker
     assert (session.status, session.worker_id) == (Status.THINKING, ""), "released"
     doorbell = await asyncio.wait_for(layer.receive(CHANNEL), timeout=5)
     assert doorbell == {"type": "session.start", "id": str(session.pk)}
+
+
+def claims_held(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """The database slow to answer a claim: the first claim's UPDATE waits on its hop thread
+    until `go_on` is set, once `claiming` says it has begun."""
+    claiming, go_on = threading.Event(), threading.Event()
+
+    def held(sql: str) -> None:
+        if not claiming.is_set() and 'SET "worker_id" = %s, "heartbeat_at" = %s WHERE' in sql:
+            claiming.set()
+            go_on.wait(10)
+
+    on_statements(monkeypatch, held)
+    return claiming, go_on
+
+
+async def test_a_sweep_stopped_mid_claim_hands_the_session_over(
+    make_session: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """A shutdown cancels the sweep while its claim runs on its hop thread, where the claim
+    commits all the same: the worker lets go of it and hands it over with its running
+    sessions, rather than holding a lease nobody uses until it goes stale."""
+    session = await new_session(make_session)
+    claiming, go_on = claims_held(monkeypatch)
+    supervisor = Supervisor(worker_id="w1", publish=_ignore)
+    supervisor.ensure_background()  # it sweeps at once
+    assert await _wait_until(claiming.is_set), "the sweep is claiming"
+
+    stopping = asyncio.create_task(supervisor.shutdown())
+    await asyncio.sleep(0.1)
+    assert not stopping.done(), "the shutdown waits for the claim"
+    go_on.set()
+    handed_over = await asyncio.wait_for(stopping, timeout=10)
+
+    assert handed_over == [session.pk] and supervisor.running == {}
+    await session.arefresh_from_db()
+    assert (session.status, session.worker_id) == (Status.CREATED, "")
+
+
+async def test_a_start_whose_claim_ends_after_the_shutdown_began_hands_it_over(
+    make_session: Any, monkeypatch: pytest.MonkeyPatch
+):
+    session = await new_session(make_session)
+    claiming, go_on = claims_held(monkeypatch)
+    supervisor = Supervisor(worker_id="w1", publish=_ignore, sweeping=False)
+    starting = asyncio.create_task(supervisor.start(session.pk))  # a doorbell's
+    assert await _wait_until(claiming.is_set)
+
+    stopping = asyncio.create_task(supervisor.shutdown())
+    await asyncio.sleep(0.1)
+    go_on.set()
+    handed_over = await asyncio.wait_for(stopping, timeout=10)
+
+    assert await starting is False and handed_over == [session.pk]
+    await session.arefresh_from_db()
+    assert session.worker_id == "" and supervisor.running == {}
 
 
 async def test_the_terminal_thinks_a_session_here_unless_a_worker_has_it(

@@ -258,30 +258,34 @@ async def test_web_queries_without_web_search_say_why_in_a_note(make_session: An
     ]
 
 
+class QuietWeb:
+    """A web search double: the research's calls other than `search`, doing nothing."""
+
+    def longest_call(self) -> float:
+        return 60.0
+
+    def read_ahead(self, queries: Any, **kwargs: Any) -> None:
+        pass
+
+    async def forget_read_ahead(self) -> None:
+        pass
+
+    def write_cache(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_a_search_that_breaks_unexpectedly_is_logged_and_noted(
     make_session: Any, alice: Any, caplog: Any
 ):
     from research.knowledge import add_item
 
-    class BrokenWeb:
+    class BrokenWeb(QuietWeb):
         async def search(self, query: str, **kwargs: Any) -> Any:
             raise RuntimeError("boom")
-
-        def longest_call(self) -> float:
-            return 60.0
-
-        def read_ahead(self, queries: Any, **kwargs: Any) -> None:
-            pass
-
-        async def forget_read_ahead(self) -> None:
-            pass
-
-        def write_cache(self) -> None:
-            pass
-
-        async def aclose(self) -> None:
-            pass
 
     for n in range(8):
         await sync_to_async(add_item)(owner=alice, title=f"Reef {n}", body="reef heat notes")
@@ -318,7 +322,7 @@ async def test_a_worker_that_lost_the_lease_stores_nothing_and_stops_its_other_s
 ):
     from research.knowledge import add_item
 
-    class SlowWeb:
+    class SlowWeb(QuietWeb):
         stopped = False
 
         async def search(self, query: str, **kwargs: Any) -> Any:
@@ -326,21 +330,6 @@ async def test_a_worker_that_lost_the_lease_stores_nothing_and_stops_its_other_s
                 await asyncio.sleep(30)
             finally:
                 SlowWeb.stopped = True
-
-        def longest_call(self) -> float:
-            return 60.0
-
-        def read_ahead(self, queries: Any, **kwargs: Any) -> None:
-            pass
-
-        async def forget_read_ahead(self) -> None:
-            pass
-
-        def write_cache(self) -> None:
-            pass
-
-        async def aclose(self) -> None:
-            pass
 
     await sync_to_async(add_item)(owner=alice, title="Reef", body="reef heat notes")
     session = await sync_to_async(make_session)()

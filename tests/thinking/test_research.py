@@ -121,6 +121,18 @@ async def test_garbage_plans_fall_back_to_the_question_terms_and_say_so(
     assert await session.sources.filter(kind="memory").aexists()
 
 
+async def web_research(session: Any, research: Any, queries: list[str]) -> list[Any]:
+    """A plan's web queries searched and stored (`evidence.gather`), nothing shown."""
+    return await evidence.gather(
+        session_id=session.pk,
+        research=research,
+        web_queries=queries,
+        memory_queries=[],
+        on_sources=lambda sources: asyncio.sleep(0),
+        worker_id=WORKER,
+    )
+
+
 async def test_all_queries_run_at_once(
     fake_exa: Any, make_session: Any, notes: list, monkeypatch: Any
 ):
@@ -137,14 +149,7 @@ async def test_all_queries_run_at_once(
     research = await sync_to_async(evidence.Research.for_session)(session)
     # Warm up first (clients, connections, imports), so whichever test runs first in a random
     # order does not pay its cold start here.
-    await evidence.gather(
-        session_id=session.pk,
-        research=research,
-        web_queries=["warm up"],
-        memory_queries=[],
-        on_sources=lambda sources: asyncio.sleep(0),
-        worker_id=WORKER,
-    )
+    await web_research(session, research, ["warm up"])
     fake_exa.delay = 0.3
     shown: list[float] = []
     started = time.monotonic()
@@ -256,23 +261,9 @@ async def test_a_plans_web_results_are_cached_in_one_write_once_its_sources_are_
     monkeypatch.setattr(evidence, "store_found", evidence.db_hop(logged_store))
     monkeypatch.setattr(cache, "upsert", evidence.db_hop(logged_upsert))
     try:
-        found = await evidence.gather(
-            session_id=session.pk,
-            research=research,
-            web_queries=["tides", "moon", "sea"],
-            memory_queries=[],
-            on_sources=lambda sources: asyncio.sleep(0),
-            worker_id=WORKER,
-        )
+        found = await web_research(session, research, ["tides", "moon", "sea"])
         assert found and fake_exa.request_count == 3
-        again = await evidence.gather(
-            session_id=session.pk,
-            research=research,
-            web_queries=["moon"],
-            memory_queries=[],
-            on_sources=lambda sources: asyncio.sleep(0),
-            worker_id=WORKER,
-        )
+        again = await web_research(session, research, ["moon"])
     finally:
         await research.close()
     assert fake_exa.request_count == 3 and again == []  # answered by the cache, known sources
@@ -293,16 +284,7 @@ async def test_a_plans_cached_web_searches_are_read_in_one_statement(
         await claim(session)
         research = await sync_to_async(evidence.Research.for_session)(session)
         try:
-            found.append(
-                await evidence.gather(
-                    session_id=session.pk,
-                    research=research,
-                    web_queries=["tides", "moon", "sea"],
-                    memory_queries=[],
-                    on_sources=lambda sources: asyncio.sleep(0),
-                    worker_id=WORKER,
-                )
-            )
+            found.append(await web_research(session, research, ["tides", "moon", "sea"]))
         finally:
             await research.close()
     assert len(reads) == 2  # one a plan

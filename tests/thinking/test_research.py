@@ -289,7 +289,9 @@ async def test_a_plans_cached_web_searches_are_read_in_one_statement(
             await research.close()
     assert len(reads) == 2  # one a plan
     assert fake_exa.request_count == 3  # the second plan's were all cached
-    assert [(s.title, s.url) for s in found[1]] == [(s.title, s.url) for s in found[0]]
+    # The same sources; their numbers follow the order the replies came in, which the
+    # first plan's three requests to the provider do not fix.
+    assert sorted((s.title, s.url) for s in found[1]) == sorted((s.title, s.url) for s in found[0])
 
 
 async def test_a_failing_web_provider_still_yields_knowledge_sources(

@@ -25,6 +25,7 @@ from django.utils import timezone
 from . import pricing
 from .capabilities import ThinkingSettings
 from .events import SessionEvent
+from .parsing import question_digest
 from .row_reads import Param, compiled_values, read_by_pk
 from .row_writes import addend, update_by_pk
 
@@ -748,13 +749,26 @@ class SubQuestion(LoggedRow):
     priority_changes = models.JSONField(default=list, blank=True)
     answer = models.TextField(blank=True, help_text="A short insight once explored.")
     created_at = models.DateTimeField(auto_now_add=True)
+    # question_digest(text), set by save() and by the loop's own inserts: a new question's
+    # duplicate is looked up by index, where reading every row's text grew with the session.
+    text_key = models.CharField(max_length=32, blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["explored", "-priority", "created_at", "id"]
-        indexes = [models.Index(fields=["session", "explored", "-priority"])]
+        indexes = [
+            models.Index(fields=["session", "explored", "-priority"]),
+            models.Index(fields=["session", "text_key"], name="subquestion_text_key"),
+        ]
 
     def __str__(self) -> str:
         return f"[{self.priority}] {self.text[:70]}"
+
+    def save(self, **kwargs: Any) -> None:
+        self.text_key = question_digest(self.text)
+        fields = kwargs.get("update_fields")
+        if fields is not None and "text" in fields:
+            kwargs["update_fields"] = {*fields, "text_key"}
+        super().save(**kwargs)
 
 
 class Stage(models.Model):

@@ -8,6 +8,7 @@ blocks. Every parser degrades to sensible defaults and never raises.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -234,6 +235,14 @@ def question_key(text: str) -> str:
     folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
     words = re.findall(r"[a-z0-9]+", folded)
     return " ".join(words)
+
+
+def question_digest(text: str) -> str:
+    """`question_key` as 32 hex digits, or "" for a text with no words: what a sub-question
+    row keeps (`SubQuestion.text_key`), so a duplicate is found through an index, however
+    long the question, instead of by reading every row's text."""
+    key = question_key(text)
+    return hashlib.sha256(key.encode()).hexdigest()[:32] if key else ""
 
 
 @dataclass(frozen=True)

@@ -312,3 +312,38 @@ def values_by(
 
     statement = _statement(connection, ("values", model, field, columns), rows)
     return [tuple(row) for row in statement.run(connection, {"key": value})]
+
+
+def values_among(
+    model: type[models.Model],
+    field: str,
+    value: Any,
+    among: str,
+    wanted: Iterable[Any],
+    *columns: str,
+) -> list[tuple[Any, ...]]:
+    """`model.objects.filter(**{field: value, f"{among}__in": wanted}).order_by()
+    .values_list(*columns)` for two of the model's own fields: the rows in no particular
+    order. Up to KEYS_COMPILED distinct values of `among`, one compiled statement per count
+    of them (a step looks up the few it is about to add); more go through the ORM."""
+    values = list(dict.fromkeys(wanted))
+    if not values:
+        return []
+    manager = model._default_manager
+    if len(values) > KEYS_COMPILED:
+        query = manager.filter(**{field: value, f"{among}__in": values}).order_by()
+        return [tuple(row) for row in query.values_list(*columns)]
+    connection = connections[DEFAULT_DB_ALIAS]
+    names = [f"among{i}" for i in range(len(values))]
+
+    def rows() -> models.QuerySet:
+        key = Param("key", model._meta.get_field(field))  # type: ignore[arg-type]
+        target = model._meta.get_field(among)
+        keys = [Param(name, target) for name in names]  # type: ignore[arg-type]
+        query = manager.using(connection.alias).filter(**{field: key, f"{among}__in": keys})
+        return query.order_by().values_list(*columns)
+
+    kind = ("values among", model, field, among, len(names), columns)
+    statement = _statement(connection, kind, rows)
+    found = statement.run(connection, {"key": value, **dict(zip(names, values, strict=True))})
+    return [tuple(row) for row in found]

@@ -35,7 +35,7 @@ from .models import (
     Thought,
     ThoughtType,
 )
-from .row_reads import values_by
+from .row_reads import values_among, values_by
 from .row_writes import insert_rows, update_by_pk
 from .run import Meter
 
@@ -309,14 +309,14 @@ def _store_questions(
 ) -> tuple[ThinkingSession, SessionEvent]:
     with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
         session = step.session
-        seen = {parsing.question_key(session.question)}
-        seen.update(
-            parsing.question_key(text)
-            for (text,) in values_by(SubQuestion, "session_id", session.pk, "text")
-        )
+        asked = [(question, parsing.question_digest(question.text)) for question in parsed]
+        # Only the rows that would be duplicates are read, by their index (`text_key`):
+        # reading every row's text cost more the longer the session ran.
+        wanted = {key for _, key in asked if key}
+        found = values_among(SubQuestion, "session_id", session.pk, "text_key", wanted, "text_key")
+        seen = {parsing.question_digest(session.question), *(key for (key,) in found)}
         new = []
-        for question in parsed:
-            key = parsing.question_key(question.text)
+        for question, key in asked:
             if not key or key in seen:
                 continue
             seen.add(key)
@@ -327,6 +327,7 @@ def _store_questions(
                     "priority": question.priority,
                     "why": question.why,
                     "parent_id": focus.sub_question_id,
+                    "text_key": key,
                 }
             )
         insert_rows(SubQuestion, new)

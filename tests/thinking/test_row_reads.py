@@ -18,6 +18,7 @@ from django.db import IntegrityError, connection, connections, models, transacti
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext, override_settings
 
+from thinking import parsing
 from thinking.models import Source, SourceKind, SubQuestion, ThinkingSession, Thought
 from thinking.row_reads import (
     Param,
@@ -26,6 +27,7 @@ from thinking.row_reads import (
     forget_compiled,
     read_by_pk,
     rows_by_pks,
+    values_among,
     values_by,
 )
 from thinking.row_writes import update_by_pk
@@ -197,6 +199,33 @@ def test_a_read_by_a_field_takes_joined_columns_and_refuses_a_lookup(make_sessio
     ]
     with pytest.raises(FieldDoesNotExist):
         values_by(Source, "number__range", (1, 5), "number")
+
+
+def check_values_among_as_the_orm(make_session: Any) -> None:
+    """The rows of one session whose field is among the values given, as the ORM reads them,
+    for every count of values: compiled up to KEYS_COMPILED, through the ORM past it."""
+    session, other = make_session(), make_session()
+    for owner in (session, other):
+        for n in range(12):
+            SubQuestion.objects.create(session=owner, text=f"Question {n}?", priority=n % 9 + 1)
+    keys = [parsing.question_digest(f"Question {n}?") for n in range(12)]
+    for wanted in ([], keys[:1], [keys[2], keys[2], "absent"], keys[3:11], keys[:9], keys):
+        expected = SubQuestion.objects.filter(session=session, text_key__in=wanted).order_by()
+        read = values_among(SubQuestion, "session_id", session.pk, "text_key", wanted, "pk", "text")
+        assert sorted(read) == sorted(expected.values_list("pk", "text"))
+        assert all(isinstance(row, tuple) for row in read)
+    assert values_among(SubQuestion, "session_id", uuid.uuid4(), "text_key", keys, "pk") == []
+
+
+def test_values_among_some_are_the_ones_the_orm_reads(make_session: Any):
+    check_values_among_as_the_orm(make_session)
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_values_among_some_are_the_ones_the_orm_reads_on_postgresql(make_session: Any):
+    needs_postgresql()
+    check_values_among_as_the_orm(make_session)
 
 
 # --- reads with named parameters ----------------------------------------------------------

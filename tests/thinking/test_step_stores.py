@@ -3,11 +3,13 @@ thinking/steps.py that no session test noticed)."""
 
 from __future__ import annotations
 
+import importlib
 from datetime import datetime
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.apps import apps as django_apps
 from django.utils import timezone
 
 from accounts.models import Team
@@ -133,6 +135,57 @@ def test_a_question_round_is_accounted_as_one_and_its_time_counted(make_session:
     assert list(ModelCall.objects.filter(session=session).values_list("purpose", flat=True)) == [
         "questions"
     ]
+
+
+def test_a_question_a_person_asked_or_an_edited_one_is_not_asked_again(make_session: Any):
+    """Duplicates are found by each row's kept key: one a person asked from the page, one
+    whose text was changed in the admin (its old wording is new again), and ones stored
+    before the key existed (the migration gives them theirs)."""
+    session = held(make_session)
+    session.steer(user=None, kind="question", text="Does sleep help memory?")
+    edited = SubQuestion.objects.create(session=session, text="Old wording?", priority=5)
+    edited.text = "Is dreaming needed?"
+    edited.save(update_fields=["text"])
+    older = SubQuestion.objects.create(session=session, text="Before the key?", priority=5)
+    SubQuestion.objects.filter(pk=older.pk).update(text_key="")
+    migration = importlib.import_module("thinking.migrations.0015_sub_question_text_key")
+    migration._digests(django_apps, None)
+    ask(
+        session,
+        steps.Focus(text=session.question),
+        parsing.ParsedQuestion("does SLEEP help memory", priority=6),
+        parsing.ParsedQuestion("Is dreaming needed", priority=6),
+        parsing.ParsedQuestion("before the key", priority=6),
+        parsing.ParsedQuestion("Old wording?", priority=6),
+        parsing.ParsedQuestion("?!", priority=6),  # no words: never a question
+    )
+    texts = sorted(SubQuestion.objects.filter(session=session).values_list("text", flat=True))
+    kept = ["Before the key?", "Does sleep help memory?", "Is dreaming needed?"]
+    assert texts == [*kept, "Old wording?"]
+
+
+def test_storing_questions_does_not_read_every_stored_one(make_session: Any, monkeypatch: Any):
+    """A long session's sub-questions are not each normalized again on every round: only the
+    round's own questions and the session's question are (the cost grew with the session)."""
+    session = held(make_session)
+    SubQuestion.objects.bulk_create(
+        SubQuestion(session=session, text=f"Stored {n}?", priority=5, text_key=key)
+        for n in range(40)
+        for key in [parsing.question_digest(f"Stored {n}?")]
+    )
+    normalized: list[str] = []
+    real = parsing.question_key
+
+    def counted(text: str) -> str:
+        normalized.append(text)
+        return real(text)
+
+    monkeypatch.setattr(parsing, "question_key", counted)
+    asked = [parsing.ParsedQuestion(f"stored {n}", priority=6) for n in (3, 40, 41)]
+    ask(session, steps.Focus(text=session.question), *asked)
+    assert len(normalized) == 4  # three asked, and the session's question
+    new = SubQuestion.objects.filter(session=session).exclude(text__endswith="?")
+    assert sorted(new.values_list("text", flat=True)) == ["stored 40", "stored 41"]
 
 
 # --- the research plan --------------------------------------------------------------------

@@ -103,6 +103,26 @@ def make_session(alice: Any) -> Callable[..., Any]:
 
 
 @pytest.fixture
+async def closed_supervisors(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The shared model and web clients of every supervisor a test makes are closed at its
+    end, as a stopping worker closes them, rather than left to the garbage collector (which
+    warns of each unclosed connection pool)."""
+    from thinking.worker import Supervisor
+
+    made: list[Supervisor] = []
+    init = Supervisor.__init__
+
+    def tracked(self: Supervisor, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Supervisor, "__init__", tracked)
+    yield
+    for supervisor in made:
+        await supervisor.aclose()
+
+
+@pytest.fixture
 async def background_tasks() -> Any:
     """Stops the tasks a test left running (in-process worker, supervisor) and closes the
     database connections they used, so test databases can be dropped afterwards."""

@@ -235,7 +235,12 @@ def test_a_finished_session_posts_a_correctly_signed_webhook(
 
 
 async def test_failed_deliveries_are_retried_and_survive_a_worker_restart(
-    alice: Any, make_session: Any, hook: Hook, settings: Any, background_tasks: Any
+    closed_supervisors: Any,
+    alice: Any,
+    make_session: Any,
+    hook: Hook,
+    settings: Any,
+    background_tasks: Any,
 ):
     from channels.db import database_sync_to_async
 

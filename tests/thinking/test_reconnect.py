@@ -46,7 +46,7 @@ def shown(page: Page) -> dict[str, list[int]]:
 
 
 async def test_a_page_that_reconnects_ends_with_exactly_the_servers_rows(
-    fake_claude: Any, make_session: Any, alice: Any
+    fake_claude: Any, make_session: Any, alice: Any, closed_supervisors: Any
 ):
     fake_claude.delay = 0.03
     session = await sync_to_async(make_session)(

@@ -23,7 +23,7 @@ async def _ignore(event: object) -> None:
 
 @pytest.mark.django_db(transaction=True)
 async def test_reasoning_streams_live_and_signatures_never_leave_the_server(
-    fake_claude: Any, make_session: Any, alice: Any, settings: Any
+    fake_claude: Any, make_session: Any, alice: Any, settings: Any, closed_supervisors: Any
 ):
     settings.DEEPTHINK_LIVE_INTERVAL = 0
     fake_claude.delay = 0.05

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -15,25 +14,10 @@ from tests.helpers import on_statements, prompt_of
 from thinking.models import Status, ThinkingSession
 from thinking.worker import CHANNEL, Supervisor, ThinkingWorker, get_supervisor
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-async def _supervisors_closed(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
-    """The shared model and web clients of every supervisor a test makes are closed at its
-    end, as a stopping worker closes them, rather than left to the garbage collector (which
-    warns of each unclosed connection pool)."""
-    made: list[Supervisor] = []
-    init = Supervisor.__init__
-
-    def tracked(self: Supervisor, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(Supervisor, "__init__", tracked)
-    yield
-    for supervisor in made:
-        await supervisor.aclose()
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("closed_supervisors"),
+]
 
 
 async def _ignore(event: object) -> None:

@@ -74,6 +74,36 @@ def fake_exa(settings: Any) -> Iterator[FakeExa]:
     server.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _connections_closed_at_the_end(django_db_setup: Any) -> Iterator[None]:
+    """Before the test databases are dropped, the connections other threads still hold are
+    closed (with the PostgreSQL pool, the pooled ones they had checked out): Django closes
+    its pool, but not connections other threads keep, and PostgreSQL refuses to drop a
+    database while sessions are open on it (the services run warned of it at its end)."""
+    yield
+    import gc
+    import threading
+
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from config.hops import EXECUTOR
+
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+    EXECUTOR.shutdown(wait=True)  # the hop threads end; the next use would make new ones
+    # Connections whose thread has ended (a hop thread, an executor of a test's event loop
+    # gone with it) can only be closed from here.
+    alive = {thread.ident for thread in threading.enumerate()}
+    for wrapper in gc.get_objects():
+        if isinstance(wrapper, BaseDatabaseWrapper) and wrapper._thread_ident not in alive:
+            wrapper.inc_thread_sharing()
+            try:
+                wrapper.close()
+            finally:
+                wrapper.dec_thread_sharing()
+
+
 @pytest.fixture
 def alice(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("alice", password="alice-pass-123")

@@ -9,6 +9,7 @@ by `thinking.worker.Supervisor` (or by `manage.py runworker thinking` processes)
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import cProfile
 import gc
@@ -942,7 +943,7 @@ def _check_costs(session_id: Any) -> list[dict[str, Any]]:
     """Per synthesis: the wall time from storing it to storing its verdicts, the claims, and
     the tokens and cost of its check calls next to those of the synthesis call itself."""
     from thinking import pricing
-    from thinking.models import ModelCall, Synthesis
+    from thinking.models import ModelCall, Source, Synthesis
 
     calls = list(ModelCall.objects.filter(session_id=session_id).order_by("id"))
     rows: list[dict[str, Any]] = []
@@ -968,6 +969,9 @@ def _check_costs(session_id: Any) -> list[dict[str, Any]]:
         )
 
     syntheses = list(Synthesis.objects.filter(session_id=session_id).order_by("sequence"))
+    # What a check costs follows the passages it sends: a knowledge-base passage is longer
+    # than a web snippet, and which one a number names depends on which search finished first.
+    kinds = dict(Source.objects.filter(session_id=session_id).values_list("number", "kind"))
     out = []
     for synthesis, row in zip(syntheses, rows, strict=False):
         checks = list(synthesis.citation_checks.all())
@@ -984,6 +988,7 @@ def _check_costs(session_id: Any) -> list[dict[str, Any]]:
                 "check_cost_usd": cost(row["checks"]),
                 "synthesis_cost_usd": cost([row["call"]]),
                 "check_tokens": sum(c.input_tokens + c.output_tokens for c in row["checks"]),
+                "cited_kinds": sorted(kinds.get(c.number, "?") for c in checks),
             }
         )
     return out
@@ -1011,6 +1016,8 @@ async def citation_check(setup: Setup) -> dict[str, Any]:
     latency_ratio = added / call if call else None
     cost_ratio = check_cost / synthesis_cost if synthesis_cost else None
     claims = statistics.mean(r["claims"] for r in rows)
+    cited = collections.Counter(kind for r in rows for kind in r["cited_kinds"])
+    cited_text = ", ".join(f"{count} {kind}" for kind, count in sorted(cited.items()))
     many, many_seconds = await _many_claims(runs[0].id, count=24)
     many_ratio = many_seconds / call if call else None
     return {
@@ -1027,7 +1034,8 @@ async def citation_check(setup: Setup) -> dict[str, Any]:
                 "8. citation check cost per synthesis",
                 cost_ratio,
                 f"${check_cost:.4f} per synthesis = {100 * (cost_ratio or 0):.0f}% of the "
-                "synthesis call's cost (same model; a cheaper DEEPTHINK_FAST_MODEL divides it)",
+                "synthesis call's cost (same model; a cheaper DEEPTHINK_FAST_MODEL divides it; "
+                f"claims citing: {cited_text})",
                 "<= 50%",
                 cost_ratio is not None and cost_ratio <= 0.5,
             ),

@@ -74,12 +74,13 @@ def fake_exa(settings: Any) -> Iterator[FakeExa]:
     server.stop()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _connections_closed_at_the_end(django_db_setup: Any) -> Iterator[None]:
-    """Before the test databases are dropped, the connections other threads still hold are
-    closed (with the PostgreSQL pool, the pooled ones they had checked out): Django closes
-    its pool, but not connections other threads keep, and PostgreSQL refuses to drop a
-    database while sessions are open on it (the services run warned of it at its end)."""
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: Any) -> Iterator[None]:
+    """pytest-django's, and before its test databases are dropped, the connections other
+    threads still hold are closed (with the PostgreSQL pool, the pooled ones they had
+    checked out): Django closes its pool, but not connections other threads keep, and
+    PostgreSQL refuses to drop a database while sessions are open on it (the services run
+    warned of it at its end)."""
     yield
     import gc
     import threading

@@ -91,7 +91,11 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_followups.py",  # extend: more time for a completed session
         "tests/thinking/test_views.py",  # start: the form's errors on the page
     ),
-    "thinking/models.py": (*LIFECYCLE_TESTS, "tests/thinking/test_kept_log.py"),
+    "thinking/models.py": (
+        *LIFECYCLE_TESTS,
+        "tests/thinking/test_kept_log.py",
+        "tests/thinking/test_step_stores.py",
+    ),
     # the session row every step locks and every live update reads, without the ORM's work
     "thinking/row_reads.py": (
         "tests/thinking/test_row_reads.py",
@@ -132,6 +136,7 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "thinking.models.xǁSessionQuerySetǁ*",
         "thinking.models.xǁThinkingSessionǁ*",
         "thinking.models.xǁLoggedRowǁ*",
+        "thinking.models.xǁSubQuestionǁ*",
     ),
 }
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -97,7 +97,9 @@ def django_db_setup(django_db_setup: Any) -> Iterator[None]:
     # gone with it) can only be closed from here.
     alive = {thread.ident for thread in threading.enumerate()}
     for wrapper in gc.get_objects():
-        if isinstance(wrapper, BaseDatabaseWrapper) and wrapper._thread_ident not in alive:
+        # By its type, not isinstance: that reads __class__, which loads a lazy object (a
+        # request's user never read), and the database is closed to such a load here.
+        if issubclass(type(wrapper), BaseDatabaseWrapper) and wrapper._thread_ident not in alive:
             wrapper.inc_thread_sharing()
             try:
                 wrapper.close()
@@ -134,7 +136,7 @@ def make_session(alice: Any) -> Callable[..., Any]:
 
 
 @pytest.fixture
-async def closed_supervisors(monkeypatch: pytest.MonkeyPatch) -> Any:
+async def closed_supervisors(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
     """The shared model and web clients of every supervisor a test makes are closed at its
     end, as a stopping worker closes them, rather than left to the garbage collector (which
     warns of each unclosed connection pool)."""

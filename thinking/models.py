@@ -766,8 +766,9 @@ class SubQuestion(LoggedRow):
     def save(self, **kwargs: Any) -> None:
         self.text_key = question_digest(self.text)
         fields = kwargs.get("update_fields")
-        if fields is not None and "text" in fields:
-            kwargs["update_fields"] = {*fields, "text_key"}
+        if fields is not None:
+            fields = frozenset(fields)  # any iterable, as Django takes it: read once here
+            kwargs["update_fields"] = fields | {"text_key"} if "text" in fields else fields
         super().save(**kwargs)
 
 

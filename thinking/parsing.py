@@ -240,7 +240,9 @@ def question_key(text: str) -> str:
 def question_digest(text: str) -> str:
     """`question_key` as 32 hex digits, or "" for a text with no words: what a sub-question
     row keeps (`SubQuestion.text_key`), so a duplicate is found through an index, however
-    long the question, instead of by reading every row's text."""
+    long the question, instead of by reading every row's text. Stored keys follow this
+    function: a change to it (or to `question_key`) needs a migration that keys the rows
+    again, or duplicates of older questions slip through."""
     key = question_key(text)
     return hashlib.sha256(key.encode()).hexdigest()[:32] if key else ""
 

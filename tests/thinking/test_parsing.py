@@ -11,6 +11,7 @@ from thinking.parsing import (
     parse_questions,
     parse_synthesis,
     parse_thoughts,
+    question_digest,
     question_key,
     read_thought_reply,
 )
@@ -299,6 +300,13 @@ def test_none_and_na_are_not_insights_or_remaining_questions():
 
 def test_question_key_is_the_words_in_lower_case():
     assert question_key("  What IS  it, really?! ") == "what is it really"
+
+
+def test_a_questions_digest_is_pinned_as_its_stored_rows_keep_it():
+    """Sub-question rows keep this digest (`SubQuestion.text_key`, keyed by migration 0015):
+    should it change, older rows would stop matching and duplicates of them slip through."""
+    assert question_digest("  What IS  it, really?! ") == "2d8debc115171dfe82251b98fc661311"
+    assert question_digest("?! …") == ""  # no words: no key
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ def _digests(apps, schema_editor):
     # The keys first: no cursor stays open over the table while its rows are updated.
     keys = list(question_model.objects.order_by("pk").values_list("pk", flat=True))
     for start in range(0, len(keys), BATCH):
-        rows = list(question_model.objects.filter(pk__in=keys[start : start + BATCH]))
+        batch = question_model.objects.filter(pk__in=keys[start : start + BATCH])
+        rows = list(batch.only("pk", "text"))
         for row in rows:
             row.text_key = question_digest(row.text)
         question_model.objects.bulk_update(rows, ["text_key"], batch_size=BATCH)

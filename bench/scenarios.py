@@ -1018,7 +1018,7 @@ async def citation_check(setup: Setup) -> dict[str, Any]:
     claims = statistics.mean(r["claims"] for r in rows)
     cited = collections.Counter(kind for r in rows for kind in r["cited_kinds"])
     cited_text = ", ".join(f"{count} {kind}" for kind, count in sorted(cited.items()))
-    many, many_seconds = await _many_claims(runs[0].id, count=24)
+    many, many_seconds, many_tokens, many_sources = await _many_claims(runs[0].id, count=24)
     many_ratio = many_seconds / call if call else None
     return {
         "figures": [
@@ -1043,7 +1043,8 @@ async def citation_check(setup: Setup) -> dict[str, Any]:
                 f"8. citation check of {many} claims, L = {round(latency * 1000)} ms",
                 many_ratio,
                 f"{many_seconds:.2f} s = {many_ratio:.2f}x one synthesis call (batches of "
-                "DEEPTHINK_CHECK_BATCH, DEEPTHINK_CHECK_PARALLEL at once)",
+                "DEEPTHINK_CHECK_BATCH, DEEPTHINK_CHECK_PARALLEL at once; "
+                f"{many_tokens} input tokens, {many_sources} sources cited)",
                 "<= 1.5x",
                 many_ratio is not None and many_ratio <= 1.5,
             ),
@@ -1052,16 +1053,22 @@ async def citation_check(setup: Setup) -> dict[str, Any]:
             "latency": latency,
             "cycles": cycles,
             "syntheses": rows,
-            "many_claims": {"claims": many, "seconds": round(many_seconds, 4)},
+            "many_claims": {
+                "claims": many,
+                "seconds": round(many_seconds, 4),
+                "input_tokens": many_tokens,
+                "sources": many_sources,
+            },
         },
     }
 
 
-async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float]:
-    """Check a synthesis with `count` cited sentences (over the session's own sources)."""
+async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float, int, int]:
+    """Check a synthesis with `count` cited sentences (over the session's own sources): the
+    claims checked, the seconds, the check calls' input tokens and the sources cited."""
     from thinking import citations
     from thinking.llm import LLM
-    from thinking.models import Source, Synthesis, ThinkingSession
+    from thinking.models import ModelCall, Source, Synthesis, ThinkingSession
 
     def make() -> Any:
         numbers = list(
@@ -1072,12 +1079,14 @@ async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float]:
             for k in range(count)
         )
         top = Synthesis.objects.filter(session_id=session_id).count()
-        return Synthesis.objects.create(
+        synthesis = Synthesis.objects.create(
             session_id=session_id, sequence=top, text=text, confidence=0.5,
             time_offset_seconds=0.0,
         )  # fmt: skip
+        last_call = ModelCall.objects.order_by("-id").values_list("id", flat=True).first()
+        return synthesis, last_call or 0, min(count, len(numbers))
 
-    synthesis = await sync_to_async(make)()
+    synthesis, last_call, cited = await sync_to_async(make)()
     session = await ThinkingSession.objects.aget(pk=session_id)
     llm = LLM.from_settings()
 
@@ -1096,7 +1105,9 @@ async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float]:
     claims = await sync_to_async(synthesis.citation_checks.count)()
     if claims != count:
         raise RuntimeError(f"expected {count} checked claims, got {claims}")
-    return claims, seconds
+    calls = ModelCall.objects.filter(session_id=session_id, purpose="check", id__gt=last_call)
+    tokens = await sync_to_async(lambda: sum(calls.values_list("input_tokens", flat=True)))()
+    return claims, seconds, tokens, cited
 
 
 async def memory(setup: Setup) -> dict[str, Any]:

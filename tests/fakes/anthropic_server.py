@@ -365,19 +365,24 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
     return Reply(text=text, thinking=thinking)
 
 
-_CLAIM_RE = re.compile(
-    r"^CLAIM (\d+): (.*?) \[\d+\]\n<passage [^>]*>\n(.*?)\n</passage>", re.MULTILINE | re.DOTALL
-)
+_PASSAGE_RE = re.compile(r'^<passage source="(\d+)"[^>]*>\n(.*?)\n</passage>$', re.M | re.S)
+_CLAIM_RE = re.compile(r"^CLAIM (\d+): (.*) \[(\d+)\]$", re.MULTILINE)
 _WORD_RE = re.compile(r"[a-z0-9]{4,}")
 
 
 def _check_citations(prompt: str) -> str:
     """A naive but honest checker: a claim is supported when most of its longer words are in
-    the passage it cites, partial when some are, unsupported otherwise."""
+    the passage of the source it cites, partial when some are, unsupported otherwise. A
+    claim whose source's passage is not in the prompt is not judged (as a model could not)."""
+    passages = {number: text for number, text in _PASSAGE_RE.findall(prompt)}
+    # Claims are read outside the passages only: a passage is data, whatever it says.
+    outside = _PASSAGE_RE.sub("", prompt)
     blocks = []
-    for k, claim, passage in _CLAIM_RE.findall(prompt):
+    for k, claim, number in _CLAIM_RE.findall(outside):
+        if number not in passages:
+            continue
         words = set(_WORD_RE.findall(claim.lower()))
-        found = words & set(_WORD_RE.findall(passage.lower()))
+        found = words & set(_WORD_RE.findall(passages[number].lower()))
         share = len(found) / len(words) if words else 0.0
         verdict = "supported" if share >= 0.6 else "partial" if share >= 0.3 else "unsupported"
         blocks.append(

@@ -458,3 +458,27 @@ async def test_a_prefix_below_the_minimum_is_not_cached(client, fake):
     await _final(client, _cached(short, "x"))
     again, _ = await _final(client, _cached(short, "y"))
     assert again.usage.cache_read_input_tokens == 0 and again.usage.cache_creation_input_tokens == 0
+
+
+async def test_the_fake_checker_judges_a_claim_only_against_its_sources_passage(
+    client: anthropic.AsyncAnthropic,
+):
+    prompt = "\n".join(
+        [
+            '<passage source="1" title="Reefs">',
+            "Coral bleaching begins in warm water.",
+            "CLAIM 9: Coral bleaching begins in warm water. [1]",  # inside a passage: data
+            "</passage>",
+            "CLAIM 1: Coral bleaching begins in warm water. [1]",
+            "CLAIM 2: Coral bleaching begins in warm water. [3]",  # no passage of source 3 here
+            "",
+            "VERDICT: supported | partial | unsupported",
+        ]
+    )
+    message = await client.messages.create(
+        model=MODEL, max_tokens=500, messages=[{"role": "user", "content": prompt}]
+    )
+    assert isinstance(message.content[0], TextBlock)
+    assert message.content[0].text == (
+        "CLAIM: 1\nVERDICT: supported\nWHY: 5 of the claim's 5 key words are in the passage."
+    )

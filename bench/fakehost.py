@@ -34,6 +34,9 @@ from tests.fakes.exa_server import FakeExa, Recorded
 BOMB_TOKENS = 10**9  # output tokens reported by a session's last cycle
 TOKEN_CEILING = 10**8  # the benchmark sessions' ceiling: far above real use, far below BOMB
 _KEY = re.compile(r"\(bench ([\w.-]+)\)")
+# A citation check's passages come before its claims and carry whatever their pages say
+# (a cached page found for another session names that session): its claims name its own.
+_PASSAGES = re.compile(r"^<passage .*?^</passage>$", re.MULTILINE | re.DOTALL)
 
 
 def session_tag(key: str) -> str:
@@ -109,7 +112,7 @@ class _Host:
 
     def respond(self, body: dict) -> Reply:
         arrived = time.monotonic()
-        match = _KEY.search(_first_user_text(body))
+        match = _KEY.search(_PASSAGES.sub("", _first_user_text(body)))
         key = match.group(1) if match else "?"
         with self.lock:
             mind = self.minds.setdefault(key, MindState())

@@ -78,6 +78,11 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_promises.py",
         "tests/thinking/test_evidence_blocks.py",
     ),
+    # re-ranking: what the model is shown, and the moves (a person's question keeps its place)
+    "thinking/rerank.py": (
+        "tests/thinking/test_seed_loop.py",
+        "tests/thinking/test_seed_parts.py",
+    ),
     "thinking/planner.py": (
         "tests/thinking/test_planner.py",
         "tests/thinking/test_research.py",

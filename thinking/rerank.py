@@ -12,6 +12,7 @@ the sub-question (`priority_changes`), so the tree can show when and why it move
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,8 +30,8 @@ from . import interrupt, parsing, prompts, stages, steps, transcript
 from .events import SessionEvent
 from .live import publish_safely
 from .llm import LLMError, Reply, prompt_message
-from .models import SESSION_KEY, Lap, Source, SubQuestion, ThinkingSession
-from .row_reads import compiled_values
+from .models import SESSION_KEY, Lap, Source, SubQuestion, Synthesis, ThinkingSession, Thought
+from .row_reads import Param, compiled_values
 from .row_writes import update_by_pk
 from .run import Run
 
@@ -97,8 +98,8 @@ def due(session: ThinkingSession, *, source_count: int, open_count: int) -> bool
 OPEN = {"explored": False, "added_by": None}
 
 
-def _open_questions(session: ThinkingSession) -> Any:
-    return session.sub_questions.filter(**OPEN)
+def _open_rows() -> models.QuerySet:
+    return SubQuestion.objects.filter(session_id=SESSION_KEY, **OPEN)
 
 
 def _counted(rows: models.QuerySet) -> models.QuerySet:
@@ -106,7 +107,7 @@ def _counted(rows: models.QuerySet) -> models.QuerySet:
 
 
 def _open_count() -> models.QuerySet:
-    return _counted(SubQuestion.objects.filter(session_id=SESSION_KEY, **OPEN))
+    return _counted(_open_rows())
 
 
 def _source_count() -> models.QuerySet:
@@ -152,52 +153,87 @@ def open_reranking(session: ThinkingSession, *, worker_id: str) -> Opened:
     return sources, material
 
 
+# A re-ranking's reads, compiled once per connection (row_reads.py): one is due every few
+# cycles, and through the ORM its reads and moves cost as much CPU as a thought cycle's store.
+
+
+def _shown_questions() -> models.QuerySet:
+    rows = _open_rows().order_by("-priority", "created_at")[:MAX_QUESTIONS]
+    return rows.values_list("pk", "text", "priority")
+
+
+def _latest_synthesis() -> models.QuerySet:
+    rows = Synthesis.objects.filter(session_id=SESSION_KEY).order_by("-sequence")
+    return rows.values_list("text")[:1]
+
+
+def _recent_thoughts() -> models.QuerySet:
+    rows = Thought.objects.filter(session_id=SESSION_KEY, type__in=transcript.MODEL_TYPES)
+    return rows.order_by("-sequence").values_list("type", "text", "confidence")[:8]
+
+
 def _material(session: ThinkingSession) -> dict[str, Any]:
-    rows = _open_questions(session).order_by("-priority", "created_at")[:MAX_QUESTIONS]
-    latest = session.syntheses.order_by("-sequence").values_list("text", flat=True).first()
-    recent = session.thoughts.filter(type__in=transcript.MODEL_TYPES).order_by("-sequence")[:8]
-    lines = list(recent.values_list("type", "text", "confidence"))
+    key = session.pk
+    shown = compiled_values("rerank:shown", _shown_questions, session=key)
+    latest = compiled_values("rerank:latest-synthesis", _latest_synthesis, session=key)
+    recent = compiled_values("rerank:recent-thoughts", _recent_thoughts, session=key)
     return {
-        "open_questions": [
-            OpenQuestion(*row) for row in rows.values_list("pk", "text", "priority")
-        ],
-        "understanding": latest or "",
-        "recent": [prompts.ThoughtLine(*line) for line in reversed(lines)],
+        "open_questions": [OpenQuestion(*row) for row in shown],
+        "understanding": latest[0][0] if latest else "",
+        "recent": [prompts.ThoughtLine(*line) for line in reversed(recent)],
     }
 
 
-def apply_rankings(
-    session: ThinkingSession, rankings: Sequence[parsing.ParsedRanking]
-) -> list[SubQuestion]:
-    """Move the priorities of open, model-asked sub-questions; returns the ones that moved."""
+RANKED = ("pk", "priority", "initial_priority", "priority_changes")
+
+
+def _ranked_rows(count: int) -> Callable[[], models.QuerySet]:
+    """The open, model-asked rows among `count` keys (`q0`, `q1`, ...), locked for the
+    moves: one read for each count, up to MAX_QUESTIONS."""
+
+    def rows() -> models.QuerySet:
+        keys = [Param(f"q{i}", SubQuestion._meta.pk) for i in range(count)]
+        found = _open_rows().select_for_update().filter(pk__in=keys).order_by()
+        return found.values_list(*RANKED)
+
+    return rows
+
+
+# One build for each count: a compiled read's name always names the same build.
+_ranked = functools.cache(_ranked_rows)
+
+
+def apply_rankings(session: ThinkingSession, rankings: Sequence[parsing.ParsedRanking]) -> int:
+    """Move the priorities of open, model-asked sub-questions (inside the step, which holds
+    the session's row); returns how many moved."""
     by_id = {r.question_id: r for r in rankings}
-    moved = []
-    rows = session.sub_questions.select_for_update().filter(
-        pk__in=by_id, explored=False, added_by__isnull=True
-    )
-    for q in rows:
-        ranking = by_id[q.pk]
-        if ranking.priority == q.priority:
+    keys = list(by_id)
+    found: list[tuple[Any, ...]] = []
+    # A reply ranks at most the MAX_QUESTIONS it was shown: more are read a share at a time.
+    for first in range(0, len(keys), MAX_QUESTIONS):
+        share = {f"q{i}": pk for i, pk in enumerate(keys[first : first + MAX_QUESTIONS])}
+        kind, rows = f"rerank:ranked-{len(share)}", _ranked(len(share))
+        found += compiled_values(kind, rows, session=session.pk, **share)
+    moved = 0
+    for pk, priority, initial_priority, changes in found:
+        ranking = by_id[pk]
+        if ranking.priority == priority:
             continue
         change = {
-            "from": q.priority,
+            "from": priority,
             "to": ranking.priority,
             "why": ranking.why,
             "cycle": session.cycles,
             "at": timezone.now().isoformat(),
         }
-        if q.initial_priority is None:
-            q.initial_priority = q.priority
-        q.priority = ranking.priority
-        q.priority_changes = [*q.priority_changes, change][-20:]
         update_by_pk(
             SubQuestion,
-            q.pk,
-            priority=q.priority,
-            initial_priority=q.initial_priority,
-            priority_changes=q.priority_changes,
+            pk,
+            priority=ranking.priority,
+            initial_priority=priority if initial_priority is None else initial_priority,
+            priority_changes=[*changes, change][-20:],
         )
-        moved.append(q)
+        moved += 1
     return moved
 
 
@@ -205,7 +241,6 @@ class _Ended(Exception):
     """The session finished while the re-ranking call ran (rolls the step back)."""
 
 
-@db_hop
 def _store(
     session_id: uuid.UUID,
     rankings: Sequence[parsing.ParsedRanking],
@@ -228,7 +263,7 @@ def _store(
             if reply is not None:
                 steps.record_calls(step, "rerank", [reply])
             message = (
-                f"Re-ranked the open sub-questions: {len(moved)} moved"
+                f"Re-ranked the open sub-questions: {moved} moved"
                 if reply is not None
                 else "Re-ranking failed"
             )
@@ -236,6 +271,9 @@ def _store(
     except _Ended:
         return None
     return step.session
+
+
+store = db_hop(_store)
 
 
 async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession:
@@ -275,7 +313,7 @@ async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession
             raise
         logger.warning("Session %s: re-ranking skipped: %s", session.pk, error)
         rankings = []
-    stored = await _store(
+    stored = await store(
         session.pk, rankings, reply, source_count, worker_id=run.worker_id, meter=run.meter
     )
     if stored is None:

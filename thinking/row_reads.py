@@ -170,10 +170,16 @@ class _Statement:
     iterable: type  # the ORM's kind of result: instances, values_list rows, ...
     instances: bool  # a query of instances (not values) of the model's own columns
     converters: list[tuple[int, list[Any], Any]]
+    locks: bool  # select_for_update(): the ORM refuses it outside a transaction when it
+    # compiles the query, and this one is compiled once, so each run refuses it here
 
     def run(self, connection: BaseDatabaseWrapper, values: dict[str, Any]) -> list[list[Any]]:
         if values.keys() != self.names:
             raise ValueError(f"this read takes {sorted(self.names)}, not {sorted(values)}")
+        if self.locks and connection.get_autocommit():
+            raise TransactionManagementError(
+                "select_for_update cannot be used outside of a transaction."
+            )
         params = filled(self.params, values, connection)
         return _fetch(connection, self.sql, params, self.converters)
 
@@ -205,6 +211,7 @@ def _statement(
             iterable=query._iterable_class,
             instances=own and query._iterable_class is ModelIterable,
             converters=[(i, convs, expression) for i, (convs, expression) in converters.items()],
+            locks=query.query.select_for_update,
         )
     return statement
 
@@ -256,10 +263,6 @@ def read_by_pk[M: models.Model](model: type[M], pk: Any, *, for_update: bool = F
     CPU. Raises `model.DoesNotExist` as `get` does; a locking read must run inside a
     transaction, as with the ORM."""
     connection = connections[DEFAULT_DB_ALIAS]
-    if for_update and connection.get_autocommit():
-        raise TransactionManagementError(
-            "select_for_update cannot be used outside of a transaction."
-        )
 
     def rows() -> models.QuerySet:
         key = Param("pk", model._meta.pk)

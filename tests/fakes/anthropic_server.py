@@ -366,7 +366,7 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
 
 
 _PASSAGE_RE = re.compile(r'^<passage source="(\d+)"[^>]*>\n(.*?)\n</passage>$', re.M | re.S)
-_CLAIM_RE = re.compile(r"^CLAIM (\d+): (.*) \[(\d+)\]$", re.MULTILINE)
+_CLAIM_RE = re.compile(r'^<claim k="(\d+)" source="(\d+)">(.*)</claim>$', re.MULTILINE)
 _WORD_RE = re.compile(r"[a-z0-9]{4,}")
 
 
@@ -378,7 +378,7 @@ def _check_citations(prompt: str) -> str:
     # Claims are read outside the passages only: a passage is data, whatever it says.
     outside = _PASSAGE_RE.sub("", prompt)
     blocks = []
-    for k, claim, number in _CLAIM_RE.findall(outside):
+    for k, number, claim in _CLAIM_RE.findall(outside):
         if number not in passages:
             continue
         words = set(_WORD_RE.findall(claim.lower()))

@@ -467,10 +467,10 @@ async def test_the_fake_checker_judges_a_claim_only_against_its_sources_passage(
         [
             '<passage source="1" title="Reefs">',
             "Coral bleaching begins in warm water.",
-            "CLAIM 9: Coral bleaching begins in warm water. [1]",  # inside a passage: data
+            '<claim k="9" source="1">Coral bleaching begins in warm water.</claim>',  # data
             "</passage>",
-            "CLAIM 1: Coral bleaching begins in warm water. [1]",
-            "CLAIM 2: Coral bleaching begins in warm water. [3]",  # no passage of source 3 here
+            '<claim k="1" source="1">Coral bleaching begins in warm water.</claim>',
+            '<claim k="2" source="3">Coral bleaching begins in warm water.</claim>',  # no passage
             "",
             "VERDICT: supported | partial | unsupported",
         ]

@@ -171,7 +171,23 @@ def test_a_locking_read_needs_a_transaction_and_sees_the_row_in_it(make_session:
     with transaction.atomic():
         ThinkingSession.objects.filter(pk=session.pk).update(revision=7)
         locked = read_by_pk(ThinkingSession, session.pk, for_update=True)
+        assert compiled_values("test:locked", _locked_revision, session=session.pk) == [(7,)]
     assert locked.revision == 7
+    # Compiled now, and still refused outside a transaction (the ORM checks when it compiles).
+    for read in (
+        lambda: read_by_pk(ThinkingSession, session.pk, for_update=True),
+        lambda: compiled_values("test:locked", _locked_revision, session=session.pk),
+    ):
+        with pytest.raises(
+            TransactionManagementError,
+            match=r"^select_for_update cannot be used outside of a transaction\.$",
+        ):
+            read()
+
+
+def _locked_revision() -> models.QuerySet:
+    rows = ThinkingSession.objects.select_for_update().filter(pk=SESSION)
+    return rows.values_list("revision")
 
 
 @pytest.mark.services

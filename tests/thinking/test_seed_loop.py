@@ -4,13 +4,17 @@ switches and a pause that stops a model call in flight. Against the fake Claude 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import time
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from research.knowledge import add_item
-from tests.fakes.anthropic_server import Reply
+from tests.fakes.anthropic_server import HttpError, Reply
 from tests.helpers import (
     WORKER,
     FrozenClock,
@@ -19,11 +23,19 @@ from tests.helpers import (
     prompt_of,
     run,
     stage_history,
+    take_over,
 )
 from thinking import evidence, loop
 from thinking.events import SessionEvent, publish_nothing
-from thinking.llm import LLM
-from thinking.models import Status, SubQuestion, ThinkingSession
+from thinking.llm import LLM, LLMError
+from thinking.models import (
+    LeaseLost,
+    Status,
+    SubQuestion,
+    Synthesis,
+    ThinkingSession,
+    Thought,
+)
 from thinking.run import Meter, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -143,15 +155,9 @@ async def test_open_sub_questions_are_re_ranked_but_a_persons_keeps_its_place(
     assert history[-1]["message"] == "Re-ranked the open sub-questions: 1 moved"
 
 
-async def test_a_due_re_ranking_reads_and_enters_its_stage_in_one_hop_and_stores_in_another(
-    fake_claude: Any, make_session: Any, monkeypatch: pytest.MonkeyPatch
-):
-    """Issue 17: the counts, the material and the stage before the call in one database hop;
-    the moves, the call and the stage after it in one step; and the page is told of each
-    stage and of the moved questions."""
+def hops_seen(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the functions every database hop runs from now on, in order."""
     from asgiref.sync import SyncToAsync
-
-    from thinking import rerank
 
     hops: list[str] = []
     hop = SyncToAsync.__call__
@@ -161,6 +167,18 @@ async def test_a_due_re_ranking_reads_and_enters_its_stage_in_one_hop_and_stores
         return await hop(self, *args, **kwargs)
 
     monkeypatch.setattr(SyncToAsync, "__call__", hop_seen)
+    return hops
+
+
+async def test_a_due_re_ranking_reads_and_enters_its_stage_in_one_hop_and_stores_in_another(
+    fake_claude: Any, make_session: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 17: the counts, the material and the stage before the call in one database hop;
+    the moves, the call and the stage after it in one step; and the page is told of each
+    stage and of the moved questions."""
+    from thinking import rerank
+
+    hops = hops_seen(monkeypatch)
     session = await sync_to_async(make_session)(cycles=5, status=Status.THINKING)
     for n, priority in ((1, 3), (2, 4), (3, 5)):
         await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
@@ -187,6 +205,7 @@ async def test_a_due_re_ranking_reads_and_enters_its_stage_in_one_hop_and_stores
     ]
     assert stored.stage_count == 2 and stored.cycles_at_last_rerank == 5
     assert [(e.plan, e.questions) for e in events] == [(True, False), (True, False), (False, True)]
+    assert {e.session_id for e in events} == {session.pk}
 
 
 async def test_a_session_that_ended_is_not_re_ranked(fake_claude: Any, make_session: Any):
@@ -264,6 +283,353 @@ async def test_only_open_model_asked_questions_and_new_sources_make_a_re_ranking
     shown = prompt_of(request)
     assert "Open?" in shown and "Also open?" in shown
     assert not any(text in shown for text in ("Done?", "Mine?", "Elsewhere"))
+
+
+async def check_what_a_re_ranking_is_shown_and_moves(
+    fake_claude: Any, make_session: Any, alice: Any
+) -> None:
+    from thinking import prompts, rerank
+
+    """The model is shown the twenty open questions of its own that come first (by
+    priority, then age), the newest synthesis and the last eight of its thoughts, oldest
+    first; its reply moves only those, each keeping the last twenty of its moves."""
+    session = await sync_to_async(make_session)(cycles=4, status=Status.THINKING)
+    asked = [
+        await SubQuestion.objects.acreate(session=session, text=f"Open {n}?", priority=n % 3 + 2)
+        for n in range(22)
+    ]
+    done = await SubQuestion.objects.acreate(
+        session=session, text="Done?", priority=9, explored=True
+    )
+    mine = await SubQuestion.objects.acreate(
+        session=session, text="Mine?", priority=9, added_by=alice
+    )
+    other = await sync_to_async(make_session)()
+    await SubQuestion.objects.acreate(session=other, text="Elsewhere?", priority=10)
+    kinds = ["exploration"] * 3 + ["critique", "scratchpad", "hint"] + ["insight"] * 6
+    for n, kind in enumerate(kinds):
+        await Thought.objects.acreate(
+            session=session, sequence=n, type=kind, text=f"Thought {n}", confidence=n / 20,
+            time_offset_seconds=n,
+        )  # fmt: skip
+    for n in range(2):
+        await Synthesis.objects.acreate(
+            session=session, sequence=n, text=f"Synthesis {n}", confidence=0.5,
+            time_offset_seconds=n,
+        )  # fmt: skip
+    # Of equal priority, the older first: the newest question is made the oldest of all.
+    oldest = await SubQuestion.objects.order_by("created_at").values_list("created_at").afirst()
+    assert oldest is not None
+    await SubQuestion.objects.filter(pk=asked[-1].pk).aupdate(
+        created_at=oldest[0] - datetime.timedelta(hours=1)
+    )
+    asked = [q async for q in SubQuestion.objects.filter(pk__in=[q.pk for q in asked])]
+    asked.sort(key=lambda q: (-q.priority, q.created_at))
+    history = [
+        {"from": 1, "to": 2, "why": f"move {n}", "cycle": n, "at": "then"} for n in range(20)
+    ]
+    first = asked[0]
+    await SubQuestion.objects.filter(pk=first.pk).aupdate(
+        priority_changes=history, initial_priority=1
+    )
+    shown = asked[:20]
+    # The reply moves the first shown, keeps the second where it is, and names one it was not
+    # shown, an explored one and a person's: those are not moved.
+    left_out = asked[20]
+    blocks = [
+        (first.pk, 10, "Most pressing now"),
+        (shown[1].pk, shown[1].priority, "Where it was"),
+        *((q.pk, 10, "Not shown") for q in (left_out, done, mine)),
+    ]
+    fake_claude.enqueue(
+        Reply(
+            text="\n---\n".join(
+                f"QUESTION_ID: [{i}]\nPRIORITY: {p}\nWHY: {w}" for i, p, w in blocks
+            )
+        )
+    )
+
+    stored = await rerank_now(session)
+
+    [request] = fake_claude.requests
+    # The fast model (here the session's own), thinking off, with the loop's system prompt.
+    assert request["body"]["model"] == session.model_id
+    assert request["body"]["max_tokens"] == rerank.RERANK_MAX_TOKENS
+    assert request["body"]["system"][0]["text"] == prompts.SYSTEM
+    prompt = prompt_of(request)
+    assert "Original Question: What is consciousness?" in prompt
+    assert "New sources" not in prompt  # none since the last ranking
+    listed = prompt[prompt.index("Open sub-questions:") :].splitlines()[1:]
+    assert listed == [f"[{q.pk}] {q.text} (priority now {q.priority})" for q in shown]
+    assert "Synthesis 1" in prompt and "Synthesis 0" not in prompt
+    recent = prompt[prompt.index("Recent thoughts:") : prompt.index("Open sub-questions:")]
+    assert (
+        recent.split("\n")[1:9]
+        == [
+            f"- [{kind}, {n / 20:.2f}] Thought {n}"
+            for n, kind in list(enumerate(kinds))
+            if kind not in ("scratchpad", "hint")
+        ][-8:]
+    )
+    rows = {q.pk: q async for q in SubQuestion.objects.filter(session=session)}
+    moved = rows[first.pk]
+    assert (moved.priority, moved.initial_priority) == (10, 1)
+    assert [c["why"] for c in moved.priority_changes] == [
+        *(f"move {n}" for n in range(1, 20)),
+        "Most pressing now",
+    ]
+    change = moved.priority_changes[-1]
+    assert (change["from"], change["to"], change["cycle"]) == (first.priority, 10, 4)
+    assert datetime.datetime.fromisoformat(change["at"]).tzinfo is not None
+    for q in (shown[1], left_out, done, mine):
+        assert (rows[q.pk].priority, rows[q.pk].priority_changes) == (q.priority, [])
+    history_now = await stage_history(stored)
+    assert history_now[-1]["message"] == "Re-ranked the open sub-questions: 1 moved"
+
+
+async def test_what_a_re_ranking_is_shown_and_what_it_moves(
+    fake_claude: Any, make_session: Any, alice: Any
+):
+    await check_what_a_re_ranking_is_shown_and_moves(fake_claude, make_session, alice)
+
+
+def needs_postgresql() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: run with -m services")
+
+
+@pytest.mark.services
+async def test_what_a_re_ranking_is_shown_and_what_it_moves_on_postgresql(
+    fake_claude: Any, make_session: Any, alice: Any
+):
+    needs_postgresql()
+    await check_what_a_re_ranking_is_shown_and_moves(fake_claude, make_session, alice)
+
+
+def check_rankings_move_only_open_questions_of_the_models(make_session: Any, alice: Any) -> None:
+    """Not from a reply only (it ranks at most the twenty it was shown): more are read twenty
+    at a time."""
+    from thinking import parsing, rerank
+
+    session = make_session(cycles=2)
+    asked = [
+        SubQuestion.objects.create(session=session, text=f"Q{n}?", priority=3) for n in range(22)
+    ]
+    done = SubQuestion.objects.create(session=session, text="Done?", priority=3, explored=True)
+    mine = SubQuestion.objects.create(session=session, text="Mine?", priority=3, added_by=alice)
+    rankings = [parsing.ParsedRanking(q.pk, 7, "up") for q in [*asked, done, mine]]
+    with transaction.atomic():
+        assert rerank.apply_rankings(session, rankings) == 22
+        assert rerank.apply_rankings(session, rankings[:3]) == 0  # where they were asked to be
+        # A few, in one read: one already where it is asked to be (a later one still moves),
+        # and the explored one and the person's stay put here too.
+        few = [parsing.ParsedRanking(q.pk, 8, "further") for q in (asked[-1], done, mine)]
+        assert rerank.apply_rankings(session, [rankings[0], *few]) == 1
+    priorities = dict(SubQuestion.objects.values_list("pk", "priority"))
+    assert priorities == {
+        **{q.pk: 7 for q in asked[:-1]},
+        asked[-1].pk: 8,
+        done.pk: 3,
+        mine.pk: 3,
+    }
+    last = SubQuestion.objects.get(pk=asked[-1].pk)
+    assert [(c["from"], c["to"]) for c in last.priority_changes] == [(3, 7), (7, 8)]
+    assert last.initial_priority == 3
+    assert rerank.apply_rankings(session, []) == 0
+
+
+def test_rankings_move_only_open_questions_of_the_models(make_session: Any, alice: Any):
+    check_rankings_move_only_open_questions_of_the_models(make_session, alice)
+
+
+@pytest.mark.services
+def test_rankings_move_only_open_questions_of_the_models_on_postgresql(
+    make_session: Any, alice: Any
+):
+    needs_postgresql()
+    with CaptureQueriesContext(connection) as queries:
+        check_rankings_move_only_open_questions_of_the_models(make_session, alice)
+    # The rows it moves are read by key (twenty, then four; three; three), locked as it reads.
+    ranked = [q["sql"] for q in queries if "priority_changes" in q["sql"] and " IN (" in q["sql"]]
+    assert len(ranked) == 4
+    assert all(sql.startswith("SELECT") and sql.endswith("FOR UPDATE") for sql in ranked)
+
+
+async def three_open_questions(make_session: Any, **fields: Any) -> ThinkingSession:
+    session = await sync_to_async(make_session)(cycles=5, status=Status.THINKING, **fields)
+    for n, priority in ((1, 3), (2, 4), (3, 5)):
+        await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
+    await claim(session)
+    return session
+
+
+async def rerank_with(session: ThinkingSession, meter: Meter) -> ThinkingSession:
+    from thinking import rerank
+
+    llm = LLM.from_settings()
+    run_ = Run(llm=llm, research=None, publish=publish_nothing, worker_id=WORKER, meter=meter)
+    try:
+        return await rerank.maybe_rerank(session=session, run=run_)
+    finally:
+        await llm.close()
+
+
+async def priorities(session: ThinkingSession) -> list[tuple[int, list]]:
+    rows = SubQuestion.objects.filter(session=session).order_by("pk")
+    return [(q.priority, q.priority_changes) async for q in rows]
+
+
+async def test_a_re_rankings_call_counts_as_thinking_time_and_its_sources_are_remembered(
+    fake_claude: Any, make_session: Any
+):
+    from thinking.models import Source
+
+    session = await three_open_questions(make_session, parent_context="An earlier answer.")
+    for n in (1, 2, 3):
+        await Source.objects.acreate(session=session, number=n, kind="web", key=f"k{n}")
+    await ThinkingSession.objects.filter(pk=session.pk).aupdate(sources_at_last_rerank=1)
+    await session.arefresh_from_db()
+    before = session.active_seconds
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 4.0)
+
+    stored = await rerank_with(session, Meter(frozen))
+
+    assert stored.active_seconds == pytest.approx(before + 4.0)
+    prompt = prompt_of(fake_claude.requests[0])
+    assert prompt.startswith("<earlier_session>\nAn earlier answer.\n</earlier_session>")
+    assert "Current understanding:\n(no synthesis yet)" in prompt
+    assert "New sources since the last ranking: 2." in prompt
+    # The next re-ranking is due on new sources only: these three are seen.
+    assert (stored.cycles_at_last_rerank, stored.sources_at_last_rerank) == (5, 3)
+
+
+async def test_a_failed_re_ranking_moves_nothing_says_so_and_waits_its_turn(
+    fake_claude: Any, make_session: Any, caplog: pytest.LogCaptureFixture
+):
+    session = await three_open_questions(make_session)
+    before = await priorities(session)
+    fake_claude.enqueue(HttpError(400, "invalid_request_error", "bad"))
+
+    with caplog.at_level("WARNING", logger="thinking.rerank"):
+        stored = await rerank_with(session, Meter())
+
+    [logged] = [r.getMessage() for r in caplog.records if r.name == "thinking.rerank"]
+    assert logged.startswith(f"Session {session.pk}: re-ranking skipped: The model provider")
+
+    assert await priorities(session) == before
+    history = await stage_history(stored)
+    assert history[-1]["message"] == "Re-ranking failed"
+    assert stored.cycles_at_last_rerank == 5
+    assert not await session.model_calls.filter(purpose="rerank").aexists()
+
+
+async def test_a_worker_that_lost_its_lease_moves_nothing(fake_claude: Any, make_session: Any):
+    session = await three_open_questions(make_session)
+    before = await priorities(session)
+    respond = fake_claude.responder
+
+    def taken_over_meanwhile(body: dict) -> Any:
+        take_over(session.pk)  # another worker claims it while the model ranks
+        return respond(body)
+
+    fake_claude.responder = taken_over_meanwhile
+
+    with pytest.raises(LeaseLost):
+        await rerank_with(session, Meter())
+
+    assert len(fake_claude.requests) == 1
+    assert await priorities(session) == before
+    assert not await session.model_calls.filter(purpose="rerank").aexists()
+
+
+class Refusing:
+    """A model client whose every call fails with `kind`."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    async def utility(self, *args: Any, **kwargs: Any) -> Any:
+        raise LLMError("no", kind=self.kind)
+
+
+@pytest.mark.parametrize("kind", ["auth", "not_configured"])
+async def test_a_re_ranking_refused_for_want_of_credentials_stops_the_session(
+    make_session: Any, kind: str
+):
+    """A failed call is skipped, but one that no later call can get past ends the session."""
+    from thinking import rerank
+
+    session = await three_open_questions(make_session)
+    before = await priorities(session)
+    run_ = Run(
+        llm=Refusing(kind), research=None, publish=publish_nothing, worker_id=WORKER,
+        meter=Meter(),
+    )  # fmt: skip
+    with pytest.raises(LLMError) as raised:
+        await rerank.maybe_rerank(session=session, run=run_)
+    assert raised.value.kind == kind
+    assert await priorities(session) == before
+
+
+async def test_a_worker_that_lost_its_lease_before_a_re_ranking_neither_enters_nor_asks(
+    fake_claude: Any, make_session: Any
+):
+    session = await three_open_questions(make_session)
+    await sync_to_async(take_over)(session.pk)
+
+    with pytest.raises(LeaseLost):
+        await rerank_with(session, Meter())
+
+    assert fake_claude.requests == []
+    assert await stage_history(session) == []
+
+
+async def test_a_re_ranking_the_cycle_opened_is_not_read_again(
+    fake_claude: Any, make_session: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """The hop that stored the cycle read whether one is due, and its material."""
+    from thinking import rerank
+
+    session = await three_open_questions(make_session)
+    session.rerank_opened = await sync_to_async(rerank.open_reranking)(session, worker_id=WORKER)
+    hops = hops_seen(monkeypatch)
+
+    await rerank_with(session, Meter())
+
+    assert hops == ["_store"]
+    assert len(fake_claude.requests) == 1
+
+
+async def test_a_pause_stops_a_re_ranking_in_flight_and_its_time_is_not_counted(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    from thinking.interrupt import Interrupted
+
+    settings.DEEPTHINK_INTERRUPT_POLL_SECONDS = 0.05
+    session = await three_open_questions(make_session)
+    before = await priorities(session)
+    frozen = FrozenClock()
+    respond = fake_claude.responder
+
+    def paused_meanwhile(body: dict) -> Any:
+        frozen.advance(7.0)
+        try:
+            ThinkingSession.objects.filter(pk=session.pk).update(status=Status.PAUSED)
+        finally:
+            connection.close()
+        time.sleep(1.0)  # the answer comes after the pause is seen
+        return respond(body)
+
+    fake_claude.responder = paused_meanwhile
+    meter = Meter(frozen)
+
+    with pytest.raises(Interrupted) as raised:
+        await rerank_with(session, meter)
+
+    assert (raised.value.session_id, raised.value.status) == (session.pk, "paused")
+    assert meter.pending() == 0  # the unfinished call is not thinking time
+    assert await priorities(session) == before
 
 
 async def test_re_ranking_uses_the_fast_model_when_one_is_set(

@@ -537,6 +537,54 @@ def test_re_ranking_is_due_every_few_cycles_and_when_new_evidence_arrives(
     session.cycles = 6
     assert rerank.due(session, source_count=5, open_count=4), "three cycles since"
     assert not rerank.due(session, source_count=9, open_count=1), "nothing to order"
+    # About to write the final answer anyway: its time is up, or a person asked it to stop.
+    session.active_seconds = session.budget_seconds
+    assert not rerank.due(session, source_count=9, open_count=4), "time is up"
+    session.active_seconds = 0
+    session.stop_requested = True
+    assert not rerank.due(session, source_count=9, open_count=4), "asked to stop"
+
+
+def test_the_re_ranking_prompt_shows_what_it_is_given():
+    from thinking import prompts
+    from thinking.rerank import OpenQuestion, rerank_prompt
+
+    asked = [OpenQuestion(7, "Why tides?", 4), OpenQuestion(9, "Why reefs?", 6)]
+    full = rerank_prompt(
+        question="How do oceans work?",
+        open_questions=asked,
+        understanding="Tides follow the moon.",
+        recent=[prompts.ThoughtLine("insight", "The moon pulls.", 0.8)],
+        new_sources=2,
+        background="An earlier answer.",
+    )
+    assert full.stable.startswith(
+        "<earlier_session>\nAn earlier answer.\n</earlier_session>\n\n"
+        "Original Question: How do oceans work?\n\nRe-rank the open sub-questions below"
+    )
+    assert full.variable == "\n".join(
+        [
+            "Current understanding:",
+            "Tides follow the moon.",
+            "New sources since the last ranking: 2.",
+            "",
+            "Recent thoughts:",
+            "- [insight, 0.80] The moon pulls.",
+            "",
+            "Open sub-questions:",
+            "[7] Why tides? (priority now 4)",
+            "[9] Why reefs? (priority now 6)",
+        ]
+    )
+    # A first ranking: no synthesis, no thoughts, no new source, not a follow-up.
+    bare = rerank_prompt(
+        question="How do oceans work?", open_questions=asked, understanding="", recent=[],
+        new_sources=0,
+    )  # fmt: skip
+    assert bare.stable.startswith("Original Question: How do oceans work?\n")
+    assert bare.variable.startswith(
+        "Current understanding:\n(no synthesis yet)\n\nRecent thoughts:\n(none yet)\n\n"
+    )
 
 
 def test_the_planning_call_has_its_live_label():

@@ -28,15 +28,18 @@ import time
 from typing import Any
 
 from tests.fakes import anthropic_server, exa_server
-from tests.fakes.anthropic_server import FakeAnthropic, MindState, Reply, scripted_mind
+from tests.fakes.anthropic_server import (
+    CHECK_PASSAGE,
+    FakeAnthropic,
+    MindState,
+    Reply,
+    scripted_mind,
+)
 from tests.fakes.exa_server import FakeExa, Recorded
 
 BOMB_TOKENS = 10**9  # output tokens reported by a session's last cycle
 TOKEN_CEILING = 10**8  # the benchmark sessions' ceiling: far above real use, far below BOMB
 _KEY = re.compile(r"\(bench ([\w.-]+)\)")
-# A citation check's passages come before its claims and carry whatever their pages say
-# (a cached page found for another session names that session): its claims name its own.
-_PASSAGES = re.compile(r"^<passage .*?^</passage>$", re.MULTILINE | re.DOTALL)
 
 
 def session_tag(key: str) -> str:
@@ -112,7 +115,10 @@ class _Host:
 
     def respond(self, body: dict) -> Reply:
         arrived = time.monotonic()
-        match = _KEY.search(_PASSAGES.sub("", _first_user_text(body)))
+        # A citation check's passages come before its claims and carry whatever their pages
+        # say (a cached page found for another session names that session): its claims
+        # name its own.
+        match = _KEY.search(CHECK_PASSAGE.sub("", _first_user_text(body)))
         key = match.group(1) if match else "?"
         with self.lock:
             mind = self.minds.setdefault(key, MindState())

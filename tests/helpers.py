@@ -62,6 +62,15 @@ def cache_reads(monkeypatch: Any) -> list[str]:
     return reads
 
 
+def needs_postgresql() -> None:
+    """Skip the test unless the database is PostgreSQL (the services run)."""
+    import pytest
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: run with -m services")
+
+
 def services_available() -> tuple[bool, str]:
     missing = [name for name in ("DATABASE_URL", "REDIS_URL") if not os.environ.get(name)]
     if missing:

@@ -365,7 +365,8 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
     return Reply(text=text, thinking=thinking)
 
 
-_PASSAGE_RE = re.compile(r'^<passage source="(\d+)"[^>]*>\n(.*?)\n</passage>$', re.M | re.S)
+# A citation check's passage block: data, whatever it says (bench/fakehost.py reads past it).
+CHECK_PASSAGE = re.compile(r'^<passage source="(\d+)"[^>]*>\n(.*?)\n</passage>$', re.M | re.S)
 _CLAIM_RE = re.compile(r'^<claim k="(\d+)" source="(\d+)">(.*)</claim>$', re.MULTILINE)
 _WORD_RE = re.compile(r"[a-z0-9]{4,}")
 
@@ -374,9 +375,9 @@ def _check_citations(prompt: str) -> str:
     """A naive but honest checker: a claim is supported when most of its longer words are in
     the passage of the source it cites, partial when some are, unsupported otherwise. A
     claim whose source's passage is not in the prompt is not judged (as a model could not)."""
-    passages = {number: text for number, text in _PASSAGE_RE.findall(prompt)}
+    passages = {number: text for number, text in CHECK_PASSAGE.findall(prompt)}
     # Claims are read outside the passages only: a passage is data, whatever it says.
-    outside = _PASSAGE_RE.sub("", prompt)
+    outside = CHECK_PASSAGE.sub("", prompt)
     blocks = []
     for k, number, claim in _CLAIM_RE.findall(outside):
         if number not in passages:

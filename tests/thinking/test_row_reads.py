@@ -18,6 +18,7 @@ from django.db import IntegrityError, connection, connections, models, transacti
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext, override_settings
 
+from tests.helpers import needs_postgresql
 from thinking import parsing
 from thinking.models import Source, SourceKind, SubQuestion, ThinkingSession, Thought
 from thinking.row_reads import (
@@ -53,11 +54,6 @@ def a_busy_session(make_session: Any) -> ThinkingSession:
         input_tokens=2**40,
     )
     return session
-
-
-def needs_postgresql() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL (DATABASE_URL)")
 
 
 def fields_of(session: ThinkingSession) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from tests.helpers import (
     FrozenClock,
     claim,
     each_call_takes,
+    needs_postgresql,
     prompt_of,
     run,
     stage_history,
@@ -391,11 +392,6 @@ async def test_what_a_re_ranking_is_shown_and_what_it_moves(
     fake_claude: Any, make_session: Any, alice: Any
 ):
     await check_what_a_re_ranking_is_shown_and_moves(fake_claude, make_session, alice)
-
-
-def needs_postgresql() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL: run with -m services")
 
 
 @pytest.mark.services

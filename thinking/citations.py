@@ -28,6 +28,8 @@ from config.hops import db_hop
 from .events import Publish, SessionEvent
 from .live import publish_safely
 from .llm import LLM, LLMError, Reply
+from .row_reads import values_by
+from .row_writes import insert_rows
 
 if TYPE_CHECKING:
     from .models import CitationCheck, Synthesis, ThinkingSession
@@ -307,7 +309,8 @@ async def judge(
 
 @dataclass(frozen=True)
 class Loaded:
-    """What a check needs of a stored synthesis, read in one hop."""
+    """What a check needs of a stored synthesis (`loaded`): given by the step that stored
+    it, or read in one hop (`load`)."""
 
     synthesis_id: int
     sequence: int
@@ -319,15 +322,28 @@ class Loaded:
 
 def load(**lookup: object) -> Loaded:
     """The synthesis (by `pk`, or by `session_id` and `sequence`), its session's model and
-    the session's sources, in one read (the loop makes it in the hop that stored the
-    synthesis: `loop.store_written`)."""
+    the session's sources, in one read. (The loop's own syntheses need none: the step that
+    stores one also gives what its check reads, `steps.store_synthesis`.)"""
     from .models import Source, Synthesis
 
     synthesis_id, sequence, session_id, text, model = Synthesis.objects.values_list(
         "pk", "sequence", "session_id", "text", "session__model_id"
     ).get(**lookup)
     rows = Source.objects.filter(session_id=session_id).values_list("number", "title", "snippet")
-    passages = {number: (title, snippet) for number, title, snippet in rows}
+    return loaded(synthesis_id, sequence, session_id, text, model, rows)
+
+
+def loaded(
+    synthesis_id: int,
+    sequence: int,
+    session_id: uuid.UUID,
+    text: str,
+    model: str,
+    sources: Iterable[tuple[int, str, str]],
+) -> Loaded:
+    """What a check needs of a synthesis: its claims on the session's `sources` (number,
+    title, passage), whose passages it is judged against."""
+    passages = {number: (title, snippet) for number, title, snippet in sources}
     return Loaded(synthesis_id, sequence, session_id, model, claims_in(text, passages), passages)
 
 
@@ -348,22 +364,22 @@ def _store(
             why = f"Not checked: more than {limit} claims." if index >= limit else failure
             verdict = Verdict(UNCHECKED, why)
         rows.append(
-            CitationCheck(
-                synthesis_id=synthesis_id,
-                number=claim.number,
-                occurrence=claim.occurrence,
-                claim=claim.sentence,
-                verdict=verdict.verdict,
-                why=verdict.why,
-            )
+            {
+                "synthesis_id": synthesis_id,
+                "number": claim.number,
+                "occurrence": claim.occurrence,
+                "claim": claim.sentence,
+                "verdict": verdict.verdict,
+                "why": verdict.why,
+            }
         )
     # The final answer completes the session and lets go of the lease; no worker can claim
     # a completed session, so the answer's own check writes without one.
-    completed = ThinkingSession.objects.filter(pk=session_id, status=Status.COMPLETED).exists()
+    completed = values_by(ThinkingSession, "id", session_id, "status") == [(Status.COMPLETED,)]
     holder = None if completed else worker_id
     with ThinkingSession.step(session_id, worker_id=holder) as step:
         CitationCheck.objects.filter(synthesis_id=synthesis_id).delete()
-        CitationCheck.objects.bulk_create(rows)
+        insert_rows(CitationCheck, rows)
         # The check's tokens count toward the session like any other call's.
         steps.record_calls(step, "check", run.replies)
     return step.session
@@ -394,7 +410,7 @@ async def check_synthesis_citations(
     loaded: Loaded | None = None,
 ) -> ThinkingSession:
     """The loop's hook after a synthesis is stored (`synthesis`: the row, or its sequence;
-    `loaded`: what `load` read of it, when the store's hop read it already). Returns the
+    `loaded`: what its check reads, when the step that stored it gave it already). Returns the
     session re-read (its usage now includes the check). A failed check raises nothing; a
     lost lease or a cancel (LeaseLost / Stopped) stops the loop as any step does."""
     from .models import LeaseLost, Stopped, Synthesis

@@ -403,12 +403,10 @@ def _store_written(
     final: bool,
     reason: str,
 ) -> tuple[ThinkingSession, SessionEvent, citations.Loaded | None]:
-    """A synthesis (or the final answer) stored (`steps.store_synthesis`), then, in the same
-    hop, what its citation check reads (`citations.load`), when checks are on: the check's
-    read would otherwise be a hop of its own. The synthesis is committed before that read,
-    so a read that fails is logged and left to the check (None), which reads again in a hop
-    of its own and, should that fail too, leaves the synthesis unchecked: the session goes on."""
-    session, event = steps._store_synthesis(
+    """A synthesis (or the final answer) stored (`steps.store_synthesis`) with, when checks
+    are on, what its citation check reads, from the same step: the check needs no read of
+    its own."""
+    return steps._store_synthesis(
         session_id,
         parsed,
         reply,
@@ -416,17 +414,8 @@ def _store_written(
         meter=run.meter,
         final=final,
         reason=reason,
+        check=settings.DEEPTHINK_CITATION_CHECK,
     )
-    if not settings.DEEPTHINK_CITATION_CHECK:
-        return session, event, None
-    try:
-        loaded = citations.load(session_id=session_id, sequence=event.synthesis)
-    except Exception:
-        logger.exception(
-            "Session %s: reading synthesis %s for its check", session_id, event.synthesis
-        )
-        loaded = None
-    return session, event, loaded
 
 
 store_written = db_hop(_store_written)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import models, transaction
-from django.db.models import F, Max, Q
+from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -638,10 +638,6 @@ class ThinkingSession(models.Model):
         finally:
             self.refresh_from_db()
         return thought
-
-    def next_synthesis_sequence(self) -> int:
-        top = self.syntheses.aggregate(top=Max("sequence"))["top"]
-        return 0 if top is None else top + 1
 
 
 # A session's key as a compiled read's named parameter (thinking/row_reads.py): the session

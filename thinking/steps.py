@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from django.db import models
 from django.db.models import F
 from django.utils import timezone
 
@@ -23,6 +24,7 @@ from . import citations, evidence, notify, parsing, signals, stages
 from .events import SessionEvent
 from .llm import Reply, Usage
 from .models import (
+    SESSION_KEY,
     IllegalTransition,
     LeaseLost,
     ModelCall,
@@ -35,8 +37,8 @@ from .models import (
     Thought,
     ThoughtType,
 )
-from .row_reads import values_among, values_by
-from .row_writes import insert_rows, update_by_pk
+from .row_reads import compiled_values, values_among, values_by
+from .row_writes import insert_rows, inserted_rows, update_by_pk
 from .run import Meter
 
 if TYPE_CHECKING:
@@ -340,6 +342,11 @@ def _store_questions(
 store_questions = db_hop(_store_questions)
 
 
+def _newest_synthesis() -> models.QuerySet:
+    rows = Synthesis.objects.filter(session_id=SESSION_KEY).order_by("-sequence")
+    return rows.values_list("sequence")[:1]
+
+
 def _store_synthesis(
     session_id: uuid.UUID,
     parsed: parsing.ParsedSynthesis,
@@ -349,27 +356,42 @@ def _store_synthesis(
     meter: Meter,
     final: bool,
     reason: str,
-) -> tuple[ThinkingSession, SessionEvent]:
-    """A periodic synthesis, or the final answer that completes the session."""
+    check: bool = False,
+) -> tuple[ThinkingSession, SessionEvent, citations.Loaded | None]:
+    """A periodic synthesis, or the final answer that completes the session. With `check`
+    (citation checks on), also what its check reads (`citations.Loaded`): the text as
+    stored and the passages of the session's sources, from the step's own read of them, so
+    nothing is read back after the commit; else None."""
     with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
         session = step.session
-        synthesis = Synthesis.objects.create(
-            session=session,
-            sequence=session.next_synthesis_sequence(),
-            text=parsed.text,
-            key_insights=parsed.key_insights,
-            confidence=parsed.confidence,
-            remaining_questions=parsed.remaining_questions,
-            # The time of the last stored step; this step's own lap is added on commit.
-            time_offset_seconds=round(session.active_seconds, 2),
-            is_final=final,
-            reasoning=reasoning_text(reply),
-            truncated=reply.truncated,
+        newest = compiled_values("steps:newest-synthesis", _newest_synthesis, session=session.pk)
+        [synthesis] = inserted_rows(
+            Synthesis,
+            [
+                {
+                    "session_id": session.pk,
+                    "sequence": newest[0][0] + 1 if newest else 0,
+                    "text": parsed.text,
+                    "key_insights": parsed.key_insights,
+                    "confidence": parsed.confidence,
+                    "remaining_questions": parsed.remaining_questions,
+                    # The time of the last stored step; this step's own lap is added on commit.
+                    "time_offset_seconds": round(session.active_seconds, 2),
+                    "is_final": final,
+                    "reasoning": reasoning_text(reply),
+                    "truncated": reply.truncated,
+                }
+            ],
         )
         record_calls(step, "final" if final else "synthesis", [reply])
         step.update(confidence_evolution=[*session.confidence_evolution, parsed.confidence])
-        numbers = {number for (number,) in values_by(Source, "session_id", session.pk, "number")}
-        unknown = [n for n in evidence.cited_numbers(parsed.text) if n not in numbers]
+        # Only the sources cited are read, with their passages for the check: a session's
+        # sources grow with it, a synthesis's citations do not.
+        cited = evidence.cited_numbers(parsed.text)
+        columns = ("number", "title", "snippet") if check else ("number",)
+        sources = values_among(Source, "session_id", session.pk, "number", cited, *columns)
+        numbers = {row[0] for row in sources}
+        unknown = [n for n in cited if n not in numbers]
         if unknown:
             step.update(unknown_citations=F("unknown_citations") + len(unknown))
         if final:
@@ -395,7 +417,13 @@ def _store_synthesis(
             step.update(
                 next_synthesis_at=session.active_seconds + session.synthesis_interval_seconds
             )
-    return step.session, SessionEvent(session_id, synthesis=synthesis.sequence, finished=final)
+    event = SessionEvent(session_id, synthesis=synthesis.sequence, finished=final)
+    if not check:
+        return step.session, event, None
+    loaded = citations.loaded(
+        synthesis.pk, synthesis.sequence, session_id, parsed.text, session.model_id, sources
+    )
+    return step.session, event, loaded
 
 
 store_synthesis = db_hop(_store_synthesis)

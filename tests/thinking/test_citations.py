@@ -4,6 +4,7 @@ cited claim against the passage of the source it cites, by the (fake) fast model
 from __future__ import annotations
 
 import re
+import uuid
 from html import unescape
 from typing import Any
 
@@ -134,6 +135,23 @@ def test_claims_are_sentences_per_cited_source_with_their_occurrence():
         ("Tides follow the moon.", 1, 1),
         ("Again reefs.", 1, 2),
     ]
+
+
+def test_what_a_check_needs_is_the_claims_on_the_sources_given_and_their_passages():
+    """`citations.loaded`, as the step that stores a synthesis builds it: a claim for each
+    cited source among those given (number, title, passage), judged against its passage."""
+    session_id = uuid.uuid4()
+    text = "Reefs bleach [1]. Tides rise [2]. Nobody knows [9]."
+    sources = [(2, "Tide tables", "High water twice a day."), (1, "Reef survey", "Bleaching.")]
+    loaded = citations.loaded(41, 3, session_id, text, "claude-test", iter(sources))
+    assert loaded == citations.Loaded(
+        synthesis_id=41,
+        sequence=3,
+        session_id=session_id,
+        model="claude-test",
+        claims=[citations.Claim("Reefs bleach.", 1, 0), citations.Claim("Tides rise.", 2, 0)],
+        passages={1: ("Reef survey", "Bleaching."), 2: ("Tide tables", "High water twice a day.")},
+    )
 
 
 def test_verdicts_are_read_tolerantly_and_only_for_claims_asked_about():

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.apps import apps as django_apps
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.models import Team
 from research.models import KnowledgeItem
-from thinking import export, parsing, planner, steps
+from thinking import citations, export, parsing, planner, steps
 from thinking.events import SessionEvent
 from thinking.llm import Reply
 from thinking.models import (
@@ -24,6 +26,7 @@ from thinking.models import (
     Source,
     Status,
     SubQuestion,
+    Synthesis,
     ThinkingSession,
 )
 
@@ -267,6 +270,78 @@ def test_a_worker_that_lost_the_session_stores_no_synthesis(make_session: Any):
     assert not session.syntheses.exists()
 
 
+def test_a_synthesis_is_numbered_after_the_newest_and_gives_its_check_what_it_stored(
+    make_session: Any,
+):
+    """With checks on, the step that stores a synthesis also gives what its check reads:
+    the text as stored, the session's model and the passages of the sources it cites, with
+    no read of its own (one read of the cited sources, none of the synthesis)."""
+    session = held(make_session, model_id="claude-opus-4-5")
+    for sequence in (0, 2):  # a person deleted synthesis 1 in the admin
+        Synthesis.objects.create(
+            session=session, sequence=sequence, text="…", confidence=0.5, time_offset_seconds=0
+        )
+    other = make_session(question="Another question?")
+    Synthesis.objects.create(
+        session=other, sequence=7, text="…", confidence=0.5, time_offset_seconds=0
+    )
+    for number, title in ((1, "Optics"), (2, "Rayleigh"), (4, "Uncited")):
+        Source.objects.create(
+            session=session,
+            number=number,
+            kind="web",
+            title=title,
+            snippet=f"{title} page.",
+            key=title,
+        )
+    Source.objects.create(
+        session=other, number=3, kind="web", title="Elsewhere", snippet="Other.", key="e"
+    )
+    text = "Light scatters [1]. Blue scatters most [2]. Violet too [3]."
+    parsed = parsing.ParsedSynthesis(text, confidence=0.6)
+    reply = Reply(text=text, model="claude-test")
+
+    with CaptureQueriesContext(connection) as queries:
+        stored, event, loaded = async_to_sync(steps.store_synthesis)(
+            session.pk,
+            parsed,
+            reply,
+            worker_id=WORKER,
+            meter=FixedLap(),
+            final=False,
+            reason="",
+            check=True,
+        )
+
+    [synthesis] = session.syntheses.filter(sequence=3)
+    assert (event.synthesis, synthesis.text) == (3, text)
+    assert stored.unknown_citations == 1  # [3] is another session's source
+    assert loaded == citations.Loaded(
+        synthesis.pk,
+        3,
+        session.pk,
+        "claude-opus-4-5",
+        [citations.Claim("Light scatters.", 1, 0), citations.Claim("Blue scatters most.", 2, 0)],
+        {1: ("Optics", "Optics page."), 2: ("Rayleigh", "Rayleigh page.")},  # not [4]
+    )
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    assert len([sql for sql in reads if '"thinking_source"' in sql]) == 1
+    assert not [sql for sql in reads if '"thinking_synthesis"."text"' in sql]
+
+
+def test_a_synthesis_without_checks_reads_only_its_sources_numbers(make_session: Any):
+    session = held(make_session)
+    Source.objects.create(
+        session=session, number=1, kind="web", title="Optics", snippet="A page.", key="o"
+    )
+    with CaptureQueriesContext(connection) as queries:
+        stored, event, loaded = synthesise(session, Reply(text="…", model="claude-test"))
+    assert loaded is None and event.synthesis == 0  # the session's first
+    assert stored.unknown_citations == 0  # it cites [1], which exists
+    [read] = [q["sql"] for q in queries.captured_queries if '"thinking_source"' in q["sql"]]
+    assert '"thinking_source"."number"' in read and "snippet" not in read
+
+
 def final_answer(session: ThinkingSession, text: str) -> Any:
     parsed = parsing.ParsedSynthesis(text, confidence=0.8)
     reply = Reply(text=text, model="claude-test")
@@ -280,7 +355,7 @@ def test_a_shared_sessions_answer_joins_its_teams_knowledge_once(make_session: A
     question = "Why is the sky blue? " + "Explain it carefully. " * 20
     session = held(make_session, team=team, question=question)
     before = timezone.now()
-    stored, event = final_answer(session, "Rayleigh scattering [1].")
+    stored, event, _ = final_answer(session, "Rayleigh scattering [1].")
     assert event.finished and stored.status == Status.COMPLETED
     assert stored.finished_at is not None and stored.finished_at >= before
 

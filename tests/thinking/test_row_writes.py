@@ -20,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.models import Team
+from tests.helpers import needs_postgresql
 from thinking import row_writes
 from thinking.models import ModelCall, Source, Stage, SubQuestion, ThinkingSession, Thought
 from thinking.row_reads import compiled_on
@@ -80,11 +81,6 @@ def check_same_as_the_orm(make_session: Any) -> None:
 
 def test_an_update_stores_what_the_orm_stores(make_session: Any):
     check_same_as_the_orm(make_session)
-
-
-def needs_postgresql() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL (DATABASE_URL)")
 
 
 @pytest.mark.services

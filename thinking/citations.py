@@ -83,11 +83,6 @@ def cited_numbers(text: str | None) -> list[int]:
     return [n for citation in find_citations(text) for n in citation.numbers]
 
 
-def unknown_citations(text: str | None, known: Container[int]) -> list[int]:
-    """The cited numbers that match no source: what `unknown_citations` counts."""
-    return [n for n in cited_numbers(text) if n not in known]
-
-
 # --- claims ------------------------------------------------------------------------------
 
 # A sentence ends at . ! ? followed by space and a capital, digit, quote or bracket-free start;

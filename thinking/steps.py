@@ -262,8 +262,13 @@ def _store_thoughts(
             ],
         )
         record_calls(step, "thoughts", replies)
-        known = {number for (number,) in values_by(Source, "session_id", session.pk, "number")}
-        unknown = sum(len(citations.unknown_citations(t.text, known)) for t in reading.thoughts)
+        # Only the numbers cited are looked up (none when nothing is cited): a session's
+        # sources grow with it, a cycle's citations do not.
+        cited = [n for thought in reading.thoughts for n in citations.cited_numbers(thought.text)]
+        known = {
+            n for (n,) in values_among(Source, "session_id", session.pk, "number", cited, "number")
+        }
+        unknown = sum(1 for n in cited if n not in known)
         if unknown:  # thoughts cite too: counted like the syntheses' citations
             step.update(unknown_citations=F("unknown_citations") + unknown)
         routes = dict(session.parse_routes)

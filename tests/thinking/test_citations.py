@@ -617,12 +617,6 @@ def test_a_verdict_is_read_once_per_claim_asked_about_whatever_surrounds_it():
     assert parse_verdicts("", [1]) == parse_verdicts(None, [1]) == {}  # type: ignore[arg-type]
 
 
-def test_unknown_citations_are_the_numbers_no_source_has_repeats_included():
-    assert citations.unknown_citations("a [1] b [3, 4] c [3] d [7]", {1, 4}) == [3, 3, 7]
-    assert citations.unknown_citations("a [1] b [4]", {1, 4}) == []
-    assert citations.unknown_citations(None, {1}) == []
-
-
 @pytest.mark.django_db
 def test_the_answers_doubtful_claims_are_the_final_ones_unsupported_first(make_session: Any):
     def checked(session: ThinkingSession, sequence: int, final: bool, verdicts: list[str]) -> list:

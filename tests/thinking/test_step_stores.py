@@ -508,6 +508,35 @@ def test_thoughts_citing_sources_that_do_not_exist_are_counted_for_the_page(
     assert session.unknown_citations == 3
 
 
+def test_a_cycle_counts_citations_no_source_has_reading_only_the_numbers_cited(
+    make_session: Any,
+):
+    """Repeats included, from a read of the cited numbers only: none when the thoughts cite
+    nothing (a session's sources grow with it, a cycle's citations do not)."""
+    session = held(make_session)
+    Source.objects.create(session=session, number=1, kind="web", url="https://a.org", key="a")
+
+    def cycle(*texts: str) -> list[str]:
+        reading = parsing.ThoughtReply(
+            thoughts=[parsing.ParsedThought(text, "analysis", 0.5) for text in texts]
+        )
+        with CaptureQueriesContext(connection) as queries:
+            async_to_sync(steps.store_thoughts)(
+                session.pk, steps.Focus(text=session.question), reading,
+                [Reply(text="…", model="claude-test")], [],
+                worker_id=WORKER, meter=FixedLap(),
+            )  # fmt: skip
+        return [q["sql"] for q in queries.captured_queries if '"thinking_source"' in q["sql"]]
+
+    assert cycle("No citation here.", "Nor here.") == []
+    session.refresh_from_db()
+    assert session.unknown_citations == 0
+    [read] = cycle("Per [1] and [5].", "Again [5], and [1, 5].")
+    session.refresh_from_db()
+    assert session.unknown_citations == 3  # [5], three times
+    assert "snippet" not in read
+
+
 def test_citations_are_checked_against_source_numbers_not_row_ids(make_session: Any):
     session = held(make_session)
     # Numbers 7 and 9 (the earlier ones were deleted): the page links [7] and [9].

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import harness
@@ -35,6 +35,27 @@ def cpu_ms(read: Callable[[], Any], count: int = READS) -> float:
     for _ in range(count):
         read()
     return 1000 * (time.thread_time() - started) / count
+
+
+def a_cycles_thoughts(session_id: uuid.UUID, sequences: Iterator[int]) -> list[dict[str, Any]]:
+    """A thought cycle's four rows, as steps._store_thoughts writes them, numbered from
+    `sequences`."""
+    return [
+        {
+            "session_id": session_id,
+            "sequence": next(sequences),
+            "cycle": 7,
+            "text": "The tide's height is limited by the basin's resonance [2]. " * 4,
+            "type": "analysis",
+            "confidence": 0.7,
+            "parts": {"route": "tags", "thoughts": [{"type": "analysis"}]},
+            "reasoning": "",
+            "truncated": False,
+            "time_offset_seconds": 12.5,
+            "sub_question_id": None,
+        }
+        for _ in range(4)
+    ]
 
 
 def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
@@ -92,26 +113,10 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
         with transaction.atomic():
             read_by_pk(ThinkingSession, session_id, for_update=True)
 
-    # A thought cycle's rows, as steps._store_thoughts and record_calls write them.
     sequences = itertools.count(100_000)
 
     def cycle_thoughts() -> list[dict[str, Any]]:
-        return [
-            {
-                "session_id": session_id,
-                "sequence": next(sequences),
-                "cycle": 7,
-                "text": "The tide's height is limited by the basin's resonance [2]. " * 4,
-                "type": "analysis",
-                "confidence": 0.7,
-                "parts": {"route": "tags", "thoughts": [{"type": "analysis"}]},
-                "reasoning": "",
-                "truncated": False,
-                "time_offset_seconds": 12.5,
-                "sub_question_id": None,
-            }
-            for _ in range(4)
-        ]
+        return a_cycles_thoughts(session_id, sequences)
 
     # A plan's research stored together (evidence._store_found): 3 web queries' five pages
     # and 3 knowledge-base queries' three passages each.

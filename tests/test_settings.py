@@ -10,13 +10,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_settings(**env: str) -> subprocess.CompletedProcess[str]:
+def load_settings(show: str = "settings.DEBUG", **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPTHINK_", "DATABASE_"))}
     clean.pop("REDIS_URL", None)
     clean.pop("DEBUG", None)
     clean.pop("SECRET_KEY", None)
     clean.update(env)
-    code = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
+    code = f"import django; django.setup(); from django.conf import settings; print({show})"
     return subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -64,6 +64,22 @@ def test_no_environment_at_all_gives_the_embedded_defaults():
     result = load_settings()
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize(("value", "prepared"), [(None, "True"), ("0", "False"), ("1", "True")])
+def test_postgresql_prepares_statements_unless_turned_off(value: str | None, prepared: str):
+    """On by default; off for a pooler that cannot keep them. Only the compiled statements'
+    cursor prepares (thinking/row_reads.py): the connections keep Django's threshold, off."""
+    env = {"DATABASE_URL": "postgres://someone@db.invalid:5432/deepthink"}
+    if value is not None:
+        env["DATABASE_PREPARED_STATEMENTS"] = value
+    show = (
+        "settings.DATABASE_PREPARED_STATEMENTS, "
+        "settings.DATABASES['default']['OPTIONS'].get('prepare_threshold')"
+    )
+    result = load_settings(show, **env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [prepared, "None"]
 
 
 def test_a_sqlite_database_url_is_the_embedded_database_at_that_path(tmp_path: Path):

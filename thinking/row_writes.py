@@ -21,6 +21,7 @@ operations.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import FieldDoesNotExist
@@ -80,10 +81,10 @@ def addend(name: str, value: Any) -> Value | None:
 def _assignment(
     model: type[models.Model], name: str, value: Any
 ) -> tuple[str, Any, models.Field] | None:
-    """How the UPDATE sets `name`: ("=", value, field) stores a value, ("+", n, n's field)
+    """How the UPDATE sets `name`: ("=", value, field) stores a value, ("+", n, `_ADDEND`)
     adds n to the stored one (`F(name) + n`); None for a change it leaves to the ORM. The
-    field prepares the value, as the ORM's would (n's own, for `F(name) + n`: an integer
-    field plus 1.5 adds 1.5 there)."""
+    field prepares the value, as the ORM's would (for `F(name) + n`, as the database reads
+    the n the ORM writes into its SQL: an integer field plus 1.5 adds 1.5 there)."""
     try:
         field = model._meta.get_field(name)
     except FieldDoesNotExist:
@@ -104,7 +105,25 @@ def _assignment(
     if not hasattr(value, "resolve_expression"):
         return ("=", value, field)
     added = addend(name, value)
-    return None if added is None else ("+", added.value, added.output_field)
+    return None if added is None else ("+", added.value, _ADDEND)
+
+
+class _Addend(models.Field):
+    """The n of `F(name) + n`, sent as PostgreSQL reads the n the ORM writes into the SQL: a
+    whole number as a bigint (Django's IntegerField would send any int as a four-byte one,
+    refused past 2**31 by a prepared statement: row_reads._text_placeholders), a fraction
+    as numeric, not a double (an integer column plus 1.5 then rounds 2.5 up, as the ORM's
+    does; a double rounds it to even). Other databases take the number as it is."""
+
+    def get_db_prep_save(self, value: Any, connection: Any) -> Any:
+        if connection.vendor != "postgresql" or type(value) not in (int, float):
+            return value
+        if type(value) is int:
+            return connection.ops.adapt_integerfield_value(value, "BigIntegerField")
+        return Decimal(repr(value))
+
+
+_ADDEND = _Addend()
 
 
 def update_by_pk(model: type[models.Model], pk: Any, /, **changes: Any) -> int:

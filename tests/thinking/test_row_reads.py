@@ -517,3 +517,118 @@ def test_a_change_of_time_zone_reads_times_as_the_orm_does(make_session: Any):
 
 def session_started(session: ThinkingSession) -> datetime.datetime:
     return ThinkingSession.objects.get(pk=session.pk).started_at
+
+
+def prepared_here() -> list[str]:
+    """The statements this connection has prepared on the server, as PostgreSQL lists them."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [statement for (statement,) in cursor.fetchall()]
+
+
+def session_reads(statements: list[str]) -> list[str]:
+    return [s for s in statements if 'FROM "thinking_thinkingsession"' in s and "$1" in s]
+
+
+@pytest.mark.services
+def test_statements_are_prepared_once_on_postgresql_and_read_what_is_stored(make_session: Any):
+    """PostgreSQL parses and plans a compiled statement once per connection, not on every
+    step: it is prepared on its first run and reused, and it still reads each change. The
+    ORM's own statements are not prepared (Django binds their values into the SQL)."""
+    needs_postgresql()
+    session = a_busy_session(make_session)
+    connections["default"].__dict__.pop("_deepthink_cursor", None)  # as on a new connection
+    before = len(session_reads(prepared_here()))
+    for n in range(3):
+        ThinkingSession.objects.filter(pk=session.pk).update(focus=f"step {n}")
+        assert read_by_pk(ThinkingSession, session.pk).focus == f"step {n}"
+        assert ThinkingSession.objects.get(pk=session.pk).focus == f"step {n}"
+        assert len(session_reads(prepared_here())) == before + 1  # from the first run on
+    check_same_row_as_the_orm(session)
+    assert len(session_reads(prepared_here())) == before + 1
+    # Between runs the connection's threshold is off, as Django leaves it: the driver
+    # keeps no count of the ORM's statements (their values written into their SQL). A
+    # threshold a deployment set itself is left as it was.
+    raw = connection.connection
+    assert raw.prepare_threshold is None
+    raw.prepare_threshold = 7
+    try:
+        assert read_by_pk(ThinkingSession, session.pk).focus == "moved on"  # as checked
+        assert raw.prepare_threshold == 7
+    finally:
+        raw.prepare_threshold = None
+
+
+@pytest.mark.services
+def test_with_prepared_statements_off_nothing_is_prepared_on_postgresql(make_session: Any):
+    """DATABASE_PREPARED_STATEMENTS=0 (for a pooler that cannot keep them): the compiled
+    statements bind on the client, as the ORM's do."""
+    needs_postgresql()
+    session = a_busy_session(make_session)
+    connections["default"].__dict__.pop("_deepthink_cursor", None)
+    try:
+        with override_settings(DATABASE_PREPARED_STATEMENTS=False):
+            before = prepared_here()
+            check_same_row_as_the_orm(session)
+            assert values_by(Source, "session_id", session.pk, "number") == []
+            assert prepared_here() == before
+    finally:
+        connections["default"].__dict__.pop("_deepthink_cursor", None)
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_transaction_leaves_statements_that_still_run_on_postgresql(
+    make_session: Any,
+):
+    """A rollback makes the driver forget what it prepared and deallocate it on the server:
+    the next run prepares the statement again, rather than naming one that is gone."""
+    needs_postgresql()
+    session = make_session(focus="kept")
+    connections["default"].__dict__.pop("_deepthink_cursor", None)
+    assert read_by_pk(ThinkingSession, session.pk).focus == "kept"
+    with pytest.raises(IntegrityError), transaction.atomic():
+        read_by_pk(ThinkingSession, session.pk, for_update=True)
+        assert [s for s in session_reads(prepared_here()) if "FOR UPDATE" in s]
+        update_by_pk(ThinkingSession, session.pk, question=None)
+    update_by_pk(ThinkingSession, session.pk, focus="moved")
+    assert read_by_pk(ThinkingSession, session.pk).focus == "moved"
+    # Only what ran since the rollback is prepared: the plain read, once.
+    assert [s for s in session_reads(prepared_here()) if "FOR UPDATE" in s] == []
+    assert len(session_reads(prepared_here())) == 1
+
+
+@pytest.mark.services
+def test_a_value_out_of_its_columns_range_fails_as_the_orm_fails_on_postgresql(
+    make_session: Any,
+):
+    """Sent to a prepared statement, a number too big for its column is refused, as when the
+    ORM writes it into the SQL: never stored wrapped around (70,000 in two bytes is 4,464)."""
+    needs_postgresql()
+    from django.db import DataError
+
+    question = SubQuestion.objects.create(session=make_session(), text="Why?", priority=2)
+    for _ in range(2):  # the second run is the prepared statement's
+        with pytest.raises(DataError), transaction.atomic():
+            SubQuestion.objects.filter(pk=question.pk).update(priority=70_000)
+        with pytest.raises(DataError), transaction.atomic():
+            update_by_pk(SubQuestion, question.pk, priority=70_000)
+    assert update_by_pk(SubQuestion, question.pk, priority=7) == 1
+    question.refresh_from_db()
+    assert question.priority == 7
+    with pytest.raises(DataError), transaction.atomic():
+        update_by_pk(SubQuestion, question.pk, priority=70_000)
+    question.refresh_from_db()
+    assert question.priority == 7
+
+
+def test_parameters_go_to_a_prepared_statement_as_text_and_percent_signs_stay():
+    """What the server-binding cursor is sent: each placeholder as text (checked by the
+    server against its type), a literal percent sign as it was, nothing else touched."""
+    from thinking.row_reads import _text_placeholders
+
+    sql = "SELECT a FROM t WHERE x = %s AND y LIKE 'p%%s' AND z IN (%s, %s) -- 100%%"
+    assert _text_placeholders(sql) == (
+        "SELECT a FROM t WHERE x = %t AND y LIKE 'p%%s' AND z IN (%t, %t) -- 100%%"
+    )
+    assert _text_placeholders("SELECT 1") == "SELECT 1"

@@ -131,7 +131,8 @@ def test_each_shape_is_compiled_once_and_only_the_orms_changes_each_time(
     make_session: Any, monkeypatch: pytest.MonkeyPatch
 ):
     """The promise of the module: the ORM's compiler runs once per shape of change (which
-    fields, set or added to, and the addend's kind), not once per write."""
+    fields, set or added to), not once per write: a whole number or a fraction added is one
+    shape (its type is the parameter's, not the SQL's)."""
     compiled: list[str] = []
     as_sql = SQLUpdateCompiler.as_sql
 
@@ -147,12 +148,12 @@ def test_each_shape_is_compiled_once_and_only_the_orms_changes_each_time(
         update_by_pk(ThinkingSession, session.pk, **a_step(n))
         update_by_pk(SubQuestion, question.pk, explored=True, answer=f"answer {n}")
     assert compiled == ["ThinkingSession", "SubQuestion"]
-    for addend in (1, 2, 0.5, 1.5):  # a whole number, then a fraction: two shapes
+    for addend in (1, 2, 0.5, 1.5):  # whole numbers, then fractions: one shape
         update_by_pk(ThinkingSession, session.pk, active_seconds=F("active_seconds") + addend)
-    assert len(compiled) == 4
+    assert len(compiled) == 3
     for _ in range(2):  # the ORM's own: compiled each time
         update_by_pk(ThinkingSession, session.pk, cycles=F("cycles") * 2)
-    assert len(compiled) == 6
+    assert len(compiled) == 5
     session.refresh_from_db()
     assert session.active_seconds == 0.75 + 5.0 and session.revision == 3
 
@@ -536,3 +537,26 @@ def test_a_failed_insert_leaves_its_transaction_to_be_rolled_back(make_session: 
                 [{"session_id": session.pk, "text": "?", "priority": 1, "explored": "perhaps"}],
             )
         assert connection.needs_rollback
+
+
+def test_a_counters_step_is_sent_as_postgresql_reads_the_one_the_orm_writes():
+    """`F(name) + n` on PostgreSQL: a whole n as a bigint (as an integer, Django's type for a
+    plain int, four bytes would refuse 2**40), a fraction as numeric (an integer column plus
+    1.5 then rounds 2.5 up, as with the ORM's SQL). Elsewhere, and for any other value, n as
+    it is. (Database wrappers that never connect: only their vendor and operations count.)"""
+    from django.db.backends.postgresql.base import DatabaseWrapper as PostgreSQL
+    from django.db.backends.sqlite3.base import DatabaseWrapper as SQLite
+    from psycopg.types.numeric import Int8
+
+    from thinking.row_writes import _ADDEND
+
+    postgresql = PostgreSQL({**connection.settings_dict, "OPTIONS": {}}, alias="elsewhere")
+    whole = _ADDEND.get_db_prep_save(2**40, postgresql)
+    assert type(whole) is Int8 and whole == 2**40
+    for fraction, exact in ((1.5, "1.5"), (0.1, "0.1"), (-2.25, "-2.25")):
+        assert _ADDEND.get_db_prep_save(fraction, postgresql) == Decimal(exact)
+    for other in (True, Decimal("2.5"), None):
+        assert _ADDEND.get_db_prep_save(other, postgresql) is other
+    sqlite = SQLite({**connection.settings_dict, "OPTIONS": {}}, alias="elsewhere")
+    assert type(_ADDEND.get_db_prep_save(0.1, sqlite)) is float
+    assert type(_ADDEND.get_db_prep_save(2**40, sqlite)) is int

@@ -28,7 +28,8 @@ RUNS = 300
 
 
 def _per_run(run: Callable[[], Any]) -> tuple[float, float]:
-    """Wall and CPU milliseconds per run, after enough runs for the driver to prepare it."""
+    """Wall and CPU milliseconds per run, after a few runs to warm up (the statement is
+    prepared on the first)."""
     for _ in range(6):
         run()
     wall, cpu = time.perf_counter(), time.thread_time()

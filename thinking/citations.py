@@ -317,14 +317,16 @@ class Loaded:
 
 def load(**lookup: object) -> Loaded:
     """The synthesis (by `pk`, or by `session_id` and `sequence`), its session's model and
-    the session's sources, in one read. (The loop's own syntheses need none: the step that
-    stores one also gives what its check reads, `steps.store_synthesis`.)"""
+    the sources it cites. (The loop's own syntheses need none: the step that stores one also
+    gives what its check reads, `steps.store_synthesis`.)"""
     from .models import Source, Synthesis
 
     synthesis_id, sequence, session_id, text, model = Synthesis.objects.values_list(
         "pk", "sequence", "session_id", "text", "session__model_id"
     ).get(**lookup)
-    rows = Source.objects.filter(session_id=session_id).values_list("number", "title", "snippet")
+    rows = Source.objects.filter(
+        session_id=session_id, number__in=set(cited_numbers(text))
+    ).values_list("number", "title", "snippet")
     return loaded(synthesis_id, sequence, session_id, text, model, rows)
 
 

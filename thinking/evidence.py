@@ -22,7 +22,6 @@ from config.hops import db_hop
 from research.memory import MemoryResult, asearch_memory
 from research.web import NOT_CONFIGURED, ResearchError, WebResult, WebSearch, is_web_url
 
-from . import citations
 from .models import Source, SourceKind, ThinkingSession
 from .row_reads import values_by
 from .row_writes import inserted_rows
@@ -342,8 +341,3 @@ def evidence_pack(sources: Sequence[ShownSource]) -> str:
         for s in sources
     ]
     return EVIDENCE_PREAMBLE + "\n\n<evidence>\n" + "\n".join(blocks) + "\n</evidence>"
-
-
-def cited_numbers(text: str) -> list[int]:
-    """Every cited number (all citation forms: thinking/citations.py)."""
-    return citations.cited_numbers(text)

@@ -64,18 +64,18 @@ def run_statement[R](
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return take(cursor)
-    cursor, execute = _kept_cursor(connection)
+    run = _kept_runner(connection)
     connection.validate_no_broken_transaction()
     with connection.wrap_database_errors:
-        execute(sql, params)
-        return take(cursor)
+        return take(run(sql, params))
 
 
-def _kept_cursor(connection: BaseDatabaseWrapper) -> tuple[Any, Callable[..., Any]]:
-    """The driver's cursor kept for this connection and how it runs a statement, made anew
-    when the connection under it changed (closed, replaced, another of the pool's) or its
-    time zone did (a cursor may carry its own time-zone loader). Holding the old connection
-    object keeps its identity from being reused by a new one while it is compared."""
+def _kept_runner(connection: BaseDatabaseWrapper) -> Callable[[str, Sequence[Any]], Any]:
+    """How this connection runs a compiled statement (returning the driver's cursor it ran
+    on), kept for the connection and made anew when the connection under it changed
+    (closed, replaced, another of the pool's) or its time zone did (a cursor may carry its
+    own time-zone loader). Holding the old connection object keeps its identity from being
+    reused by a new one while it is compared."""
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw, zone = connection.connection, connection.timezone
@@ -86,24 +86,28 @@ def _kept_cursor(connection: BaseDatabaseWrapper) -> tuple[Any, Callable[..., An
             kept = connection.__dict__["_deepthink_cursor"] = (
                 raw,
                 zone,
-                *_statement_cursor(connection),
+                _statement_runner(connection),
             )
-    return kept[2], kept[3]
+    return kept[2]
 
 
-def _statement_cursor(connection: BaseDatabaseWrapper) -> tuple[Any, Callable[..., Any]]:
-    """A cursor for the compiled statements, and how it runs one. On PostgreSQL, unless
-    `DATABASE_PREPARED_STATEMENTS` is off (for a pooler that cannot keep them), one that
-    binds its parameters on the server and prepares each statement on its first run:
+def _statement_runner(connection: BaseDatabaseWrapper) -> Callable[[str, Sequence[Any]], Any]:
+    """A cursor's `execute` for the compiled statements. On PostgreSQL, unless
+    `DATABASE_PREPARED_STATEMENTS` is off (for a pooler that cannot keep them), a cursor
+    that binds its parameters on the server and prepares each statement on its first run:
     PostgreSQL then parses and plans it once per connection instead of on every run
-    (0.6-0.8 x the wall time of a step's statements: bench/README.md, "Compiled statements
+    (0.56-0.85 x the wall time of a step's statements: bench/README.md, "Compiled statements
     prepared on the server"). These are compiled once per connection because they run on
     every step. Django's own cursors bind on the client and never prepare. Made by Django's
-    `create_cursor`, so its time-zone handling stays."""
+    `create_cursor`, so its time-zone handling stays. A statement the server dropped, or
+    must plan anew since a migration changed its columns' types, is prepared again and run:
+    at once outside a transaction and as the first of one; later in a transaction, after
+    that transaction fails."""
     if connection.vendor != "postgresql" or not settings.DATABASE_PREPARED_STATEMENTS:
-        cursor = connection.create_cursor()
-        return cursor, cursor.execute
+        return connection.create_cursor().execute
     from django.db.backends.postgresql.base import ServerBindingCursor
+    from psycopg import Error
+    from psycopg.pq import TransactionStatus
 
     raw = connection.connection
     factory, raw.cursor_factory = raw.cursor_factory, ServerBindingCursor
@@ -112,7 +116,7 @@ def _statement_cursor(connection: BaseDatabaseWrapper) -> tuple[Any, Callable[..
     finally:
         raw.cursor_factory = factory
 
-    def execute(sql: str, params: Sequence[Any]) -> Any:
+    def prepared(sql: str, params: Sequence[Any]) -> Any:
         # The driver prepares only while a connection has a threshold (0: on a statement's
         # first run), which stays as it was (off, as Django leaves it) between these runs:
         # with it on, psycopg would keep count of every ORM statement as well, its values
@@ -123,7 +127,40 @@ def _statement_cursor(connection: BaseDatabaseWrapper) -> tuple[Any, Callable[..
         finally:
             raw.prepare_threshold = threshold
 
-    return cursor, execute
+    def execute(sql: str, params: Sequence[Any]) -> Any:
+        # Nothing ran before it in its transaction, if it is in one (Django's `atomic`
+        # begins it with its first statement).
+        opening = raw.info.transaction_status == TransactionStatus.IDLE
+        try:
+            return prepared(sql, params)
+        except Error as failed:
+            stale = failed.sqlstate in _STALE_STATEMENT
+            outside = raw.info.transaction_status == TransactionStatus.IDLE
+            if not (outside or (opening and stale)):
+                raise  # the transaction's rollback makes the driver and the server forget
+            # Outside a transaction no rollback follows to make the driver and the server
+            # forget what the connection prepared: a statement refused on its first run
+            # stays prepared on the server (the driver forgot its name), and one the server
+            # dropped or must plan anew (a pooler's DEALLOCATE ALL, a column's type changed
+            # by a migration) would fail on every run after. A stale one that opened its
+            # transaction (a step's locked read) left nothing else in it to roll back.
+            # The driver forgets what it prepared on a rollback, its one public way to;
+            # DEALLOCATE ALL drops the server's, those the driver lost track of too (sent
+            # through Django's cursors, which never prepare).
+            if outside:
+                raw.execute("BEGIN")
+                raw.execute("DEALLOCATE ALL")
+            raw.rollback()
+            if not stale:
+                raise
+        return prepared(sql, params)  # it did not run: prepared anew
+
+    return execute
+
+
+# A prepared statement the server no longer has (26000), or whose columns' types changed
+# under it (0A000, "cached plan must not change result type"): it did not run.
+_STALE_STATEMENT = ("26000", "0A000")
 
 
 @functools.lru_cache(maxsize=512)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 from django.db.models import F
@@ -20,7 +20,7 @@ from config.hops import db_hop
 from research import knowledge
 from research.models import KnowledgeSource
 
-from . import citations, evidence, notify, parsing, signals, stages
+from . import citations, notify, parsing, signals, stages
 from .events import SessionEvent
 from .llm import Reply, Usage
 from .models import (
@@ -262,15 +262,10 @@ def _store_thoughts(
             ],
         )
         record_calls(step, "thoughts", replies)
-        # Only the numbers cited are looked up (none when nothing is cited): a session's
-        # sources grow with it, a cycle's citations do not.
-        cited = [n for thought in reading.thoughts for n in citations.cited_numbers(thought.text)]
-        known = {
-            n for (n,) in values_among(Source, "session_id", session.pk, "number", cited, "number")
-        }
-        unknown = sum(1 for n in cited if n not in known)
-        if unknown:  # thoughts cite too: counted like the syntheses' citations
-            step.update(unknown_citations=F("unknown_citations") + unknown)
+        # Thoughts cite too: their unknown numbers are counted like the syntheses'.
+        _sources_cited(
+            step, [n for thought in reading.thoughts for n in citations.cited_numbers(thought.text)]
+        )
         routes = dict(session.parse_routes)
         routes[reading.route] = routes.get(reading.route, 0) + 1
         step.update(parse_routes=routes)
@@ -347,6 +342,20 @@ def _store_questions(
 store_questions = db_hop(_store_questions)
 
 
+def _sources_cited(step: Step, cited: list[int], *columns: str) -> list[tuple[Any, ...]]:
+    """The rows (the number, then `columns`) of the session's sources among the numbers
+    `cited`; each citation of a number the session has no source for is counted on the
+    session. Only the numbers cited are looked up, none when nothing is: a session's sources
+    grow with it, a step's citations do not."""
+    session_id = step.session.pk
+    rows = values_among(Source, "session_id", session_id, "number", cited, "number", *columns)
+    known = {row[0] for row in rows}
+    unknown = sum(1 for n in cited if n not in known)
+    if unknown:
+        step.update(unknown_citations=F("unknown_citations") + unknown)
+    return rows
+
+
 def _newest_synthesis() -> models.QuerySet:
     rows = Synthesis.objects.filter(session_id=SESSION_KEY).order_by("-sequence")
     return rows.values_list("sequence")[:1]
@@ -390,15 +399,9 @@ def _store_synthesis(
         )
         record_calls(step, "final" if final else "synthesis", [reply])
         step.update(confidence_evolution=[*session.confidence_evolution, parsed.confidence])
-        # Only the sources cited are read, with their passages for the check: a session's
-        # sources grow with it, a synthesis's citations do not.
-        cited = evidence.cited_numbers(parsed.text)
-        columns = ("number", "title", "snippet") if check else ("number",)
-        sources = values_among(Source, "session_id", session.pk, "number", cited, *columns)
-        numbers = {row[0] for row in sources}
-        unknown = [n for n in cited if n not in numbers]
-        if unknown:
-            step.update(unknown_citations=F("unknown_citations") + len(unknown))
+        # With their passages for the check.
+        columns = ("title", "snippet") if check else ()
+        sources = _sources_cited(step, citations.cited_numbers(parsed.text), *columns)
         if final:
             # Later sessions learn from this one: the answer joins the owner's knowledge base.
             knowledge.add_item(

@@ -154,6 +154,34 @@ def test_what_a_check_needs_is_the_claims_on_the_sources_given_and_their_passage
     )
 
 
+@pytest.mark.django_db
+def test_a_check_called_without_what_it_reads_reads_only_the_sources_cited(make_session: Any):
+    """`citations.load`, for a check called on a stored synthesis alone: its claims, and the
+    passages of the sources it cites; the session's other sources are not read, nor another
+    session's."""
+    session = make_session()
+    for number in (1, 2, 3):
+        Source.objects.create(
+            session=session, number=number, kind="web", title=f"Study {number}",
+            snippet=f"Passage {number}.", key=f"k{number}",
+        )  # fmt: skip
+    Source.objects.create(
+        session=make_session(), number=9, kind="web", title="Another session's",
+        snippet="Not this one's.", key="k9",
+    )  # fmt: skip
+    synthesis = Synthesis.objects.create(
+        session=session, sequence=0, text="Reefs bleach [1]. Tides rise [3][9].",
+        confidence=0.7, time_offset_seconds=10,
+    )  # fmt: skip
+    loaded = citations.load(pk=synthesis.pk)
+    assert loaded.claims == [
+        citations.Claim("Reefs bleach.", 1, 0),
+        citations.Claim("Tides rise.", 3, 0),
+    ]
+    assert loaded.passages == {1: ("Study 1", "Passage 1."), 3: ("Study 3", "Passage 3.")}
+    assert citations.load(session_id=session.pk, sequence=0) == loaded
+
+
 def test_verdicts_are_read_tolerantly_and_only_for_claims_asked_about():
     reply = (
         "Here you go.\n**CLAIM:** 1\n**Verdict:** Supported.\nWHY: says so\n---\n"

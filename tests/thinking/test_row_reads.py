@@ -9,12 +9,20 @@ import gc
 import threading
 import uuid
 import weakref
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.core.exceptions import FieldDoesNotExist, ValidationError
-from django.db import IntegrityError, connection, connections, models, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    connection,
+    connections,
+    models,
+    transaction,
+)
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext, override_settings
 
@@ -530,22 +538,34 @@ def session_reads(statements: list[str]) -> list[str]:
     return [s for s in statements if 'FROM "thinking_thinkingsession"' in s and "$1" in s]
 
 
+@pytest.fixture
+def new_kept_cursor() -> Any:
+    """The compiled statements' cursor made anew, as on a new connection, and dropped after
+    (it may have been made under other settings)."""
+    connections["default"].__dict__.pop("_deepthink_cursor", None)
+    yield
+    connections["default"].__dict__.pop("_deepthink_cursor", None)
+
+
 @pytest.mark.services
-def test_statements_are_prepared_once_on_postgresql_and_read_what_is_stored(make_session: Any):
+def test_statements_are_prepared_once_on_postgresql_and_read_what_is_stored(
+    make_session: Any, new_kept_cursor: None
+):
     """PostgreSQL parses and plans a compiled statement once per connection, not on every
     step: it is prepared on its first run and reused, and it still reads each change. The
     ORM's own statements are not prepared (Django binds their values into the SQL)."""
     needs_postgresql()
     session = a_busy_session(make_session)
-    connections["default"].__dict__.pop("_deepthink_cursor", None)  # as on a new connection
-    before = len(session_reads(prepared_here()))
+    before = set(prepared_here())
     for n in range(3):
         ThinkingSession.objects.filter(pk=session.pk).update(focus=f"step {n}")
         assert read_by_pk(ThinkingSession, session.pk).focus == f"step {n}"
         assert ThinkingSession.objects.get(pk=session.pk).focus == f"step {n}"
-        assert len(session_reads(prepared_here())) == before + 1  # from the first run on
+        # From the first run on, one statement, whether or not an earlier test prepared it.
+        [read] = [s for s in session_reads(prepared_here()) if "FOR UPDATE" not in s]
     check_same_row_as_the_orm(session)
-    assert len(session_reads(prepared_here())) == before + 1
+    # Nothing else was prepared: not the ORM's reads and updates.
+    assert set(prepared_here()) - before <= {read}
     # Between runs the connection's threshold is off, as Django leaves it: the driver
     # keeps no count of the ORM's statements (their values written into their SQL). A
     # threshold a deployment set itself is left as it was.
@@ -560,47 +580,158 @@ def test_statements_are_prepared_once_on_postgresql_and_read_what_is_stored(make
 
 
 @pytest.mark.services
-def test_with_prepared_statements_off_nothing_is_prepared_on_postgresql(make_session: Any):
+def test_with_prepared_statements_off_nothing_is_prepared_on_postgresql(
+    make_session: Any, new_kept_cursor: None
+):
     """DATABASE_PREPARED_STATEMENTS=0 (for a pooler that cannot keep them): the compiled
     statements bind on the client, as the ORM's do."""
     needs_postgresql()
     session = a_busy_session(make_session)
-    connections["default"].__dict__.pop("_deepthink_cursor", None)
-    try:
-        with override_settings(DATABASE_PREPARED_STATEMENTS=False):
-            before = prepared_here()
-            check_same_row_as_the_orm(session)
-            assert values_by(Source, "session_id", session.pk, "number") == []
-            assert prepared_here() == before
-    finally:
-        connections["default"].__dict__.pop("_deepthink_cursor", None)
+    with override_settings(DATABASE_PREPARED_STATEMENTS=False):
+        before = prepared_here()
+        check_same_row_as_the_orm(session)
+        assert values_by(Source, "session_id", session.pk, "number") == []
+        assert prepared_here() == before
 
 
 @pytest.mark.services
 @pytest.mark.django_db(transaction=True)
 def test_a_rolled_back_transaction_leaves_statements_that_still_run_on_postgresql(
-    make_session: Any,
+    make_session: Any, new_kept_cursor: None
 ):
     """A rollback makes the driver forget what it prepared and deallocate it on the server:
     the next run prepares the statement again, rather than naming one that is gone."""
     needs_postgresql()
     session = make_session(focus="kept")
-    connections["default"].__dict__.pop("_deepthink_cursor", None)
     assert read_by_pk(ThinkingSession, session.pk).focus == "kept"
     with pytest.raises(IntegrityError), transaction.atomic():
         read_by_pk(ThinkingSession, session.pk, for_update=True)
         assert [s for s in session_reads(prepared_here()) if "FOR UPDATE" in s]
         update_by_pk(ThinkingSession, session.pk, question=None)
+    assert prepared_here() == []
     update_by_pk(ThinkingSession, session.pk, focus="moved")
     assert read_by_pk(ThinkingSession, session.pk).focus == "moved"
-    # Only what ran since the rollback is prepared: the plain read, once.
+    # Only what ran since the rollback is prepared: the update and the plain read, once.
     assert [s for s in session_reads(prepared_here()) if "FOR UPDATE" in s] == []
-    assert len(session_reads(prepared_here())) == 1
+    assert len(session_reads(prepared_here())) == 1 and len(prepared_here()) == 2
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_a_failure_inside_a_transaction_leaves_it_failed_as_the_orms_does_on_postgresql(
+    make_session: Any, new_kept_cursor: None
+):
+    """A statement that fails, the first of its transaction too, leaves the transaction
+    failed until it rolls back, as the ORM's statements do: nothing after it runs there."""
+    needs_postgresql()
+    session = make_session(focus="kept")
+    for compiled in (False, True):
+        with transaction.atomic():
+            with pytest.raises(IntegrityError):
+                if compiled:
+                    update_by_pk(ThinkingSession, session.pk, question=None)
+                else:
+                    ThinkingSession.objects.filter(pk=session.pk).update(question=None)
+            with pytest.raises(DatabaseError, match="current transaction"):
+                update_by_pk(ThinkingSession, session.pk, focus="after")
+            transaction.set_rollback(True)
+    assert read_by_pk(ThinkingSession, session.pk).focus == "kept"
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_write_outside_a_transaction_leaves_nothing_prepared_on_postgresql(
+    make_session: Any, new_kept_cursor: None
+):
+    """Outside a transaction no rollback follows a failure: a statement refused on its first
+    run would stay prepared on the server, one more on every attempt, had the failure not
+    deallocated them (the driver forgets a failed one's name, not the server)."""
+    needs_postgresql()
+    session = make_session(focus="kept")
+    assert read_by_pk(ThinkingSession, session.pk).focus == "kept"
+    for _ in range(3):
+        with pytest.raises(IntegrityError):
+            update_by_pk(ThinkingSession, session.pk, question=None)
+        assert [s for s in prepared_here() if s.startswith("UPDATE") and '"question"' in s] == []
+    # Those deallocated with it are prepared again on their next run.
+    assert read_by_pk(ThinkingSession, session.pk).focus == "kept"
+    assert update_by_pk(ThinkingSession, session.pk, focus="moved") == 1
+    assert read_by_pk(ThinkingSession, session.pk).focus == "moved"
+    assert [s for s in session_reads(prepared_here()) if "FOR UPDATE" not in s]
+    assert [s for s in prepared_here() if s.startswith("UPDATE") and '"focus"' in s]
+
+
+@pytest.fixture
+def focus_as() -> Any:
+    """Calling it with a type alters the session table's `focus` column to it from another
+    connection, as a migration run while workers think would; put back after."""
+    from tests.helpers import own_connection
+
+    needs_postgresql()
+    table = ThinkingSession._meta.db_table
+
+    def alter(to: str) -> None:
+        with own_connection(autocommit=True) as admin:
+            admin.execute(f'ALTER TABLE "{table}" ALTER COLUMN "focus" TYPE {to}')
+
+    yield alter
+    alter("text")
+    # What was prepared meanwhile is stale again: the next test starts on a new connection.
+    if connection.connection is not None:
+        connection.connection.close()
+    connection.close()
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_whose_columns_a_migration_changed_is_prepared_again_on_postgresql(
+    make_session: Any, new_kept_cursor: None, focus_as: Callable[[str], None]
+):
+    """A column's type changed under a prepared statement (PostgreSQL: "cached plan must not
+    change result type"), or its statement dropped from the server, as a migration or a
+    pooler would: the statement is prepared anew and gives the row, outside a transaction
+    and as the first statement of one (a step's locked read). After other statements in a
+    transaction it cannot run again: that transaction fails, once. Without this every
+    compiled statement of the connection failed until it closed."""
+    needs_postgresql()
+
+    def deallocate_all() -> None:  # where the driver does not see it
+        with connection.cursor() as cursor:
+            cursor.execute("DEALLOCATE ALL")
+
+    def locked_step(focus: str) -> None:
+        with transaction.atomic():
+            read_by_pk(ThinkingSession, session.pk, for_update=True)
+            assert update_by_pk(ThinkingSession, session.pk, focus=focus) == 1
+
+    session = make_session(focus="kept")
+    assert read_by_pk(ThinkingSession, session.pk).focus == "kept"
+    locked_step("moved")
+    focus_as("varchar(10000)")
+    assert read_by_pk(ThinkingSession, session.pk).focus == "moved"
+    assert read_by_pk(ThinkingSession, session.pk).focus == "moved"
+    assert update_by_pk(ThinkingSession, session.pk, focus="again") == 1
+    deallocate_all()
+    assert read_by_pk(ThinkingSession, session.pk).focus == "again"
+    # The locked read opens its step's transaction: run again in a new one.
+    locked_step("locked")  # prepared while the column was varchar
+    focus_as("text")
+    locked_step("stale")
+    deallocate_all()
+    locked_step("dropped")
+    assert read_by_pk(ThinkingSession, session.pk).focus == "dropped"
+    deallocate_all()
+    with pytest.raises(DatabaseError), transaction.atomic():
+        ThinkingSession.objects.filter(pk=session.pk).update(focus="lost")
+        read_by_pk(ThinkingSession, session.pk, for_update=True)
+    assert read_by_pk(ThinkingSession, session.pk).focus == "dropped"  # nothing of it stored
+    locked_step("last")
+    assert read_by_pk(ThinkingSession, session.pk).focus == "last"
 
 
 @pytest.mark.services
 def test_a_value_out_of_its_columns_range_fails_as_the_orm_fails_on_postgresql(
-    make_session: Any,
+    make_session: Any, new_kept_cursor: None
 ):
     """Sent to a prepared statement, a number too big for its column is refused, as when the
     ORM writes it into the SQL: never stored wrapped around (70,000 in two bytes is 4,464)."""
@@ -608,7 +739,7 @@ def test_a_value_out_of_its_columns_range_fails_as_the_orm_fails_on_postgresql(
     from django.db import DataError
 
     question = SubQuestion.objects.create(session=make_session(), text="Why?", priority=2)
-    for _ in range(2):  # the second run is the prepared statement's
+    for _ in range(2):  # each run fails, the ORM's as well as the compiled statement's
         with pytest.raises(DataError), transaction.atomic():
             SubQuestion.objects.filter(pk=question.pk).update(priority=70_000)
         with pytest.raises(DataError), transaction.atomic():
@@ -616,7 +747,7 @@ def test_a_value_out_of_its_columns_range_fails_as_the_orm_fails_on_postgresql(
     assert update_by_pk(SubQuestion, question.pk, priority=7) == 1
     question.refresh_from_db()
     assert question.priority == 7
-    with pytest.raises(DataError), transaction.atomic():
+    with pytest.raises(DataError), transaction.atomic():  # the prepared statement's run
         update_by_pk(SubQuestion, question.pk, priority=70_000)
     question.refresh_from_db()
     assert question.priority == 7

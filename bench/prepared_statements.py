@@ -5,7 +5,7 @@ planned once per connection).
     DATABASE_URL=postgres://... .venv/bin/python -m bench.prepared_statements
 
 Runs one 30-cycle benchmark session against the fake servers, then runs each statement
-both ways on the same connection, side by side: its kept cursor made anew with
+both ways on the same connection, side by side: its kept runner made anew with
 `DATABASE_PREPARED_STATEMENTS` off (bound on the client, as Django's own cursors are and
 as these were before), then on. Prints wall and CPU milliseconds per run, the lower of
 two alternations (the database's own work shows in the wall time: PostgreSQL runs in its
@@ -96,7 +96,7 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, tuple[float, float], tuple
     ]
 
     def run_as(prepared: bool, run: Callable[[], Any]) -> tuple[float, float]:
-        connection.__dict__.pop("_deepthink_cursor", None)  # made anew for the mode
+        connection.__dict__.pop("_deepthink_runner", None)  # made anew for the mode
         with override_settings(DATABASE_PREPARED_STATEMENTS=prepared):
             return _per_run(run)
 
@@ -110,7 +110,7 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, tuple[float, float], tuple
                 prepared.append(run_as(True, run))
             rows.append((label, min(bound), min(prepared)))
     finally:
-        connection.__dict__.pop("_deepthink_cursor", None)
+        connection.__dict__.pop("_deepthink_runner", None)
     return rows
 
 

@@ -338,8 +338,8 @@ def loaded(
     model: str,
     sources: Iterable[tuple[int, str, str]],
 ) -> Loaded:
-    """What a check needs of a synthesis: its claims on the session's `sources` (number,
-    title, passage), whose passages it is judged against."""
+    """What a check needs of a synthesis: its claims on the `sources` given (number, title,
+    passage: those it cites), whose passages it is judged against."""
     passages = {number: (title, snippet) for number, title, snippet in sources}
     return Loaded(synthesis_id, sequence, session_id, model, claims_in(text, passages), passages)
 

@@ -79,11 +79,11 @@ def _kept_runner(connection: BaseDatabaseWrapper) -> Callable[[str, Sequence[Any
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw, zone = connection.connection, connection.timezone
-    kept = connection.__dict__.get("_deepthink_cursor")
+    kept = connection.__dict__.get("_deepthink_runner")
     if kept is None or kept[0] is not raw or kept[1] is not zone:
         connection.validate_thread_sharing()
         with connection.wrap_database_errors:
-            kept = connection.__dict__["_deepthink_cursor"] = (
+            kept = connection.__dict__["_deepthink_runner"] = (
                 raw,
                 zone,
                 _statement_runner(connection),
@@ -137,7 +137,7 @@ def _statement_runner(connection: BaseDatabaseWrapper) -> Callable[[str, Sequenc
             stale = failed.sqlstate in _STALE_STATEMENT
             outside = raw.info.transaction_status == TransactionStatus.IDLE
             if not (outside or (opening and stale)):
-                raise  # the transaction's rollback makes the driver and the server forget
+                raise  # its transaction's rollback makes the driver forget them
             # Outside a transaction no rollback follows to make the driver and the server
             # forget what the connection prepared: a statement refused on its first run
             # stays prepared on the server (the driver forgot its name), and one the server
@@ -159,7 +159,9 @@ def _statement_runner(connection: BaseDatabaseWrapper) -> Callable[[str, Sequenc
 
 
 # A prepared statement the server no longer has (26000), or whose columns' types changed
-# under it (0A000, "cached plan must not change result type"): it did not run.
+# under it (0A000, "cached plan must not change result type"): it did not run. 0A000 is
+# any feature not supported too, whose statement did not run either: run again, it fails
+# again, one round trip later.
 _STALE_STATEMENT = ("26000", "0A000")
 
 

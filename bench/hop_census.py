@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import collections
 import functools
+import os
 import resource
 import threading
 import time
@@ -139,6 +140,8 @@ def main() -> None:
         "--no-page", action="store_true", help="no page open: the live renders are skipped"
     )
     args = parser.parse_args()
+    # Renders are counted here, so they run here (thinking/render_process.py).
+    os.environ["DEEPTHINK_RENDER_PROCESSES"] = "0"
     fakes = FakeHost().start()
     setup = harness.prepare(quick=False, fakes=fakes)
     try:

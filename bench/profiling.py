@@ -188,10 +188,10 @@ class Occupancy:
         self._patched.clear()
 
 
-def rss_mb() -> float:
-    """Resident memory of this process now, in MB (Linux; 0 elsewhere)."""
+def rss_mb(pid: int | str = "self") -> float:
+    """Resident memory of this process (or another) now, in MB (Linux; 0 elsewhere)."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     except OSError:

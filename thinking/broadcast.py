@@ -29,6 +29,7 @@ from django.template.loader import render_to_string
 
 from config.hops import db_hop
 
+from . import render_process
 from .events import SessionEvent
 from .models import SESSION_KEY, Source, SubQuestion, ThinkingSession, Thought, ThoughtType
 from .presenters import (
@@ -187,7 +188,16 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     """
     if event.live is not None:
         return render_live(event)
-    sent = _last_sent(event.session_id)
+    message, sent = render_step(event, _last_sent(event.session_id))
+    if sent is not None:
+        _remember(event.session_id, sent)
+    return message
+
+
+def render_step(event: SessionEvent, sent: Sent | None) -> tuple[UpdateMessage, Sent | None]:
+    """A stored step's message, from what was last sent (`Sent`, None: nothing known), and
+    what will have been sent once it is. Reads and renders only: a render process runs it
+    with the worker's `Sent` (render_process.py)."""
     # The plan region is drawn on a stage entered (a plan event), new sources and the end.
     draws_plan = event.plan or event.sources or event.finished
     session = read_by_pk(ThinkingSession, event.session_id)
@@ -195,7 +205,7 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     if not (event.header or finished or sent is None):
         # A stage entered: the plan region is all that changed (half of a cycle's events).
         plan_only = _regions(session, set(), plan=True, finished=False)
-        return {"type": "session.update", "parts": plan_only}
+        return {"type": "session.update", "parts": plan_only}, sent
     numbers = source_numbers(session)
     top = numbers.top
     if sent is None:
@@ -237,8 +247,7 @@ def render_event(event: SessionEvent) -> UpdateMessage:
         delta, states = _question_rows(session.pk, sent.questions, sent.questions_digest)
         message["questions"] = delta
         sent = Sent(sent.source, states, delta["after"])
-    _remember(session.pk, sent)
-    return message
+    return message, sent
 
 
 _FIRST, _LAST = (Param(name, models.PositiveIntegerField()) for name in ("first", "last"))
@@ -575,14 +584,29 @@ async def publish(event: SessionEvent) -> None:
     Most of a long session's steps have no page open: rendering them would be half of a
     step's CPU for nobody. A page that opens later catches up from the database. What this
     process last sent is forgotten: the next message takes the session as it is then for
-    its base, and a page that opened meanwhile reads what it lacks itself, once."""
+    its base, and a page that opened meanwhile reads what it lacks itself, once. With
+    render processes (render_process.py) a child renders a stored step, from what this
+    process last sent, and this process sends it."""
     layer = get_channel_layer()
     group = group_name(event.session_id)
     if not await has_members(layer, group):
         _forget(event.session_id)
         return
-    message = await db_hop(render_event)(event)
-    await layer.group_send(group, message)
+    await layer.group_send(group, await _rendered(event))
+
+
+async def _rendered(event: SessionEvent) -> UpdateMessage:
+    """A stored step rendered by a render process if one is ready, else here (as is a step
+    in flight: it reads nothing)."""
+    if event.live is None:
+        sent = _last_sent(event.session_id)
+        rendered = await render_process.run(event.session_id, render_step, event, sent)
+        if rendered is not None:
+            message, sent = rendered
+            if sent is not None:
+                _remember(event.session_id, sent)
+            return message
+    return await db_hop(render_event)(event)
 
 
 def publish_sync(event: SessionEvent) -> None:

@@ -188,9 +188,14 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     """
     if event.live is not None:
         return render_live(event)
-    message, sent = render_step(event, _last_sent(event.session_id))
+    return _kept(event.session_id, render_step(event, _last_sent(event.session_id)))
+
+
+def _kept(session_id: uuid.UUID, rendered: tuple[UpdateMessage, Sent | None]) -> UpdateMessage:
+    """The message, with what it sends kept for the session's next one."""
+    message, sent = rendered
     if sent is not None:
-        _remember(event.session_id, sent)
+        _remember(session_id, sent)
     return message
 
 
@@ -602,10 +607,7 @@ async def _rendered(event: SessionEvent) -> UpdateMessage:
         sent = _last_sent(event.session_id)
         rendered = await render_process.run(event.session_id, render_step, event, sent)
         if rendered is not None:
-            message, sent = rendered
-            if sent is not None:
-                _remember(event.session_id, sent)
-            return message
+            return _kept(event.session_id, rendered)
     return await db_hop(render_event)(event)
 
 

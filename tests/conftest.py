@@ -141,6 +141,23 @@ def make_session(alice: Any) -> Callable[..., Any]:
 
 
 @pytest.fixture
+def renders_here(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The events this process renders for the live stream (`broadcast.render_event`), in
+    order."""
+    from thinking import broadcast
+
+    rendered: list[Any] = []
+    render = broadcast.render_event
+
+    def counted(event: Any) -> Any:
+        rendered.append(event)
+        return render(event)
+
+    monkeypatch.setattr(broadcast, "render_event", counted)
+    return rendered
+
+
+@pytest.fixture
 async def closed_supervisors(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
     """The shared model and web clients of every supervisor a test makes are closed at its
     end, as a stopping worker closes them, rather than left to the garbage collector (which

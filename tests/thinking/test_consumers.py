@@ -386,27 +386,19 @@ async def test_every_open_page_gets_each_new_source_once_and_in_order(
 
 
 async def test_steps_nobody_watches_are_not_rendered_and_a_page_opened_later_has_them(
-    make_session: Any, alice: Any, monkeypatch: Any
+    make_session: Any, alice: Any, renders_here: list[SessionEvent]
 ):
     """With no page open, a step's render is skipped (half of its CPU); a page opened later
     catches up from the database, and from then on gets each step live, once."""
     from thinking import broadcast
     from thinking.models import SubQuestion
 
-    rendered: list[SessionEvent] = []
-    render_event = broadcast.render_event
-
-    def counted(event: SessionEvent) -> Any:
-        rendered.append(event)
-        return render_event(event)
-
-    monkeypatch.setattr(broadcast, "render_event", counted)
     session = await sync_to_async(make_session)(status=Status.THINKING)
     root = await SubQuestion.objects.acreate(session=session, text="Why?", priority=5)
     cookie = await login(alice)
     [(first, _)] = await open_pages(session, cookie, 1)
     await broadcast.publish(SessionEvent(session.pk, plan=True))
-    assert len(rendered) == 1
+    assert len(renders_here) == 1
     await first.disconnect()
 
     # Nobody watches: two steps stored and published (sources, explored sub-questions,
@@ -417,7 +409,7 @@ async def test_steps_nobody_watches_are_not_rendered_and_a_page_opened_later_has
     await broadcast.publish(SessionEvent(session.pk, live=LiveStep("thoughts", 0.0, "Hm")))
     await sync_to_async(store_step)(session, range(4, 6), explore=follow_up)
     await broadcast.publish(SessionEvent(session.pk, thoughts=(1,), sources=True, questions=True))
-    assert len(rendered) == 1
+    assert len(renders_here) == 1
 
     [(comm, page)] = await open_pages(session, cookie, 1)
     assert page.sources == [1, 2, 3, 4, 5] and page.thoughts == [0, 1]
@@ -428,7 +420,7 @@ async def test_steps_nobody_watches_are_not_rendered_and_a_page_opened_later_has
     page.apply(frame)
     await drain(comm, page)
     await comm.disconnect()
-    assert len(rendered) == 2
+    assert len(renders_here) == 2
     questions = sorted([pk async for pk in session.sub_questions.values_list("pk", flat=True)])
     assert page.errors == [] and page.sources == [1, 2, 3, 4, 5, 6, 7]
     assert page.thoughts == [0, 1, 2] and sorted(page.questions) == questions

@@ -40,20 +40,6 @@ def one_child(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     render_process.stop()
 
 
-@pytest.fixture
-def renders_here(monkeypatch: pytest.MonkeyPatch) -> list[SessionEvent]:
-    """The events rendered in this process (the worker's), in order."""
-    rendered: list[SessionEvent] = []
-    render = broadcast.render_event
-
-    def counted(event: SessionEvent) -> Any:
-        rendered.append(event)
-        return render(event)
-
-    monkeypatch.setattr(broadcast, "render_event", counted)
-    return rendered
-
-
 def gone(pid: int) -> bool:
     """Exited: no such process, or one only waiting to be reaped."""
     try:

@@ -60,20 +60,26 @@ def hop_name(func: Any) -> str:
 
 
 class Census:
-    """Thread CPU summed by hop function and by kind of live update."""
+    """Thread CPU (and wall time) summed by hop function and by kind of live update."""
 
     def __init__(self) -> None:
         self.cpu: collections.Counter[str] = collections.Counter()
+        # Wall time: a render's CPU plus its waits on the database, which bound how many
+        # renders one render process makes a second (thinking/render_process.py).
+        self.wall: collections.Counter[str] = collections.Counter()
         self.calls: collections.Counter[str] = collections.Counter()
         self._local = threading.local()
         self._render: Callable[..., Any] | None = None
 
     def clear(self) -> None:
         self.cpu.clear()
+        self.wall.clear()
         self.calls.clear()
 
-    def add(self, name: str, started: float) -> None:
-        self.cpu[name] += time.thread_time() - started
+    def add(self, name: str, started: tuple[float, float]) -> None:
+        cpu, wall = started
+        self.cpu[name] += time.thread_time() - cpu
+        self.wall[name] += time.monotonic() - wall
         self.calls[name] += 1
 
     def _hop(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -84,7 +90,7 @@ class Census:
             # channels' handler calls asgiref's: count the outer one only.
             depth = getattr(local, "depth", 0)
             local.depth = depth + 1
-            started = time.thread_time()
+            started = time.thread_time(), time.monotonic()
             try:
                 return original(hop, *args, **kwargs)
             finally:
@@ -105,7 +111,7 @@ class Census:
         render = broadcast.render_event
 
         def counted_render(event: Any) -> Any:
-            started = time.thread_time()
+            started = time.thread_time(), time.monotonic()
             try:
                 return render(event)
             finally:
@@ -176,11 +182,13 @@ def main() -> None:
             f"event loop {1000 * loop_cpu / calls:.1f} ms, "
             f"hops and renders {1000 * sum(census.cpu.values()) / calls:.1f} ms"
         )
-        print(f"{'where':64} {'count':>6} {'ms each':>8} {'ms/call':>8}")
+        # Wall time is CPU plus the waits on the database (and for the interpreter lock).
+        print(f"{'where':56} {'count':>6} {'ms each':>8} {'wall ms':>8} {'ms/call':>8}")
         for name, seconds in census.cpu.most_common():
-            count = census.calls[name]
-            each, per_call = 1000 * seconds / count, 1000 * seconds / calls
-            print(f"{name[:64]:64} {count:6d} {each:8.2f} {per_call:8.2f}")
+            count, wall = census.calls[name], census.wall[name]
+            each, wall_each = 1000 * seconds / count, 1000 * wall / count
+            per_call = 1000 * seconds / calls
+            print(f"{name[:56]:56} {count:6d} {each:8.2f} {wall_each:8.2f} {per_call:8.2f}")
     finally:
         harness.teardown(setup)
         fakes.stop()

@@ -23,8 +23,6 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import AnonymousUser
 from django.db import models
-from django.db.models import StringAgg, Value
-from django.db.models.functions import Cast, Concat
 from django.template.loader import render_to_string
 
 from config.hops import db_hop
@@ -39,6 +37,8 @@ from .presenters import (
     header_context,
     notes_summary_context,
     plan_context,
+    question_states,
+    read_tallies,
     source_numbers,
     sources_summary_context,
     steer_context,
@@ -95,11 +95,13 @@ def _owner_of(session: ThinkingSession) -> Any:
 OWNER_ONLY = re.compile(r"<!--owner-only-->.*?<!--/owner-only-->", re.DOTALL)
 
 
-def render_header(session: ThinkingSession) -> UpdatePart:
+def render_header(session: ThinkingSession, counts: dict[str, int] | None = None) -> UpdatePart:
     """The header for each role: the owner's has Cancel, a teammate's does not. Rendered once
     (the header is the costliest partial of a step: counts and a dozen fields), and the
-    teammate's is the owner's without the owner-only controls."""
-    html = _render("_header.html", {**header_context(session, _owner_of(session)), "oob": True})
+    teammate's is the owner's without the owner-only controls. `counts`: its counts, when
+    the caller read them."""
+    context = header_context(session, _owner_of(session), counts)
+    html = _render("_header.html", {**context, "oob": True})
     return {"kind": "header", "html": html, "html_member": OWNER_ONLY.sub("", html)}
 
 
@@ -211,12 +213,17 @@ def render_step(event: SessionEvent, sent: Sent | None) -> tuple[UpdateMessage, 
         # A stage entered: the plan region is all that changed (half of a cycle's events).
         plan_only = _regions(session, set(), plan=True, finished=False)
         return {"type": "session.update", "parts": plan_only}, sent
-    numbers = source_numbers(session)
+    # The header's counts, the sources' tally and, when sub-questions may have moved, their
+    # states: one read (a render process waits out each of its reads).
+    tallies = read_tallies(
+        session.pk, states=sent is None or event.questions or bool(event.thoughts)
+    )
+    numbers = source_numbers(session, tallies)
     top = numbers.top
     if sent is None:
-        # New to this process: what pages have now is the base (one read, once).
-        sent = Sent(top, sub_question_states(session.pk))
-    parts: list[UpdatePart] = [render_header(session)]
+        # New to this process: what pages have now is the base.
+        sent = Sent(top, _parsed(tallies.states or []))
+    parts: list[UpdatePart] = [render_header(session, tallies.counts)]
     thoughts = _event_thoughts(session.pk, event.thoughts)
     visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]
     # A cycle's parts show once, under its first thought (as on a reload); an event may carry
@@ -249,7 +256,9 @@ def render_step(event: SessionEvent, sent: Sent | None) -> tuple[UpdateMessage, 
         sent = replace(sent, source=top)
     # The sub-questions these thoughts were on may just have been explored.
     if event.questions or any(t.sub_question_id is not None for t in visible):
-        delta, states = _question_rows(session.pk, sent.questions, sent.questions_digest)
+        delta, states = _question_rows(
+            session.pk, sent.questions, sent.questions_digest, tallies.states
+        )
         message["questions"] = delta
         sent = Sent(sent.source, states, delta["after"])
     return message, sent
@@ -298,14 +307,19 @@ def _source_rows(session: ThinkingSession, after: int, top: int) -> SourceRows:
 
 
 def _question_rows(
-    session_id: uuid.UUID, known: dict[int, str], known_digest: str | None = None
+    session_id: uuid.UUID,
+    known: dict[int, str],
+    known_digest: str | None = None,
+    items: list[str] | None = None,
 ) -> tuple[QuestionRows, dict[int, str]]:
     """The sub-questions new or moved since the states `known` (whose digest the last
-    message gave, if any), and the states now. Every row's state is read, so the cost grows
-    with the session: as one text, taken apart only if its digest says something moved;
-    the tree's links only for new rows."""
+    message gave, if any), and the states now (`items`, as `_state_items` gives them, when
+    the caller read them). Every row's state is read, so the cost grows with the session:
+    as one text, taken apart only if its digest says something moved; the tree's links
+    only for new rows."""
     before = known_digest if known_digest is not None else states_digest(known)
-    items = _state_items(session_id)
+    if items is None:
+        items = _state_items(session_id)
     after = _digest(items)
     if after == before:
         return {"before": before, "after": after, "rows": []}, known
@@ -393,20 +407,11 @@ def sub_question_states(session_id: uuid.UUID) -> dict[int, str]:
 
 
 def _states_text() -> models.QuerySet:
-    # "pk:explored:priority" per row (explored 0 or 1): a row's state is what follows its pk,
-    # what its row shows that can change (explored, and its priority, re-ranked).
-    state = Concat(
-        Cast("pk", models.TextField()), Value(":"), Cast("explored", models.IntegerField()),
-        Value(":"), Cast("priority", models.TextField()), output_field=models.TextField(),
-    )  # fmt: skip
-    rows = SubQuestion.objects.filter(session_id=SESSION_KEY).order_by().values("session_id")
-    return rows.annotate(text=StringAgg(state, Value(";"))).values_list("text")
+    return question_states(SESSION_KEY).values_list("text")
 
 
 def _state_items(session_id: uuid.UUID) -> list[str]:
-    """Every sub-question's state as a "pk:state" item, in no order: the database joins them
-    into one text, so a session's hundreds of rows cost one row to fetch (every live update
-    on sub-questions reads them all)."""
+    """Every sub-question's state as a "pk:state" item, in no order (`question_states`)."""
     found = compiled_values("live:question-states", _states_text, session=session_id)
     return found[0][0].split(";") if found else []
 

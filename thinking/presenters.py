@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import functools
 import json
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, models
-from django.db.models import Count, Max, Min
-from django.db.models.functions import Cast
+from django.db import models
+from django.db.models import Count, F, Func, OuterRef, StringAgg, Subquery, Value
+from django.db.models.functions import Cast, Concat
 from django.template.loader import render_to_string
 from django.utils import timezone
 
@@ -333,18 +335,11 @@ class SourceNumbers(AbstractSet[int]):
         return frozenset(numbers)
 
 
-def _source_tally() -> models.QuerySet:
-    rows = Source.objects.filter(session_id=SESSION_KEY).order_by().values("session_id")
-    tally = rows.annotate(count=Count("pk"), low=Min("number"), top=Max("number"))
-    return tally.values_list("count", "low", "top")
-
-
-def source_numbers(session: ThinkingSession) -> SourceNumbers:
-    """One aggregate per live update; the numbers themselves only after a deletion. The
-    numbers are distinct (a constraint), so `count` of them from 1 up to `count` are all
-    of 1..count."""
-    tally = compiled_values("sources:tally", _source_tally, session=session.pk)
-    count, low, top = tally[0] if tally else (0, 1, 0)
+def source_numbers(session: ThinkingSession, tallies: Tallies | None = None) -> SourceNumbers:
+    """From the sources' count and their lowest and highest numbers (`tallies`, else read
+    here); the numbers themselves only after a deletion. The numbers are distinct (a
+    constraint), so `count` of them from 1 up to `count` are all of 1..count."""
+    count, low, top = (tallies or read_tallies(session.pk)).sources
     if count == top and low >= 1:
         return SourceNumbers(top)
     present = frozenset(n for (n,) in values_by(Source, "session_id", session.pk, "number"))
@@ -432,43 +427,104 @@ def notes_summary_context(session: ThinkingSession) -> dict[str, Any]:
     return {"note_count": count, "note_shown": min(count, NOTE_PAGE)}
 
 
+def question_states(session: Any) -> models.QuerySet:
+    """Every sub-question's state of the session `session` names (a `Param`, an `OuterRef`)
+    as one text of "pk:explored:priority" items (explored 0 or 1), joined by ";" in no
+    order: a row's state is what follows its pk, what its row shows that can change
+    (explored, and its priority, re-ranked). A session's hundreds of rows cost one value
+    to fetch (every live update on sub-questions reads them all)."""
+    state = Concat(
+        Cast("pk", models.TextField()), Value(":"), Cast("explored", models.IntegerField()),
+        Value(":"), Cast("priority", models.TextField()), output_field=models.TextField(),
+    )  # fmt: skip
+    rows = SubQuestion.objects.filter(session_id=session).order_by().values("session_id")
+    return rows.annotate(text=StringAgg(state, Value(";"))).values("text")
+
+
+@dataclass(frozen=True)
+class Tallies:
+    """What a full live update counts, read in one statement (`read_tallies`)."""
+
+    counts: dict[str, int]  # the header's: thoughts, sub-questions, syntheses, verdicts by kind
+    sources: tuple[int, int, int]  # the sources' count, lowest and highest number (1, 0: none)
+    states: list[str] | None = None  # every sub-question's "pk:state" item, when asked for
+
+
+def _aggregate(rows: models.QuerySet, function: str, column: str = "pk") -> Subquery:
+    # One value per session row: an aggregate with no GROUP BY is one row, 0 (COUNT) or
+    # NULL (MIN, MAX) when there are none.
+    value = Func(F(column), function=function, output_field=models.IntegerField())
+    return Subquery(rows.order_by().annotate(value=value).values("value"))
+
+
 @functools.cache
-def _header_counts_sql() -> str:
-    """One statement for the header's counts. Only the models' own table and column names
-    are spliced in; the session is a parameter."""
-    quote = connection.ops.quote_name
-    thought, question, synthesis, check = (
-        quote(model._meta.db_table) for model in (Thought, SubQuestion, Synthesis, CitationCheck)
-    )
-    count = "(SELECT COUNT(*) FROM {} WHERE session_id = %s)"
-    return (
-        f"SELECT 'thoughts', {count.format(thought)}, "  # noqa: S608
-        f"'sub_questions', {count.format(question)}, "
-        f"'syntheses', {count.format(synthesis)} UNION ALL "
-        f"SELECT c.verdict, COUNT(*), '', 0, '', 0 FROM {check} c JOIN {synthesis} s "
-        "ON c.synthesis_id = s.id WHERE s.session_id = %s GROUP BY c.verdict"
+def _marks() -> tuple[str, ...]:
+    from .citations import MARKS  # citations imports the live stream, which imports this
+
+    return tuple(MARKS)
+
+
+# The header's counts of rows, then its verdicts by kind (`_marks`).
+COUNTED = ("thoughts", "sub_questions", "syntheses")
+
+
+def _tallies_read(states: bool) -> models.QuerySet:
+    """The session row's tallies, as `read_tallies` takes them apart: one subquery each
+    (annotations named apart from the model's reverse relations)."""
+    session = OuterRef("pk")
+    checks = CitationCheck.objects.filter(synthesis__session_id=session)
+    sources = Source.objects.filter(session_id=session)
+    columns = {
+        "n_thoughts": _aggregate(Thought.objects.filter(session_id=session), "COUNT"),
+        "n_sub_questions": _aggregate(SubQuestion.objects.filter(session_id=session), "COUNT"),
+        "n_syntheses": _aggregate(Synthesis.objects.filter(session_id=session), "COUNT"),
+    }
+    columns |= {f"n_{mark}": _aggregate(checks.filter(verdict=mark), "COUNT") for mark in _marks()}
+    columns |= {
+        "n_sources": _aggregate(sources, "COUNT"),
+        "n_sources_low": _aggregate(sources, "MIN", "number"),
+        "n_sources_top": _aggregate(sources, "MAX", "number"),
+    }
+    if states:
+        columns["n_states"] = Subquery(question_states(session))
+    rows = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
+    return rows.values_list(*columns)
+
+
+# Each a compiled read's name and its one query (`compiled_values` refuses another).
+_TALLIES = {
+    states: (f"live:tallies{'+states' * states}", functools.partial(_tallies_read, states))
+    for states in (False, True)
+}
+
+
+def read_tallies(session_id: uuid.UUID, *, states: bool = False) -> Tallies:
+    """The header's counts and the sources' tally, with every sub-question's state if asked,
+    in one statement (compiled once per connection): a full live update read them in three,
+    each a round trip a render process waits out (bench/README.md, "A live update's counts
+    in one read")."""
+    kind, build = _TALLIES[states]
+    (row,) = compiled_values(kind, build, session=session_id)
+    names = (*COUNTED, *_marks())
+    count, low, top, *text = row[len(names) :]
+    return Tallies(
+        counts=dict(zip(names, row, strict=False)),
+        sources=(count, 1 if low is None else low, top or 0),
+        states=(text[0].split(";") if text[0] else []) if states else None,
     )
 
 
 def header_counts(session: ThinkingSession) -> dict[str, int]:
     """The header's counts (thoughts, sub-questions, syntheses, and citation verdicts by kind,
-    zeros included) in one query: the header is rendered on every step a session stores, and
-    four counts were a third of its cost."""
-    from .citations import MARKS
-
-    key = ThinkingSession._meta.pk.get_db_prep_value(session.pk, connection)
-    counts = dict.fromkeys(MARKS, 0)
-    with connection.cursor() as cursor:
-        cursor.execute(_header_counts_sql(), [key, key, key, key])
-        rows = cursor.fetchall()
-    # Each row is (name, count) pairs: the three counts, or one verdict's (blank-padded).
-    for row in rows:
-        counts.update((name, n) for name, n in zip(row[0::2], row[1::2], strict=True) if name)
-    return counts
+    zeros included), in one read."""
+    return read_tallies(session.pk).counts
 
 
-def header_context(session: ThinkingSession, viewer: object) -> dict[str, Any]:
-    """The header for one viewer: only the owner is offered Cancel.
+def header_context(
+    session: ThinkingSession, viewer: object, counts: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """The header for one viewer: only the owner is offered Cancel. `counts`: the header's
+    counts, when the caller read them (`read_tallies`).
 
     The clock's figures are worked out once, at one instant, and its data attributes are
     formatted here: plain numbers for the page's clock script, never localized, and no
@@ -481,7 +537,7 @@ def header_context(session: ThinkingSession, viewer: object) -> dict[str, Any]:
     cost = session.estimated_cost
     return {
         "session": session,
-        "counts": header_counts(session),
+        "counts": header_counts(session) if counts is None else counts,
         "user": viewer,
         "viewer_owns": session.is_owned_by(viewer),
         "clock_ticking": session.status == Status.THINKING

@@ -531,6 +531,40 @@ def test_an_update_on_a_sub_question_already_explored_sends_no_rows(make_session
     assert states[question.pk] == "1:9" and moved["after"] == states_digest(states)
 
 
+def test_a_thought_cycles_update_reads_its_counts_tally_and_states_in_one_statement(
+    make_session: Any,
+):
+    """A render waits out each statement it runs (in a render process, its renders one after
+    another): a thought cycle's update on a sub-question explored before reads the session
+    row, one statement for the header's counts, the sources' tally and the sub-questions'
+    states, the thoughts and their focus, and shows what the rows say."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from thinking.broadcast import render_event
+    from thinking.models import SubQuestion
+
+    session = make_session(status=Status.THINKING)
+    question = SubQuestion.objects.create(session=session, text="Why?", priority=5)
+    store_step(session, range(1, 4), explore=question)
+    render_event(SessionEvent(session.pk, questions=True, sources=True))  # what pages have
+    thought = session.thoughts.count()
+    Thought.objects.create(
+        session=session, sequence=thought, text="More on it [3].", type="insight",
+        confidence=0.8, time_offset_seconds=9, sub_question=question,
+    )  # fmt: skip
+
+    with CaptureQueriesContext(connection) as queries:
+        message = render_event(SessionEvent(session.pk, thoughts=(thought,)))
+
+    assert len(queries.captured_queries) == 4
+    header, shown = message["parts"][0]["html"], message["parts"][1]["html"]
+    stats = dict(re.findall(r"<dt>([\w -]+)</dt><dd>(\d+)</dd>", header))
+    assert stats == {"Thoughts": "2", "Sub-questions": "2", "Syntheses": "0"}
+    assert "More on it" in shown and 'href="#source-3"' in shown  # [3] is a known source
+    assert message["questions"]["rows"] == []  # nothing moved since the last message
+
+
 def test_a_page_behind_reads_the_trees_links_only_for_rows_it_lacks(make_session: Any):
     """A page that missed a message reads its own changes: a row it lacks is placed under
     its parent (the tree's links read once), a row it has that moved is redrawn in place,

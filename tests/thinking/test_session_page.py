@@ -495,3 +495,54 @@ def test_the_header_counts_this_sessions_rows_only(alice_client: Any, make_sessi
     empty = make_session(status=Status.THINKING)
     assert set(presenters.header_counts(empty).values()) == {0}
     assert "Citations checked" not in page_of(alice_client, empty)
+
+
+def _tallies_match_the_rows(make_session: Any) -> None:
+    from thinking.broadcast import _state_items
+    from thinking.models import Source
+
+    session, other, empty = (make_session(status=Status.THINKING) for _ in range(3))
+    for owner, count in ((session, 4), (other, 9)):
+        for number in range(1, count + 1):
+            Source.objects.create(
+                session=owner, number=number, kind="web", title=f"S{number}", key=f"k{number}"
+            )
+        Thought.objects.create(
+            session=owner, sequence=0, text="t", type="insight", confidence=0.5,
+            time_offset_seconds=1,
+        )  # fmt: skip
+    first = SubQuestion.objects.create(session=session, text="Why?", priority=5)
+    SubQuestion.objects.create(session=session, text="How?", priority=7, parent=first)
+    SubQuestion.objects.filter(pk=first.pk).update(explored=True)
+    SubQuestion.objects.create(session=other, text="Elsewhere", priority=2)
+    Source.objects.filter(session=session, number=1).delete()  # a gap, as after the admin's
+
+    tallies = presenters.read_tallies(session.pk, states=True)
+
+    assert tallies.counts == presenters.header_counts(session)
+    assert tallies.counts["thoughts"] == 1 and tallies.counts["sub_questions"] == 2
+    assert tallies.sources == (3, 2, 4)
+    assert sorted(tallies.states or []) == sorted(_state_items(session.pk))
+    assert {item.split(":", 1)[1] for item in tallies.states or []} == {"1:5", "0:7"}
+    numbers = presenters.source_numbers(session, tallies)
+    assert numbers.top == 4 and 1 not in numbers and list(numbers) == [2, 3, 4]
+    assert presenters.read_tallies(session.pk).states is None  # not asked for: not read
+    nothing = presenters.read_tallies(empty.pk, states=True)
+    assert nothing.sources == (0, 1, 0) and nothing.states == []
+    assert set(nothing.counts.values()) == {0} and not presenters.source_numbers(empty, nothing)
+
+
+def test_a_live_updates_tallies_are_this_sessions_rows(make_session: Any):
+    """The one read a full live update makes for its header's counts, the sources' tally and
+    the sub-questions' states gives what the rows say, and nothing of another session's."""
+    _tallies_match_the_rows(make_session)
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_a_live_updates_tallies_are_this_sessions_rows_on_postgresql(make_session: Any):
+    """The same on PostgreSQL, where the read is prepared on the server."""
+    from tests.helpers import needs_postgresql
+
+    needs_postgresql()
+    _tallies_match_the_rows(make_session)

@@ -504,7 +504,10 @@ def read_tallies(session_id: uuid.UUID, *, states: bool = False) -> Tallies:
     each a round trip a render process waits out (bench/README.md, "A live update's counts
     in one read")."""
     kind, build = _TALLIES[states]
-    (row,) = compiled_values(kind, build, session=session_id)
+    found = compiled_values(kind, build, session=session_id)
+    if not found:  # deleted since its row was read
+        raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
+    (row,) = found
     names = (*COUNTED, *_marks())
     count, low, top, *text = row[len(names) :]
     return Tallies(

@@ -530,6 +530,10 @@ def _tallies_match_the_rows(make_session: Any) -> None:
     nothing = presenters.read_tallies(empty.pk, states=True)
     assert nothing.sources == (0, 1, 0) and nothing.states == []
     assert set(nothing.counts.values()) == {0} and not presenters.source_numbers(empty, nothing)
+    gone = empty.pk
+    empty.delete()  # deleted since a render read its row: said so, not a bare unpacking error
+    with pytest.raises(ThinkingSession.DoesNotExist):
+        presenters.read_tallies(gone, states=True)
 
 
 def test_a_live_updates_tallies_are_this_sessions_rows(make_session: Any):

@@ -391,10 +391,16 @@ def sources_after(session_id: uuid.UUID, number: int) -> tuple[list[str], int]:
     return pieces, max([number, *(s.number for s in rows)])
 
 
+def _numbered_after() -> models.QuerySet[Source]:
+    after = Param("after", Source._meta.get_field("number"))
+    return Source.objects.filter(session_id=SESSION_KEY, number__gt=after).order_by("number")
+
+
 def _sources_above(session: ThinkingSession, number: int) -> tuple[list[Source], str]:
     """The session's sources numbered above `number`, in order, and the summary line ("" when
-    there are none): what both the group's rows and a page's own gap read send."""
-    rows = list(Source.objects.filter(session=session, number__gt=number).order_by("number"))
+    there are none): what both the group's rows and a page's own gap read send. A compiled
+    read: every live update with new sources, a synthesis or the end makes it."""
+    rows = compiled_rows("live:sources-after", _numbered_after, session=session.pk, after=number)
     if not rows:
         return rows, ""
     context = {**sources_summary_context(session), "oob": True}

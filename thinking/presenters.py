@@ -346,9 +346,15 @@ def source_numbers(session: ThinkingSession, tallies: Tallies | None = None) -> 
     return SourceNumbers(max(present, default=0), present)
 
 
+def _sources_by_kind() -> models.QuerySet:
+    rows = Source.objects.filter(session_id=SESSION_KEY).order_by().values("kind")
+    return rows.annotate(n=Count("pk")).values_list("kind", "n")
+
+
 def sources_summary_context(session: ThinkingSession) -> dict[str, Any]:
-    rows = session.sources.order_by().values("kind").annotate(n=Count("id"))
-    counts = {row["kind"]: row["n"] for row in rows}
+    """The sources' summary line (a compiled read: drawn on every live update with new
+    sources)."""
+    counts = dict(compiled_values("sources:kinds", _sources_by_kind, session=session.pk))
     web, memory = counts.get(SourceKind.WEB, 0), counts.get(SourceKind.MEMORY, 0)
     return {
         "session": session,

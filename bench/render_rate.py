@@ -6,11 +6,11 @@ Runs one 30-cycle benchmark session against the fake servers, then, with the ses
 in its thinking state, renders its thought cycles' updates (each cycle's thoughts, from
 what the previous one sent, as the publisher does) three ways: in this process (wall and
 CPU per render), through one render process one at a time (the worker's wait per render),
-and from eight sessions' publishers at once (the render process's capacity: renders a
-second with its queue never empty). A render process renders one update at a time, so
-its capacity is one over its wall time per render, CPU and the waits on the database
-together (issue 17, bench/README.md, "A live update's counts in one read"). PostgreSQL
-only: with SQLite renders stay in the worker.
+and from eight publishers of the session's updates at once (the render process's
+capacity: renders a second with its queue never empty). A render process renders one
+update at a time, so its capacity is one over its wall time per render, CPU and the
+waits on the database together (issue 17, bench/README.md, "A live update's counts in
+one read"). PostgreSQL only: with SQLite renders stay in the worker.
 """
 
 from __future__ import annotations

@@ -213,19 +213,20 @@ def render_step(event: SessionEvent, sent: Sent | None) -> tuple[UpdateMessage, 
         # A stage entered: the plan region is all that changed (half of a cycle's events).
         plan_only = _regions(session, set(), plan=True, finished=False)
         return {"type": "session.update", "parts": plan_only}, sent
-    # The header's counts, the sources' tally and, when sub-questions may have moved, their
-    # states: one read (a render process waits out each of its reads).
-    tallies = read_tallies(
-        session.pk, states=sent is None or event.questions or bool(event.thoughts)
-    )
+    thoughts = _event_thoughts(session.pk, event.thoughts)
+    visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]
+    # The sub-questions these thoughts were on may just have been explored.
+    moves = event.questions or any(t.sub_question_id is not None for t in visible)
+    # The header's counts, the sources' tally and, when sub-questions may have moved (or this
+    # process knows none of their states yet), their states: one read (a render process
+    # waits out each of its reads).
+    tallies = read_tallies(session.pk, states=moves or sent is None)
     numbers = source_numbers(session, tallies)
     top = numbers.top
     if sent is None:
         # New to this process: what pages have now is the base.
         sent = Sent(top, _parsed(tallies.states or []))
     parts: list[UpdatePart] = [render_header(session, tallies.counts)]
-    thoughts = _event_thoughts(session.pk, event.thoughts)
-    visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]
     # A cycle's parts show once, under its first thought (as on a reload); an event may carry
     # several cycles when the publisher sent steps that waited together as one.
     opens = {row["thought"].pk for row in thought_rows(visible) if row["show_parts"]}
@@ -254,8 +255,7 @@ def render_step(event: SessionEvent, sent: Sent | None) -> tuple[UpdateMessage, 
     if event.sources or event.synthesis is not None or finished:
         message["sources"] = _source_rows(session, sent.source, top)
         sent = replace(sent, source=top)
-    # The sub-questions these thoughts were on may just have been explored.
-    if event.questions or any(t.sub_question_id is not None for t in visible):
+    if moves:
         delta, states = _question_rows(
             session.pk, sent.questions, sent.questions_digest, tallies.states
         )
@@ -314,9 +314,9 @@ def _question_rows(
 ) -> tuple[QuestionRows, dict[int, str]]:
     """The sub-questions new or moved since the states `known` (whose digest the last
     message gave, if any), and the states now (`items`, as `_state_items` gives them, when
-    the caller read them). Every row's state is read, so the cost grows with the session:
-    as one text, taken apart only if its digest says something moved; the tree's links
-    only for new rows."""
+    the caller read them; else read here). Every row's state is read, so the cost grows
+    with the session: as one text, taken apart only if its digest says something moved;
+    the tree's links only for new rows."""
     before = known_digest if known_digest is not None else states_digest(known)
     if items is None:
         items = _state_items(session_id)

@@ -52,15 +52,21 @@ def still_allowed(user: Any, session_key: str | None, session_id: Any) -> bool:
     return find_session_for(user, session_id) is not None
 
 
+MAX_MARK = 2**31 - 1
+
+
 def page_marks(query_string: bytes) -> tuple[int | None, PageMarks]:
     """The revision and the last row of each list the page shows, from the socket's URL."""
     query = parse_qs(query_string.decode("latin-1"))
 
     def number(name: str, default: int) -> int:
         try:
-            return int(query.get(name, [""])[0])
+            value = int(query.get(name, [""])[0])
         except ValueError:
             return default
+        # Within the database's integers: a page's marks are compared in SQL, where a value
+        # out of range is an error, not "nothing above it".
+        return max(-1, min(value, MAX_MARK))
 
     revision = number("rev", -1)
     marks = PageMarks(

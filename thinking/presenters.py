@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import models
-from django.db.models import Count, F, Func, OuterRef, StringAgg, Subquery, Value
+from django.db.models import Count, F, Func, Max, Min, OuterRef, StringAgg, Subquery, Value
 from django.db.models.functions import Cast, Concat
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -335,11 +335,21 @@ class SourceNumbers(AbstractSet[int]):
         return frozenset(numbers)
 
 
+def _source_tally() -> models.QuerySet:
+    rows = Source.objects.filter(session_id=SESSION_KEY).order_by().values("session_id")
+    tally = rows.annotate(count=Count("pk"), low=Min("number"), top=Max("number"))
+    return tally.values_list("count", "low", "top")
+
+
 def source_numbers(session: ThinkingSession, tallies: Tallies | None = None) -> SourceNumbers:
     """From the sources' count and their lowest and highest numbers (`tallies`, else read
-    here); the numbers themselves only after a deletion. The numbers are distinct (a
+    here, alone); the numbers themselves only after a deletion. The numbers are distinct (a
     constraint), so `count` of them from 1 up to `count` are all of 1..count."""
-    count, low, top = (tallies or read_tallies(session.pk)).sources
+    if tallies is None:
+        tally = compiled_values("sources:tally", _source_tally, session=session.pk)
+        count, low, top = tally[0] if tally else (0, 1, 0)
+    else:
+        count, low, top = tallies.sources
     if count == top and low >= 1:
         return SourceNumbers(top)
     present = frozenset(n for (n,) in values_by(Source, "session_id", session.pk, "number"))
@@ -471,7 +481,7 @@ def _marks() -> tuple[str, ...]:
 
 
 # The header's counts of rows, then its verdicts by kind (`_marks`).
-COUNTED = ("thoughts", "sub_questions", "syntheses")
+COUNTED = {"thoughts": Thought, "sub_questions": SubQuestion, "syntheses": Synthesis}
 
 
 def _tallies_read(states: bool) -> models.QuerySet:
@@ -481,9 +491,9 @@ def _tallies_read(states: bool) -> models.QuerySet:
     checks = CitationCheck.objects.filter(synthesis__session_id=session)
     sources = Source.objects.filter(session_id=session)
     columns = {
-        "n_thoughts": _aggregate(Thought.objects.filter(session_id=session), "COUNT"),
-        "n_sub_questions": _aggregate(SubQuestion.objects.filter(session_id=session), "COUNT"),
-        "n_syntheses": _aggregate(Synthesis.objects.filter(session_id=session), "COUNT"),
+        # (a keyword spread: the type checker cannot resolve a field on a model variable)
+        f"n_{name}": _aggregate(model._default_manager.filter(**{"session_id": session}), "COUNT")
+        for name, model in COUNTED.items()
     }
     columns |= {f"n_{mark}": _aggregate(checks.filter(verdict=mark), "COUNT") for mark in _marks()}
     columns |= {
@@ -517,7 +527,7 @@ def read_tallies(session_id: uuid.UUID, *, states: bool = False) -> Tallies:
     names = (*COUNTED, *_marks())
     count, low, top, *text = row[len(names) :]
     return Tallies(
-        counts=dict(zip(names, row, strict=False)),
+        counts=dict(zip(names, row[: len(names)], strict=True)),
         sources=(count, 1 if low is None else low, top or 0),
         states=(text[0].split(";") if text[0] else []) if states else None,
     )

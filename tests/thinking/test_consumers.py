@@ -563,6 +563,26 @@ def test_a_thought_cycles_update_reads_its_counts_tally_and_states_in_one_statem
     assert stats == {"Thoughts": "2", "Sub-questions": "2", "Syntheses": "0"}
     assert "More on it" in shown and 'href="#source-3"' in shown  # [3] is a known source
     assert message["questions"]["rows"] == []  # nothing moved since the last message
+    # A cycle on the question itself moves no sub-question: their states are not read.
+    Thought.objects.create(
+        session=session, sequence=thought + 1, text="On the question.", type="insight",
+        confidence=0.8, time_offset_seconds=10,
+    )  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        message = render_event(SessionEvent(session.pk, thoughts=(thought + 1,)))
+    assert len(queries.captured_queries) == 3 and "questions" not in message
+    joined = ("STRING_AGG", "GROUP_CONCAT")  # the states' text, on PostgreSQL or SQLite
+    assert not any(j in q["sql"].upper() for q in queries.captured_queries for j in joined)
+
+
+def test_a_pages_marks_stay_within_the_databases_integers():
+    """A forged mark far out of range is compared in SQL as the largest (or no) row, not
+    sent to the database as a number it refuses."""
+    from thinking.consumers import MAX_MARK, page_marks
+
+    revision, marks = page_marks(b"rev=99999999999&s=3000000000&t=-5000000000&q=7&y=x")
+    assert revision == MAX_MARK and marks.source == MAX_MARK and marks.thought == -1
+    assert marks.question == 7 and marks.synthesis == -1
 
 
 def test_a_page_behind_reads_the_trees_links_only_for_rows_it_lacks(make_session: Any):

@@ -38,7 +38,7 @@ from .presenters import (
     notes_summary_context,
     plan_context,
     question_states,
-    read_tallies,
+    read_tallied_session,
     source_numbers,
     sources_summary_context,
     steer_context,
@@ -207,20 +207,22 @@ def render_step(event: SessionEvent, sent: Sent | None) -> tuple[UpdateMessage, 
     with the worker's `Sent` (render_process.py)."""
     # The plan region is drawn on a stage entered (a plan event), new sources and the end.
     draws_plan = event.plan or event.sources or event.finished
-    session = read_by_pk(ThinkingSession, event.session_id)
-    finished = event.finished or session.is_finished
-    if not (event.header or finished or sent is None):
-        # A stage entered: the plan region is all that changed (half of a cycle's events).
-        plan_only = _regions(session, set(), plan=True, finished=False)
-        return {"type": "session.update", "parts": plan_only}, sent
-    thoughts = _event_thoughts(session.pk, event.thoughts)
+    if not (event.header or event.finished or sent is None):
+        # A stage entered: the plan region is all that changed (half of a cycle's events),
+        # unless the session has finished since (it is then read again, with its tallies).
+        session = read_by_pk(ThinkingSession, event.session_id)
+        if not session.is_finished:
+            plan_only = _regions(session, set(), plan=True, finished=False)
+            return {"type": "session.update", "parts": plan_only}, sent
+    thoughts = _event_thoughts(event.session_id, event.thoughts)
     visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]
     # The sub-questions these thoughts were on may just have been explored.
     moves = event.questions or any(t.sub_question_id is not None for t in visible)
-    # The header's counts, the sources' tally and, when sub-questions may have moved (or this
-    # process knows none of their states yet), their states: one read (a render process
-    # waits out each of its reads).
-    tallies = read_tallies(session.pk, states=moves or sent is None)
+    # The session's row, the header's counts, the sources' tally and, when sub-questions may
+    # have moved (or this process knows none of their states yet), their states: one read
+    # (a render process waits out each of its reads).
+    session, tallies = read_tallied_session(event.session_id, states=moves or sent is None)
+    finished = event.finished or session.is_finished
     numbers = source_numbers(session, tallies)
     top = numbers.top
     if sent is None:
@@ -269,13 +271,13 @@ _FIRST, _LAST = (Param(name, models.PositiveIntegerField()) for name in ("first"
 
 def _thoughts_between() -> models.QuerySet[Thought]:
     rows = Thought.objects.filter(session_id=SESSION_KEY, sequence__gte=_FIRST, sequence__lte=_LAST)
-    return rows.order_by("sequence")
+    return rows.select_related("sub_question").order_by("sequence")
 
 
 def _event_thoughts(session_id: uuid.UUID, sequences: Iterable[int]) -> list[Thought]:
-    """The thoughts an event names, in order, each with the sub-question it was on: compiled
-    reads (row_reads.py), since a step's update reads them every cycle. Most full updates
-    carry none (a synthesis, its check, sources, sub-questions): no query then."""
+    """The thoughts an event names, in order, each with the sub-question it was on: one
+    compiled read (row_reads.py), since a step's update reads them every cycle. Most full
+    updates carry none (a synthesis, its check, sources, sub-questions): no query then."""
     wanted = set(sequences)
     if not wanted:
         return []
@@ -283,14 +285,7 @@ def _event_thoughts(session_id: uuid.UUID, sequences: Iterable[int]) -> list[Tho
     rows = compiled_rows(
         "live:thoughts", _thoughts_between, session=session_id, first=min(wanted), last=max(wanted)
     )
-    thoughts = [thought for thought in rows if thought.sequence in wanted]
-    keys = {t.sub_question_id for t in thoughts if t.sub_question_id is not None}
-    focuses = rows_by_pks(SubQuestion, keys)
-    for thought in thoughts:
-        if thought.sub_question_id is not None:
-            # One deleted since has no focus, as a reload shows.
-            thought.sub_question = focuses.get(thought.sub_question_id)
-    return thoughts
+    return [thought for thought in rows if thought.sequence in wanted]
 
 
 def _source_rows(session: ThinkingSession, after: int, top: int) -> SourceRows:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +32,7 @@ from .models import (
     Thought,
     ThoughtType,
 )
-from .row_reads import compiled_values, values_by
+from .row_reads import compiled_rows, compiled_values, values_by
 from .state import PlanState, PlanStep
 
 # WebSocket routes are not in Django's URLconf; routing.py builds its pattern from this.
@@ -484,32 +484,46 @@ def _marks() -> tuple[str, ...]:
 COUNTED = {"thoughts": Thought, "sub_questions": SubQuestion, "syntheses": Synthesis}
 
 
-def _tallies_read(states: bool) -> models.QuerySet:
-    """The session row's tallies, as `read_tallies` takes them apart: one subquery each
-    (annotations named apart from the model's reverse relations)."""
+def _session_read(states: bool) -> models.QuerySet:
+    """The session's row with its tallies as annotations (`_tally_names`, in order): one
+    subquery each (named apart from the model's reverse relations), every sub-question's
+    state last if asked for."""
     session = OuterRef("pk")
     checks = CitationCheck.objects.filter(synthesis__session_id=session)
     sources = Source.objects.filter(session_id=session)
-    columns = {
+    columns = [
         # (a keyword spread: the type checker cannot resolve a field on a model variable)
-        f"n_{name}": _aggregate(model._default_manager.filter(**{"session_id": session}), "COUNT")
-        for name, model in COUNTED.items()
-    }
-    columns |= {f"n_{mark}": _aggregate(checks.filter(verdict=mark), "COUNT") for mark in _marks()}
-    columns |= {
-        "n_sources": _aggregate(sources, "COUNT"),
-        "n_sources_low": _aggregate(sources, "MIN", "number"),
-        "n_sources_top": _aggregate(sources, "MAX", "number"),
-    }
-    if states:
-        columns["n_states"] = Subquery(question_states(session))
-    rows = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
-    return rows.values_list(*columns)
+        *(
+            _aggregate(m._default_manager.filter(**{"session_id": session}), "COUNT")
+            for m in COUNTED.values()
+        ),
+        *(_aggregate(checks.filter(verdict=mark), "COUNT") for mark in _marks()),
+        _aggregate(sources, "COUNT"),
+        _aggregate(sources, "MIN", "number"),
+        _aggregate(sources, "MAX", "number"),
+        *([Subquery(question_states(session))] if states else []),
+    ]
+    named = dict(zip(_tally_names(states), columns, strict=True))
+    return ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**named)
 
 
-# Each a compiled read's name and its one query (`compiled_values` refuses another).
+@functools.cache
+def _tally_names(states: bool) -> tuple[str, ...]:
+    counted = (*COUNTED, *_marks(), "sources", "sources_low", "sources_top")
+    return tuple(f"n_{name}" for name in (*counted, *(["states"] if states else [])))
+
+
+def _tallies_read(states: bool) -> models.QuerySet:
+    return _session_read(states).values_list(*_tally_names(states))
+
+
+# Each a compiled read's name and its one query (a name is refused another query).
 _TALLIES = {
     states: (f"live:tallies{'+states' * states}", functools.partial(_tallies_read, states))
+    for states in (False, True)
+}
+_SESSION_TALLIED = {
+    states: (f"live:session{'+states' * states}", functools.partial(_session_read, states))
     for states in (False, True)
 }
 
@@ -523,7 +537,25 @@ def read_tallies(session_id: uuid.UUID, *, states: bool = False) -> Tallies:
     found = compiled_values(kind, build, session=session_id)
     if not found:  # deleted since its row was read
         raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
-    (row,) = found
+    return _tallies(found[0], states)
+
+
+def read_tallied_session(
+    session_id: uuid.UUID, *, states: bool = False
+) -> tuple[ThinkingSession, Tallies]:
+    """The session's row and `read_tallies`'s tallies, in one statement: what a full live
+    update reads of the session (bench/README.md, "A thought cycle's update in two reads").
+    Raises `ThinkingSession.DoesNotExist` for a deleted session, as its row's read does."""
+    kind, build = _SESSION_TALLIED[states]
+    found = compiled_rows(kind, build, session=session_id)
+    if not found:
+        raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
+    (session,) = found
+    return session, _tallies([getattr(session, name) for name in _tally_names(states)], states)
+
+
+def _tallies(row: Sequence[Any], states: bool) -> Tallies:
+    """A tallied read's values (`_tally_names`, in order) taken apart."""
     names = (*COUNTED, *_marks())
     count, low, top, *text = row[len(names) :]
     return Tallies(

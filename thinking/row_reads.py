@@ -17,12 +17,12 @@ import functools
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models.expressions import Col, Value
+from django.db.models.expressions import Value
 from django.db.models.query import ModelIterable, ValuesListIterable
 from django.db.transaction import TransactionManagementError
 
@@ -250,15 +250,80 @@ class Param(Value):
 
 
 @dataclass(frozen=True)
+class _Instances:
+    """How a row of a query of instances becomes one, as the ORM's `ModelIterable` builds
+    it: the model's columns (those selected: `only()` defers the rest), then each row it
+    selects with it (`select_related`), then its annotations, set as attributes."""
+
+    model: type[models.Model]
+    start: int
+    end: int
+    columns: list[str]  # the attribute names of row[start:end]
+    related: tuple[_Selected, ...]
+    annotations: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(
+        cls, info: dict[str, Any], select: list[Any], annotations: Mapping[str, int]
+    ) -> _Instances:
+        if info.get("from_parent"):  # a parent model's columns, in another order
+            raise ValueError(f"not a read compiled reads can give as the ORM would: {info}")
+        fields = info["select_fields"]
+        start, end = fields[0], fields[-1] + 1
+        columns = [column.target.attname for column in select[start:end]]
+        return cls(
+            model=info["model"],
+            start=start,
+            end=end,
+            columns=columns,
+            related=tuple(
+                _Selected(
+                    rows=cls.of(related, select, {}),
+                    set_on_owner=related["local_setter"],
+                    set_owner=related["remote_setter"],
+                )
+                for related in info.get("related_klass_infos", ())
+            ),
+            annotations=tuple(annotations.items()),
+        )
+
+    def build(self, alias: str, row: list[Any]) -> Any:
+        instance = self.model.from_db(alias, self.columns, row[self.start : self.end])
+        for selected in self.related:
+            selected.populate(alias, row, instance)
+        for name, position in self.annotations:
+            setattr(instance, name, row[position])
+        return instance
+
+
+@dataclass(frozen=True)
+class _Selected:
+    """A row selected with an instance (`select_related`), set on it by the ORM's setters (a
+    foreign key's cached value, and its reverse)."""
+
+    rows: _Instances
+    set_on_owner: Callable[[Any, Any], None]
+    set_owner: Callable[[Any, Any], None]
+
+    def populate(self, alias: str, row: list[Any], owner: models.Model) -> None:
+        """None when the join found no row (its key is NULL), as the ORM sets it: reading it
+        runs no query."""
+        key = self.rows.start + self.rows.columns.index(self.rows.model._meta.pk.attname)
+        found = None if row[key] is None else self.rows.build(alias, row)
+        self.set_on_owner(owner, found)
+        if found is not None:
+            self.set_owner(found, owner)
+
+
+@dataclass(frozen=True)
 class _Statement:
     build: Callable[[], models.QuerySet]  # what `kind` names: another is refused
     sql: str
     params: list[Any]  # constants, and a `Slot` for each Param
     names: frozenset[str]
     model: type[models.Model]
-    columns: list[str]  # attribute names, for instances
     iterable: type  # the ORM's kind of result: instances, values_list rows, ...
-    instances: bool  # a query of instances (not values) of the model's own columns
+    instances: _Instances | None  # how a row becomes an instance (a query of instances)
     converters: list[tuple[int, list[Any], Any]]
     locks: bool  # select_for_update(): the ORM refuses it outside a transaction when it
     # compiles the query, and this one is compiled once, so each run refuses it here
@@ -284,22 +349,24 @@ def _statement(
     if statement is None:
         query = build()
         compiler, sql, params, select = _compile(query, connection)
-        model = query.model
-        own = all(isinstance(c, Col) and c.target.model is model for c in select)
         # Rows are taken as the database returns them: nothing the ORM does after the SELECT
-        # (prefetching, trimming the columns DISTINCT ordering adds) would be done.
-        if getattr(query, "_prefetch_related_lookups", ()) or query.query.distinct:
+        # (prefetching, trimming the columns DISTINCT ordering adds, setting the rows a
+        # related manager's query already knows) would be done.
+        after = ("_prefetch_related_lookups", "_known_related_objects")
+        if query.query.distinct or any(getattr(query, name) for name in after):
             raise ValueError(f"not a read compiled reads can give as the ORM would: {sql}")
         converters = compiler.get_converters(select)
+        instances = None
+        if query._iterable_class is ModelIterable:
+            instances = _Instances.of(compiler.klass_info, select, compiler.annotation_col_map)
         statement = statements[kind] = _Statement(
             build=build,
             sql=sql,
             params=list(params),
             names=frozenset(p.name for p in params if isinstance(p, Slot)),
-            model=model,
-            columns=[c.target.attname if isinstance(c, Col) else "" for c in select],
+            model=query.model,
             iterable=query._iterable_class,
-            instances=own and query._iterable_class is ModelIterable,
+            instances=instances,
             converters=[(i, convs, expression) for i, (convs, expression) in converters.items()],
             locks=query.query.select_for_update,
         )
@@ -332,16 +399,19 @@ def compiled_values(
 def compiled_rows[M: models.Model](
     kind: str, build: Callable[[], models.QuerySet[M]], /, **values: Any
 ) -> list[M]:
-    """The instances `build()` (a query of its model's own columns, varying values as
-    `Param`s) would give, compiled once per connection under the name `kind` (as for
-    `compiled_values`)."""
+    """The instances `build()` (a query of its model's instances, varying values as
+    `Param`s) would give, with the rows it selects related and its annotations, compiled
+    once per connection under the name `kind` (as for `compiled_values`)."""
     connection = connections[DEFAULT_DB_ALIAS]
     statement = _named(connection, kind, build)
-    if not statement.instances:
+    instances = _instances(statement)
+    return [instances.build(connection.alias, row) for row in statement.run(connection, values)]
+
+
+def _instances(statement: _Statement) -> _Instances:
+    if statement.instances is None:
         raise ValueError(f"not a read of {statement.model.__name__} rows: {statement.sql}")
-    rows = statement.run(connection, values)
-    model = cast(type[M], statement.model)
-    return [model.from_db(connection.alias, statement.columns, row) for row in rows]
+    return statement.instances
 
 
 # --- the reads every step and live update makes -------------------------------------------
@@ -363,7 +433,7 @@ def read_by_pk[M: models.Model](model: type[M], pk: Any, *, for_update: bool = F
     found = statement.run(connection, {"pk": pk})
     if not found:
         raise model.DoesNotExist(f"{model.__name__} matching query does not exist.")  # type: ignore[attr-defined]
-    return model.from_db(connection.alias, statement.columns, found[0])
+    return _instances(statement).build(connection.alias, found[0])
 
 
 KEYS_COMPILED = 8  # `rows_by_pks` compiles one statement per count of keys up to this
@@ -387,7 +457,7 @@ def rows_by_pks[M: models.Model](model: type[M], pks: Iterable[Any]) -> dict[Any
 
     statement = _statement(connection, ("rows", model, len(names)), rows)
     found = statement.run(connection, dict(zip(names, wanted, strict=True)))
-    instances = (model.from_db(connection.alias, statement.columns, row) for row in found)
+    instances = (_instances(statement).build(connection.alias, row) for row in found)
     return {instance.pk: instance for instance in instances}
 
 

@@ -531,13 +531,13 @@ def test_an_update_on_a_sub_question_already_explored_sends_no_rows(make_session
     assert states[question.pk] == "1:9" and moved["after"] == states_digest(states)
 
 
-def test_a_thought_cycles_update_reads_its_counts_tally_and_states_in_one_statement(
+def test_a_thought_cycles_update_reads_the_session_and_its_thoughts_in_two_statements(
     make_session: Any,
 ):
     """A render waits out each statement it runs (in a render process, its renders one after
-    another): a thought cycle's update on a sub-question explored before reads the session
-    row, one statement for the header's counts, the sources' tally and the sub-questions'
-    states, the thoughts and their focus, and shows what the rows say."""
+    another): a thought cycle's update on a sub-question explored before reads its thoughts
+    with their focus in one statement, and the session's row with the header's counts, the
+    sources' tally and the sub-questions' states in another, and shows what the rows say."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -557,11 +557,12 @@ def test_a_thought_cycles_update_reads_its_counts_tally_and_states_in_one_statem
     with CaptureQueriesContext(connection) as queries:
         message = render_event(SessionEvent(session.pk, thoughts=(thought,)))
 
-    assert len(queries.captured_queries) == 4
+    assert len(queries.captured_queries) == 2
     header, shown = message["parts"][0]["html"], message["parts"][1]["html"]
     stats = dict(re.findall(r"<dt>([\w -]+)</dt><dd>(\d+)</dd>", header))
     assert stats == {"Thoughts": "2", "Sub-questions": "2", "Syntheses": "0"}
     assert "More on it" in shown and 'href="#source-3"' in shown  # [3] is a known source
+    assert ">on: Why?</button>" in shown  # its focus, read with it
     assert message["questions"]["rows"] == []  # nothing moved since the last message
     # A cycle on the question itself moves no sub-question: their states are not read.
     Thought.objects.create(
@@ -570,7 +571,8 @@ def test_a_thought_cycles_update_reads_its_counts_tally_and_states_in_one_statem
     )  # fmt: skip
     with CaptureQueriesContext(connection) as queries:
         message = render_event(SessionEvent(session.pk, thoughts=(thought + 1,)))
-    assert len(queries.captured_queries) == 3 and "questions" not in message
+    assert len(queries.captured_queries) == 2 and "questions" not in message
+    assert ">on: " not in message["parts"][1]["html"]
     joined = ("STRING_AGG", "GROUP_CONCAT")  # the states' text, on PostgreSQL or SQLite
     assert not any(j in q["sql"].upper() for q in queries.captured_queries for j in joined)
 

@@ -23,6 +23,7 @@ from django.db import (
     models,
     transaction,
 )
+from django.db.models import F
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext, override_settings
 
@@ -31,6 +32,7 @@ from thinking import parsing
 from thinking.models import Source, SourceKind, SubQuestion, ThinkingSession, Thought
 from thinking.row_reads import (
     Param,
+    _Instances,
     compiled_rows,
     compiled_values,
     forget_compiled,
@@ -328,6 +330,32 @@ def check_compiled_reads_as_the_orm(session: ThinkingSession, other: ThinkingSes
     assert slim[0].title == "t"  # loaded on first use, as a deferred field is
     assert compiled_rows("test:sources", newest_sources, session=uuid.uuid4()) == []
 
+    # With the row each selects related (a LEFT JOIN: none for most) and an annotation.
+    def with_focus() -> models.QuerySet:
+        rows = Thought.objects.filter(session_id=SESSION).select_related("sub_question")
+        return rows.annotate(doubled=F("cycle") * 2).order_by("sequence")
+
+    joined = compiled_rows("test:joined", with_focus, session=session.pk)
+    expected_joined = list(
+        Thought.objects.filter(session=session)
+        .select_related("sub_question")
+        .annotate(doubled=F("cycle") * 2)
+        .order_by("sequence")
+    )
+    assert [vars(t) | {"_state": None} for t in joined] == [
+        vars(t) | {"_state": None} for t in expected_joined
+    ]  # its columns, the annotation's value, the focus cached (or None) as the ORM's
+    assert [t.doubled for t in joined] == [0, 2, 2, 4, 6]
+    with CaptureQueriesContext(connection) as more:
+        focuses = [t.sub_question for t in joined]
+    assert len(more) == 0  # set, as select_related sets it: no query when read
+    assert [f and (f.text, f.priority, f._state.adding) for f in focuses] == [
+        None, ("Why «tides»?", 3, False), ("Why «tides»?", 3, False), None, None
+    ]  # fmt: skip
+    assert vars(focuses[1]) | {"_state": None} == vars(
+        SubQuestion.objects.get(pk=focuses[1].pk)
+    ) | {"_state": None}
+
 
 def test_a_read_with_named_parameters_gives_what_the_orm_gives(make_session: Any):
     check_compiled_reads_as_the_orm(*a_session_with_thoughts(make_session))
@@ -377,16 +405,32 @@ def test_a_name_given_to_another_query_or_a_read_it_cannot_give_is_refused(make_
     def prefetching() -> models.QuerySet:
         return Thought.objects.filter(session_id=SESSION).prefetch_related("sub_question")
 
-    def joined() -> models.QuerySet:
-        return Thought.objects.filter(session_id=SESSION).select_related("sub_question")
+    def known() -> models.QuerySet:
+        # A related manager's rows: the ORM sets the session it knows on each.
+        return session.thoughts.all()
 
     with pytest.raises(ValueError, match=r"^not a values_list read of Source: SELECT"):
         compiled_values("test:flat", flat, session=session.pk)
-    with pytest.raises(ValueError, match=r"^not a read of Thought rows: SELECT"):
-        compiled_rows("test:joined", joined, session=session.pk)  # the focus's columns too
-    for kind, build in (("test:distinct", distinct), ("test:prefetching", prefetching)):
+    for kind, build in (
+        ("test:distinct", distinct),
+        ("test:prefetching", prefetching),
+        ("test:known", known),
+    ):
         with pytest.raises(ValueError, match=r"^not a read compiled reads can give as the ORM"):
             compiled_values(kind, build, session=session.pk)
+
+
+def test_a_related_row_of_a_parent_model_is_refused_not_built_in_the_wrong_order():
+    """select_related down to a child model (multi-table inheritance, none here) selects its
+    parent's columns in another order than its own: a compiled read refuses it rather than
+    build the instance from misplaced values."""
+    compiler = Thought.objects.select_related("sub_question").query.get_compiler("default")
+    compiler.as_sql()
+    select = [column for column, _, _ in compiler.select]
+    assert _Instances.of(compiler.klass_info, select, {}).related[0].rows.model is SubQuestion
+    compiler.klass_info["related_klass_infos"][0]["from_parent"] = True
+    with pytest.raises(ValueError, match=r"^not a read compiled reads can give as the ORM"):
+        _Instances.of(compiler.klass_info, select, {})
 
 
 def test_forgotten_statements_are_compiled_anew_from_their_query(make_session: Any):

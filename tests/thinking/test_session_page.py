@@ -531,13 +531,23 @@ def _tallies_match_the_rows(make_session: Any) -> None:
     numbers = presenters.source_numbers(session, tallies)
     assert numbers.top == 4 and 1 not in numbers and list(numbers) == [2, 3, 4]
     assert presenters.read_tallies(session.pk).states is None  # not asked for: not read
+    # With the session's row (a live update's one read of it): the same tallies, and the row
+    # the ORM gives.
+    for states in (True, False):
+        row, with_row = presenters.read_tallied_session(session.pk, states=states)
+        assert with_row == presenters.read_tallies(session.pk, states=states)
+        expected = ThinkingSession.objects.get(pk=session.pk)
+        fields = [f.attname for f in ThinkingSession._meta.concrete_fields]
+        assert [getattr(row, f) for f in fields] == [getattr(expected, f) for f in fields]
     nothing = presenters.read_tallies(empty.pk, states=True)
     assert nothing.sources == (0, 1, 0) and nothing.states == []
     assert set(nothing.counts.values()) == {0} and not presenters.source_numbers(empty, nothing)
+    assert presenters.read_tallied_session(empty.pk, states=True) == (empty, nothing)
     gone = empty.pk
     empty.delete()  # deleted since a render read its row: said so, not a bare unpacking error
-    with pytest.raises(ThinkingSession.DoesNotExist):
-        presenters.read_tallies(gone, states=True)
+    for read in (presenters.read_tallies, presenters.read_tallied_session):
+        with pytest.raises(ThinkingSession.DoesNotExist):
+            read(gone, states=True)
 
 
 def test_a_live_updates_tallies_are_this_sessions_rows(make_session: Any):

@@ -277,11 +277,7 @@ class _Instances:
             end=end,
             columns=columns,
             related=tuple(
-                _Selected(
-                    rows=cls.of(related, select, {}),
-                    set_on_owner=related["local_setter"],
-                    set_owner=related["remote_setter"],
-                )
+                _Selected.of(cls.of(related, select, {}), related)
                 for related in info.get("related_klass_infos", ())
             ),
             annotations=tuple(annotations.items()),
@@ -302,14 +298,19 @@ class _Selected:
     foreign key's cached value, and its reverse)."""
 
     rows: _Instances
+    key: int  # its primary key's place in the row
     set_on_owner: Callable[[Any, Any], None]
     set_owner: Callable[[Any, Any], None]
+
+    @classmethod
+    def of(cls, rows: _Instances, info: dict[str, Any]) -> _Selected:
+        key = rows.start + rows.columns.index(rows.model._meta.pk.attname)
+        return cls(rows, key, info["local_setter"], info["remote_setter"])
 
     def populate(self, alias: str, row: list[Any], owner: models.Model) -> None:
         """None when the join found no row (its key is NULL), as the ORM sets it: reading it
         runs no query."""
-        key = self.rows.start + self.rows.columns.index(self.rows.model._meta.pk.attname)
-        found = None if row[key] is None else self.rows.build(alias, row)
+        found = None if row[self.key] is None else self.rows.build(alias, row)
         self.set_on_owner(owner, found)
         if found is not None:
             self.set_owner(found, owner)

@@ -814,3 +814,35 @@ def test_parameters_go_to_a_prepared_statement_as_text_and_percent_signs_stay():
         "SELECT a FROM t WHERE x = %t AND y LIKE 'p%%s' AND z IN (%t, %t) -- 100%%"
     )
     assert _text_placeholders("SELECT 1") == "SELECT 1"
+
+
+def test_a_one_to_one_row_selected_with_its_owner_is_set_at_both_ends_as_the_orm_sets_it():
+    """A row read with the row its one-to-one key points to (or the row pointing to it) has
+    both ends set, as select_related sets them: no query to read either, and a missing one
+    is said to be missing without a query."""
+    from django.contrib.auth import get_user_model
+
+    from accounts.models import NotificationPreference
+
+    users = get_user_model()
+    alice, _ = (users.objects.create_user(name) for name in ("alice", "bob"))
+    NotificationPreference.objects.create(user=alice, mail="never")
+
+    def preferences() -> models.QuerySet:
+        key = Param("user", users._meta.pk)  # type: ignore[arg-type]
+        return NotificationPreference.objects.filter(user_id=key).select_related("user")
+
+    def people() -> models.QuerySet:
+        rows = users.objects.filter(username__in=("alice", "bob"))
+        return rows.select_related("notification_preference").order_by("username")
+
+    (preference,) = compiled_rows("test:one-to-one", preferences, user=alice.pk)
+    with_theirs, without = compiled_rows("test:reverse one-to-one", people)
+    with CaptureQueriesContext(connection) as more:
+        assert preference.user.username == "alice"
+        assert preference.user.notification_preference is preference
+        assert with_theirs.notification_preference.mail == "never"
+        assert with_theirs.notification_preference.user is with_theirs
+        with pytest.raises(NotificationPreference.DoesNotExist):
+            without.notification_preference  # noqa: B018 (read for its error)
+    assert len(more) == 0

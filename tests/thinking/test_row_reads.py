@@ -349,8 +349,9 @@ def check_compiled_reads_as_the_orm(session: ThinkingSession, other: ThinkingSes
     with CaptureQueriesContext(connection) as more:
         focuses = [t.sub_question for t in joined]
     assert len(more) == 0  # set, as select_related sets it: no query when read
-    assert [f and (f.text, f.priority, f._state.adding) for f in focuses] == [
-        None, ("Why «tides»?", 3, False), ("Why «tides»?", 3, False), None, None
+    assert [f and (f.text, f.priority, f._state.adding, f._state.db) for f in focuses] == [
+        None, ("Why «tides»?", 3, False, "default"), ("Why «tides»?", 3, False, "default"),
+        None, None,
     ]  # fmt: skip
     assert vars(focuses[1]) | {"_state": None} == vars(
         SubQuestion.objects.get(pk=focuses[1].pk)

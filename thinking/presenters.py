@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
@@ -459,7 +459,7 @@ def question_states(session: Any) -> models.QuerySet:
 
 @dataclass(frozen=True)
 class Tallies:
-    """What a full live update counts, read in one statement (`read_tallies`)."""
+    """What a full live update counts, read with the session's row (`read_tallied_session`)."""
 
     counts: dict[str, int]  # the header's: thoughts, sub-questions, syntheses, verdicts by kind
     sources: tuple[int, int, int]  # the sources' count, lowest and highest number (1, 0: none)
@@ -474,108 +474,92 @@ def _aggregate(rows: models.QuerySet, function: str, column: str = "pk") -> Subq
 
 
 @functools.cache
-def _marks() -> tuple[str, ...]:
+def _counted() -> tuple[str, ...]:
+    """The header's counts by name: rows (`COUNTED`), then citation verdicts by kind."""
     from .citations import MARKS  # citations imports the live stream, which imports this
 
-    return tuple(MARKS)
+    return (*COUNTED, *MARKS)
 
 
-# The header's counts of rows, then its verdicts by kind (`_marks`).
 COUNTED = {"thoughts": Thought, "sub_questions": SubQuestion, "syntheses": Synthesis}
 
 
 def _session_read(states: bool) -> models.QuerySet:
-    """The session's row with its tallies as annotations (`_tally_names`, in order): one
-    subquery each (named apart from the model's reverse relations), every sub-question's
-    state last if asked for."""
+    """The session's row with its tallies as annotations, each a subquery named `n_` and
+    what it counts (apart from the model's reverse relations): the header's counts
+    (`_counted`), the sources' count and lowest and highest number, and, if asked for,
+    every sub-question's state."""
     session = OuterRef("pk")
     checks = CitationCheck.objects.filter(synthesis__session_id=session)
     sources = Source.objects.filter(session_id=session)
-    columns = [
+    columns = {
         # (a keyword spread: the type checker cannot resolve a field on a model variable)
-        *(
-            _aggregate(m._default_manager.filter(**{"session_id": session}), "COUNT")
-            for m in COUNTED.values()
-        ),
-        *(_aggregate(checks.filter(verdict=mark), "COUNT") for mark in _marks()),
-        _aggregate(sources, "COUNT"),
-        _aggregate(sources, "MIN", "number"),
-        _aggregate(sources, "MAX", "number"),
-        *([Subquery(question_states(session))] if states else []),
-    ]
-    named = dict(zip(_tally_names(states), columns, strict=True))
-    return ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**named)
+        f"n_{name}": _aggregate(model._default_manager.filter(**{"session_id": session}), "COUNT")
+        for name, model in COUNTED.items()
+    }
+    columns |= {
+        f"n_{mark}": _aggregate(checks.filter(verdict=mark), "COUNT")
+        for mark in _counted()[len(COUNTED) :]
+    }
+    columns |= {
+        "n_sources": _aggregate(sources, "COUNT"),
+        "n_sources_low": _aggregate(sources, "MIN", "number"),
+        "n_sources_top": _aggregate(sources, "MAX", "number"),
+    }
+    if states:
+        columns["n_states"] = Subquery(question_states(session))
+    return ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
 
 
-@functools.cache
-def _tally_names(states: bool) -> tuple[str, ...]:
-    counted = (*COUNTED, *_marks(), "sources", "sources_low", "sources_top")
-    return tuple(f"n_{name}" for name in (*counted, *(["states"] if states else [])))
-
-
-def _tallies_read(states: bool) -> models.QuerySet:
-    return _session_read(states).values_list(*_tally_names(states))
+def _counts_read() -> models.QuerySet:
+    # Only the counts are selected: the other subqueries are left out of the SQL.
+    return _session_read(False).values_list(*(f"n_{name}" for name in _counted()))
 
 
 # Each a compiled read's name and its one query (a name is refused another query).
-_TALLIES = {
-    states: (f"live:tallies{'+states' * states}", functools.partial(_tallies_read, states))
-    for states in (False, True)
-}
 _SESSION_TALLIED = {
     states: (f"live:session{'+states' * states}", functools.partial(_session_read, states))
     for states in (False, True)
 }
 
 
-def read_tallies(session_id: uuid.UUID, *, states: bool = False) -> Tallies:
-    """The header's counts and the sources' tally, with every sub-question's state if asked,
-    in one statement (compiled once per connection): a full live update read them in three,
-    each a round trip a render process waits out (bench/README.md, "A live update's counts
-    in one read")."""
-    kind, build = _TALLIES[states]
-    found = compiled_values(kind, build, session=session_id)
-    if not found:  # deleted since its row was read
-        raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
-    return _tallies(found[0], states)
-
-
 def read_tallied_session(
     session_id: uuid.UUID, *, states: bool = False
 ) -> tuple[ThinkingSession, Tallies]:
-    """The session's row and `read_tallies`'s tallies, in one statement: what a full live
-    update reads of the session (bench/README.md, "A thought cycle's update in two reads").
-    Raises `ThinkingSession.DoesNotExist` for a deleted session, as its row's read does."""
+    """The session's row with the header's counts, the sources' tally and, if asked, every
+    sub-question's state, in one statement (compiled once per connection): a full live
+    update read them in four, each a round trip a render process waits out (bench/README.md,
+    "A live update's counts in one read", "A thought cycle's update in two reads"). Raises
+    `ThinkingSession.DoesNotExist` for a deleted session, as its row's read does."""
     kind, build = _SESSION_TALLIED[states]
     found = compiled_rows(kind, build, session=session_id)
     if not found:
         raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
     (session,) = found
-    return session, _tallies([getattr(session, name) for name in _tally_names(states)], states)
-
-
-def _tallies(row: Sequence[Any], states: bool) -> Tallies:
-    """A tallied read's values (`_tally_names`, in order) taken apart."""
-    names = (*COUNTED, *_marks())
-    count, low, top, *text = row[len(names) :]
-    return Tallies(
-        counts=dict(zip(names, row[: len(names)], strict=True)),
-        sources=(count, 1 if low is None else low, top or 0),
-        states=(text[0].split(";") if text[0] else []) if states else None,
+    tallied = vars(session)  # the annotations, set on the instance as the ORM sets them
+    low, text = tallied["n_sources_low"], tallied.get("n_states")
+    return session, Tallies(
+        counts={name: tallied[f"n_{name}"] for name in _counted()},
+        sources=(tallied["n_sources"], 1 if low is None else low, tallied["n_sources_top"] or 0),
+        states=(text.split(";") if text else []) if states else None,
     )
 
 
 def header_counts(session: ThinkingSession) -> dict[str, int]:
     """The header's counts (thoughts, sub-questions, syntheses, and citation verdicts by kind,
-    zeros included), in one read."""
-    return read_tallies(session.pk).counts
+    zeros included), in one read (the live update's, without the rest). Raises
+    `ThinkingSession.DoesNotExist` for a session deleted since its row was read."""
+    found = compiled_values("header:counts", _counts_read, session=session.pk)
+    if not found:
+        raise ThinkingSession.DoesNotExist(f"No session {session.pk}.")
+    return dict(zip(_counted(), found[0], strict=True))
 
 
 def header_context(
     session: ThinkingSession, viewer: object, counts: dict[str, int] | None = None
 ) -> dict[str, Any]:
     """The header for one viewer: only the owner is offered Cancel. `counts`: the header's
-    counts, when the caller read them (`read_tallies`).
+    counts, when the caller read them (`read_tallied_session`).
 
     The clock's figures are worked out once, at one instant, and its data attributes are
     formatted here: plain numbers for the page's clock script, never localized, and no

@@ -304,7 +304,8 @@ class _Selected:
 
     @classmethod
     def of(cls, rows: _Instances, info: dict[str, Any]) -> _Selected:
-        key = rows.start + rows.columns.index(rows.model._meta.pk.attname)
+        # The key's first column (as the ORM's RelatedPopulator: a composite key's too).
+        key = rows.start + rows.columns.index(rows.model._meta.pk_fields[0].attname)
         return cls(rows, key, info["local_setter"], info["remote_setter"])
 
     def populate(self, alias: str, row: list[Any], owner: models.Model) -> None:

@@ -708,6 +708,33 @@ async def test_a_stage_entered_sends_the_plan_region_as_a_reload_shows_it(
     assert finished["parts"][0]["kind"] == "header"
 
 
+def test_a_stage_entered_on_a_session_finished_since_redraws_its_end(make_session: Any):
+    """A stage's event that arrives after the session ended (the worker's last steps, a
+    render process behind) is drawn as the end is: the header with the final state, the
+    answer and the steering form, not the plan region alone."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from thinking.broadcast import render_event
+
+    session = make_session(status=Status.THINKING)
+    render_event(SessionEvent(session.pk))  # what open pages have
+    ThinkingSession.objects.filter(pk=session.pk).update(
+        status=Status.COMPLETED, final_answer="Tides follow the moon."
+    )
+
+    with CaptureQueriesContext(connection) as queries:
+        message = render_event(SessionEvent(session.pk, plan=True, header=False))
+
+    parts = message["parts"]
+    assert parts[0]["kind"] == "header" and 'data-status="completed"' in parts[0]["html"]
+    assert any("Tides follow the moon." in part["html"] for part in parts)
+    assert len(parts) > 1 and any('id="plan"' in part["html"] for part in parts)
+    # Its row alone, then with its tallies (no thoughts to read), then what the end draws.
+    assert "n_thoughts" not in queries.captured_queries[0]["sql"]
+    assert "n_thoughts" in queries.captured_queries[1]["sql"]
+
+
 async def test_a_long_stage_history_shows_its_newest_twenty_live_as_on_a_reload(
     make_session: Any, client: Any, alice: Any
 ):

@@ -330,24 +330,29 @@ def check_compiled_reads_as_the_orm(session: ThinkingSession, other: ThinkingSes
     assert slim[0].title == "t"  # loaded on first use, as a deferred field is
     assert compiled_rows("test:sources", newest_sources, session=uuid.uuid4()) == []
 
-    # With the row each selects related (a LEFT JOIN: none for most) and an annotation.
-    def with_focus() -> models.QuerySet:
-        rows = Thought.objects.filter(session_id=SESSION).select_related("sub_question")
-        return rows.annotate(doubled=F("cycle") * 2).order_by("sequence")
+    # Two shapes of a thought's read, each with an annotation after its columns: with the row
+    # each selects related (a LEFT JOIN: none for most), and with a deferred column (as many
+    # values as the model has fields: each must still be the right one).
+    shapes: dict[str, Callable[[models.QuerySet], models.QuerySet]] = {
+        "joined": lambda rows: rows.select_related("sub_question"),
+        "deferred": lambda rows: rows.defer("text"),
+    }
+    read: dict[str, list[Thought]] = {}
+    for name, shape in shapes.items():
 
-    joined = compiled_rows("test:joined", with_focus, session=session.pk)
-    expected_joined = list(
-        Thought.objects.filter(session=session)
-        .select_related("sub_question")
-        .annotate(doubled=F("cycle") * 2)
-        .order_by("sequence")
-    )
-    assert [vars(t) | {"_state": None} for t in joined] == [
-        vars(t) | {"_state": None} for t in expected_joined
-    ]  # its columns, the annotation's value, the focus cached (or None) as the ORM's
-    assert [t.doubled for t in joined] == [0, 2, 2, 4, 6]
+        def build(shape: Callable = shape, owner: Any = SESSION) -> models.QuerySet:
+            rows = shape(Thought.objects.filter(session_id=owner))
+            return rows.annotate(doubled=F("cycle") * 2).order_by("sequence")
+
+        read[name] = compiled_rows(f"test:{name}", build, session=session.pk)
+        # Its columns and the annotation's value as the ORM's (the focus: below).
+        assert [vars(t) | {"_state": None} for t in read[name]] == [
+            vars(t) | {"_state": None} for t in build(owner=session.pk)
+        ]
+        assert [t.doubled for t in read[name]] == [0, 2, 2, 4, 6]
+    assert all(t.get_deferred_fields() == {"text"} for t in read["deferred"])
     with CaptureQueriesContext(connection) as more:
-        focuses = [t.sub_question for t in joined]
+        focuses = [t.sub_question for t in read["joined"]]
     assert len(more) == 0  # set, as select_related sets it: no query when read
     assert [f and (f.text, f.priority, f._state.adding, f._state.db) for f in focuses] == [
         None, ("Why «tides»?", 3, False, "default"), ("Why «tides»?", 3, False, "default"),

@@ -517,37 +517,39 @@ def _tallies_match_the_rows(make_session: Any) -> None:
     SubQuestion.objects.create(session=other, text="Elsewhere", priority=2)
     Source.objects.filter(session=session, number=1).delete()  # a gap, as after the admin's
 
-    tallies = presenters.read_tallies(session.pk, states=True)
+    row, tallies = presenters.read_tallied_session(session.pk, states=True)
 
-    assert tallies.counts == {
+    counts = {
         "thoughts": 1,
         "sub_questions": 2,
         "syntheses": 0,
         **dict.fromkeys(("supported", "partial", "unsupported", "unchecked"), 0),
     }
-    assert tallies.sources == (3, 2, 4)
+    assert tallies.counts == counts and presenters.header_counts(session) == counts
+    assert tallies.sources == (3, 2, 4)  # the count, the lowest and the highest number
     assert sorted(tallies.states or []) == sorted(_state_items(session.pk))
     assert {item.split(":", 1)[1] for item in tallies.states or []} == {"1:5", "0:7"}
     numbers = presenters.source_numbers(session, tallies)
     assert numbers.top == 4 and 1 not in numbers and list(numbers) == [2, 3, 4]
-    assert presenters.read_tallies(session.pk).states is None  # not asked for: not read
-    # With the session's row (a live update's one read of it): the same tallies, and the row
-    # the ORM gives.
-    for states in (True, False):
-        row, with_row = presenters.read_tallied_session(session.pk, states=states)
-        assert with_row == presenters.read_tallies(session.pk, states=states)
-        expected = ThinkingSession.objects.get(pk=session.pk)
-        fields = [f.attname for f in ThinkingSession._meta.concrete_fields]
-        assert [getattr(row, f) for f in fields] == [getattr(expected, f) for f in fields]
-    nothing = presenters.read_tallies(empty.pk, states=True)
-    assert nothing.sources == (0, 1, 0) and nothing.states == []
-    assert set(nothing.counts.values()) == {0} and not presenters.source_numbers(empty, nothing)
-    assert presenters.read_tallied_session(empty.pk, states=True) == (empty, nothing)
+    # The row is the ORM's, every field loaded.
+    expected = ThinkingSession.objects.get(pk=session.pk)
+    fields = [f.attname for f in ThinkingSession._meta.concrete_fields]
+    assert not row.get_deferred_fields() and (row._state.adding, row._state.db) == (
+        False, "default"
+    )  # fmt: skip
+    assert [getattr(row, f) for f in fields] == [getattr(expected, f) for f in fields]
+    # Not asked for, the states are not read; the rest is the same.
+    unasked, without = presenters.read_tallied_session(session.pk)
+    assert without == presenters.Tallies(counts, (3, 2, 4), None) and unasked.pk == session.pk
+    empty_row, nothing = presenters.read_tallied_session(empty.pk, states=True)
+    assert nothing == presenters.Tallies(dict.fromkeys(counts, 0), (0, 1, 0), [])
+    assert empty_row.question == empty.question and not presenters.source_numbers(empty, nothing)
     gone = empty.pk
     empty.delete()  # deleted since a render read its row: said so, not a bare unpacking error
-    for read in (presenters.read_tallies, presenters.read_tallied_session):
-        with pytest.raises(ThinkingSession.DoesNotExist):
-            read(gone, states=True)
+    with pytest.raises(ThinkingSession.DoesNotExist):
+        presenters.read_tallied_session(gone, states=True)
+    with pytest.raises(ThinkingSession.DoesNotExist):
+        presenters.header_counts(empty_row)
 
 
 def test_a_live_updates_tallies_are_this_sessions_rows(make_session: Any):

@@ -474,14 +474,19 @@ def _aggregate(rows: models.QuerySet, function: str, column: str = "pk") -> Subq
 
 
 @functools.cache
-def _counted() -> tuple[str, ...]:
-    """The header's counts by name: rows (`COUNTED`), then citation verdicts by kind."""
+def _marks() -> tuple[str, ...]:
     from .citations import MARKS  # citations imports the live stream, which imports this
 
-    return (*COUNTED, *MARKS)
+    return tuple(MARKS)
 
 
 COUNTED = {"thoughts": Thought, "sub_questions": SubQuestion, "syntheses": Synthesis}
+
+
+@functools.cache
+def _counted() -> tuple[str, ...]:
+    """The header's counts by name: rows (`COUNTED`), then citation verdicts by kind."""
+    return (*COUNTED, *_marks())
 
 
 def _session_read(states: bool) -> models.QuerySet:
@@ -497,10 +502,7 @@ def _session_read(states: bool) -> models.QuerySet:
         f"n_{name}": _aggregate(model._default_manager.filter(**{"session_id": session}), "COUNT")
         for name, model in COUNTED.items()
     }
-    columns |= {
-        f"n_{mark}": _aggregate(checks.filter(verdict=mark), "COUNT")
-        for mark in _counted()[len(COUNTED) :]
-    }
+    columns |= {f"n_{mark}": _aggregate(checks.filter(verdict=mark), "COUNT") for mark in _marks()}
     columns |= {
         "n_sources": _aggregate(sources, "COUNT"),
         "n_sources_low": _aggregate(sources, "MIN", "number"),

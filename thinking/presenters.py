@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import models
-from django.db.models import Count, F, Func, Max, Min, OuterRef, StringAgg, Subquery, Value
+from django.db.models import Count, F, Func, OuterRef, StringAgg, Subquery, Value
 from django.db.models.functions import Cast, Concat
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -335,19 +335,13 @@ class SourceNumbers(AbstractSet[int]):
         return frozenset(numbers)
 
 
-def _source_tally() -> models.QuerySet:
-    rows = Source.objects.filter(session_id=SESSION_KEY).order_by().values("session_id")
-    tally = rows.annotate(count=Count("pk"), low=Min("number"), top=Max("number"))
-    return tally.values_list("count", "low", "top")
-
-
 def source_numbers(session: ThinkingSession, tallies: Tallies | None = None) -> SourceNumbers:
     """From the sources' count and their lowest and highest numbers (`tallies`, else read
     here, alone); the numbers themselves only after a deletion. The numbers are distinct (a
     constraint), so `count` of them from 1 up to `count` are all of 1..count."""
     if tallies is None:
-        tally = compiled_values("sources:tally", _source_tally, session=session.pk)
-        count, low, top = tally[0] if tally else (0, 1, 0)
+        tally = compiled_values("sources:tally", _sources_read, session=session.pk)
+        count, low, top = _sources_tally(*tally[0]) if tally else (0, 1, 0)
     else:
         count, low, top = tallies.sources
     if count == top and low >= 1:
@@ -513,9 +507,21 @@ def _session_read(states: bool) -> models.QuerySet:
     return ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
 
 
+# Some of the tallies alone: the subqueries not selected are left out of the SQL.
 def _counts_read() -> models.QuerySet:
-    # Only the counts are selected: the other subqueries are left out of the SQL.
     return _session_read(False).values_list(*(f"n_{name}" for name in _counted()))
+
+
+_SOURCES = ("n_sources", "n_sources_low", "n_sources_top")
+
+
+def _sources_read() -> models.QuerySet:
+    return _session_read(False).values_list(*_SOURCES)
+
+
+def _sources_tally(count: int, low: int | None, top: int | None) -> tuple[int, int, int]:
+    """The sources' count, lowest and highest number (1 and 0 when there are none)."""
+    return count, 1 if low is None else low, top or 0
 
 
 # Each a compiled read's name and its one query (a name is refused another query).
@@ -539,10 +545,10 @@ def read_tallied_session(
         raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
     (session,) = found
     tallied = vars(session)  # the annotations, set on the instance as the ORM sets them
-    low, text = tallied["n_sources_low"], tallied.get("n_states")
+    text = tallied.get("n_states")
     return session, Tallies(
         counts={name: tallied[f"n_{name}"] for name in _counted()},
-        sources=(tallied["n_sources"], 1 if low is None else low, tallied["n_sources_top"] or 0),
+        sources=_sources_tally(*(tallied[name] for name in _SOURCES)),
         states=(text.split(";") if text else []) if states else None,
     )
 

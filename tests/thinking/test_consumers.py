@@ -429,6 +429,47 @@ async def test_steps_nobody_watches_are_not_rendered_and_a_page_opened_later_has
     assert row and "Explored" in row[0]
 
 
+async def test_the_reasoning_streams_to_a_page_while_the_database_is_stalled(
+    make_session: Any, alice: Any, settings: Any
+):
+    """A step in flight reads nothing, so its live panel reaches the page even while every
+    one of the worker's database hops waits (slow statements, connections being replaced):
+    the person watching sees the model's reasoning go on."""
+    import threading
+
+    from config.hops import EXECUTOR, db_hop
+    from thinking import broadcast
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    cookie = await login(alice)
+    [(comm, page)] = await open_pages(session, cookie, 1)
+    # The worker's hop threads (as on PostgreSQL), all of them waiting; the page's consumer
+    # runs its own hops on channels' thread, as in the web process it runs in.
+    settings.DEEPTHINK_DB_THREADS = 2
+    EXECUTOR.shutdown()
+    gate, waiting = threading.Event(), threading.Semaphore(0)
+
+    def stall() -> None:
+        waiting.release()
+        gate.wait()
+
+    stalled = [asyncio.create_task(db_hop(stall)()) for _ in range(2)]
+    try:
+        for _ in range(2):  # both threads taken before the update is published
+            assert await asyncio.to_thread(waiting.acquire, timeout=5)
+        live = SessionEvent(session.pk, live=LiveStep("thoughts", 0.0, "Weighing <b>both</b>"))
+        await asyncio.wait_for(broadcast.publish(live), 5)
+        frame = await comm.receive_from(timeout=5)
+    finally:
+        gate.set()
+        await asyncio.gather(*stalled)
+        EXECUTOR.shutdown()  # the next use makes threads of the restored size
+    page.apply(frame)
+    assert page.errors == []
+    assert 'id="live-reasoning"' in frame and "Weighing &lt;b&gt;both&lt;/b&gt;" in frame
+    await comm.disconnect()
+
+
 def test_a_new_sub_question_joins_its_parents_list_live_as_on_a_reload(
     make_session: Any, alice: Any, client: Any
 ):

@@ -223,19 +223,20 @@ def sub_question_slot(question: SubQuestion, parents: Mapping[int, int | None]) 
     return f"subq-children-{slot}"
 
 
-def plan_steps(session: ThinkingSession) -> list[PlanStep]:
-    """The plan as a checklist. A step is done or current only when somebody reported it (the
-    model's progress tool) or the session completed; elapsed time never moves it."""
+def _current_step(session: ThinkingSession) -> int:
+    """The index of the step under way in the plan's checklist: past the last once the
+    session completed, -1 while nobody has reported one. A step is done or current only
+    when somebody reported it (the model's progress tool) or the session completed; elapsed
+    time never moves it."""
     plan: PlanState = session.plan
-    steps = plan.get("steps") or []
-    if not steps:
-        return []
     if session.status == Status.COMPLETED:
-        current = len(steps)
-    elif plan.get("step_reported") or session.progress.get("plan_step"):
-        current = plan.get("current", 0)
-    else:
-        current = -1  # nothing reported yet: every step is still to do
+        return len(plan.get("steps") or [])
+    if plan.get("step_reported") or session.progress.get("plan_step"):
+        return plan.get("current", 0)
+    return -1
+
+
+def _step_states(steps: Iterable[str], current: int) -> list[PlanStep]:
     return [
         PlanStep(
             text=text,
@@ -243,6 +244,26 @@ def plan_steps(session: ThinkingSession) -> list[PlanStep]:
         )
         for index, text in enumerate(steps)
     ]
+
+
+@functools.lru_cache(maxsize=1024)
+def _checklist_html(steps: tuple[str, ...], current: int, heuristic: bool) -> str:
+    """The plan's checklist, drawn once per plan and step reached: the plan region is re-sent
+    on every stage a session enters (half of a cycle's live updates), and its checklist (a
+    loop of conditions per step) changes only when a step is reported or the session
+    completes (bench/README, "The plan region's checklist drawn once")."""
+    context = {"plan_steps": _step_states(steps, current), "heuristic": heuristic}
+    return render_to_string("thinking/_plan_steps.html", context)
+
+
+def _checklist(session: ThinkingSession) -> str:
+    plan: PlanState = session.plan
+    steps = plan.get("steps") or []
+    if not steps:
+        return ""
+    # As text: the template draws each step's text as a string; the key must be hashable.
+    texts = tuple(str(text) for text in steps)
+    return _checklist_html(texts, _current_step(session), plan.get("source") == "heuristic")
 
 
 STAGES_SHOWN = 20  # the plan region shows the newest stages only, so it never grows
@@ -272,13 +293,14 @@ def _newest_stages() -> models.QuerySet:
 
 
 @functools.lru_cache(maxsize=4096)
-def _stage_html(stored: str) -> str:
-    """One line of the stage history, drawn from its stored entry. An entry never changes
-    once recorded and its line depends on nothing else, so each is drawn once per process:
-    the plan region is re-sent on every stage a session enters, and its twenty lines were
-    most of its cost (bench/README, "Stage lines drawn once")."""
+def _stage_html(stored: str, tag: str = "li") -> str:
+    """One line of the stage history (`tag` "li"), or the latest stage under the checklist
+    ("p"), drawn from its stored entry. An entry never changes once recorded and its line
+    depends on nothing else, so each is drawn once per process: the plan region is re-sent
+    on every stage a session enters, and its twenty lines were most of its cost
+    (bench/README, "Stage lines drawn once")."""
     item = json.loads(stored)
-    return render_to_string("thinking/_stage.html", {"item": _stage_line(item), "tag": "li"})
+    return render_to_string("thinking/_stage.html", {"item": _stage_line(item), "tag": tag})
 
 
 def plan_context(session: ThinkingSession) -> dict[str, Any]:
@@ -288,11 +310,14 @@ def plan_context(session: ThinkingSession) -> dict[str, Any]:
     # The count and the latest stage come from the same read as the lines: the session row,
     # read before, may be a stage behind them. The newest entry's number is the count, and
     # the entry is the session's progress (stages.record keeps both).
-    latest = (newest[0][0], json.loads(newest[0][1])) if newest else None
-    count, progress = latest or (session.stage_count, session.progress)
+    if newest:
+        (count, stored), progress = newest[0], json.loads(newest[0][1])
+    else:
+        count, progress = session.stage_count, session.progress
+        stored = json.dumps(progress)
     return {
-        "plan_steps": plan_steps(session),
-        "progress_line": _stage_line(progress) if progress.get("message") else None,
+        "checklist": _checklist(session),
+        "progress_line": _stage_html(stored, "p") if progress.get("message") else None,
         "stage_count": count,
         "stage_history": [_stage_html(stored) for (_, stored) in newest],
         "stages_shown": STAGES_SHOWN,

@@ -445,7 +445,8 @@ def test_the_stage_count_and_latest_stage_agree_with_the_lines_shown(make_sessio
 
     region = plan_context(read_before)
     assert read_before.stage_count == 3 and region["stage_count"] == 4
-    assert region["progress_line"]["message"] == "Entry 3"
+    assert '<p class="progress-line stage-synthesis">' in region["progress_line"]
+    assert "Entry 3" in region["progress_line"]
     assert [re.search(r"Entry \d", line).group() for line in region["stage_history"]] == [
         f"Entry {n}" for n in (3, 2, 1, 0)
     ]
@@ -503,16 +504,42 @@ def test_the_page_shows_stages_moves_and_the_trend(client: Client, alice: Any, m
 
 
 def test_the_plan_checklist_never_moves_on_elapsed_time(make_session: Any):
-    from thinking.presenters import plan_steps
+    from thinking.presenters import plan_context
+
+    def states(session: Any) -> list[str]:
+        return re.findall(r'class="step-(\w+)"', plan_context(session)["checklist"])
 
     session = make_session(
         status=Status.THINKING,
         plan={"steps": ["A", "B", "C", "D"], "current": 0},
         active_seconds=55.0,  # 90% of the budget used, nothing reported
     )
-    assert [s["state"] for s in plan_steps(session)] == ["todo"] * 4
+    assert states(session) == ["todo"] * 4
     session.status = Status.COMPLETED
-    assert [s["state"] for s in plan_steps(session)] == ["done"] * 4
+    assert states(session) == ["done"] * 4
+
+
+def test_the_plan_checklist_follows_each_reported_step_and_escapes_the_plan(make_session: Any):
+    """The checklist is drawn once per plan and step reached: a step reported redraws it,
+    and the same plan in another session, or the loop's own plan, is drawn as its own."""
+    from thinking.presenters import plan_context
+
+    steps = ["Read <b>the</b> studies", "Compare them", "Decide"]
+    session = make_session(status=Status.THINKING, plan={"steps": steps, "step_reported": True})
+    drawn = plan_context(session)["checklist"]
+    assert re.findall(r'class="step-(\w+)"', drawn) == ["current", "todo", "todo"]
+    assert "Read &lt;b&gt;the&lt;/b&gt; studies" in drawn and "<b>" not in drawn
+    assert "A simple plan" not in drawn
+    session.plan = {**session.plan, "current": 2}
+    drawn = plan_context(session)["checklist"]
+    assert re.findall(r'class="step-(\w+)"', drawn) == ["done", "done", "current"]
+    other = make_session(
+        status=Status.THINKING, plan={"steps": steps, "source": "heuristic", "current": 2}
+    )
+    drawn = plan_context(other)["checklist"]
+    assert re.findall(r'class="step-(\w+)"', drawn) == ["todo"] * 3  # nothing reported there
+    assert "A simple plan made from the question's key terms." in drawn
+    assert plan_context(make_session(plan={}))["checklist"] == ""
 
 
 def test_the_admin_shows_the_stage_history_and_format_errors(admin_client: Client, make_session):

@@ -33,11 +33,13 @@ from .models import SESSION_KEY, Source, SubQuestion, ThinkingSession, Thought, 
 from .presenters import (
     NOTE_PAGE,
     THOUGHT_PAGE,
+    Stages,
     chart_context,
     header_context,
     notes_summary_context,
     plan_context,
     question_states,
+    read_planned_session,
     read_tallied_session,
     source_numbers,
     sources_summary_context,
@@ -46,7 +48,7 @@ from .presenters import (
     thought_page,
     thought_rows,
 )
-from .row_reads import Param, compiled_rows, compiled_values, read_by_pk, rows_by_pks, values_by
+from .row_reads import Param, compiled_rows, compiled_values, rows_by_pks, values_by
 from .state import QuestionRows, SourceRows, UpdateMessage, UpdatePart
 from .watchers import has_members
 
@@ -127,12 +129,17 @@ def _thought_part(
 
 
 def _regions(
-    session: ThinkingSession, numbers: AbstractSet[int], *, plan: bool, finished: bool
+    session: ThinkingSession,
+    numbers: AbstractSet[int],
+    *,
+    plan: bool,
+    finished: bool,
+    newest: Stages | None = None,
 ) -> list[UpdatePart]:
     base = {"session": session, "oob": True, "source_numbers": numbers}
     parts: list[UpdatePart] = []
     if plan:
-        html = _render("_plan.html", {**base, **plan_context(session)})
+        html = _render("_plan.html", {**base, **plan_context(session, newest)})
         parts.append({"kind": "replace", "html": html})
     if finished:
         parts.append({"kind": "replace", "html": _render("_answer.html", base)})
@@ -210,9 +217,9 @@ def render_step(event: SessionEvent, sent: Sent | None) -> tuple[UpdateMessage, 
     if not (event.header or event.finished or sent is None):
         # A stage entered: the plan region is all that changed (half of a cycle's events),
         # unless the session has finished since (it is then read again, with its tallies).
-        session = read_by_pk(ThinkingSession, event.session_id)
+        session, newest = read_planned_session(event.session_id)
         if not session.is_finished:
-            plan_only = _regions(session, set(), plan=True, finished=False)
+            plan_only = _regions(session, set(), plan=True, finished=False, newest=newest)
             return {"type": "session.update", "parts": plan_only}, sent
     thoughts = _event_thoughts(event.session_id, event.thoughts)
     visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]

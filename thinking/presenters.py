@@ -251,7 +251,7 @@ def _checklist_html(steps: tuple[str, ...], current: int, heuristic: bool) -> st
     """The plan's checklist, drawn once per plan and step reached: the plan region is re-sent
     on every stage a session enters (half of a cycle's live updates), and its checklist (a
     loop of conditions per step) changes only when a step is reported or the session
-    completes (bench/README, "The plan region's checklist drawn once")."""
+    completes (bench/README, "A stage entered: the plan region from one statement")."""
     context = {"plan_steps": _step_states(steps, current), "heuristic": heuristic}
     return render_to_string("thinking/_plan_steps.html", context)
 
@@ -303,10 +303,51 @@ def _stage_html(stored: str, tag: str = "li") -> str:
     return render_to_string("thinking/_stage.html", {"item": _stage_line(item), "tag": tag})
 
 
-def plan_context(session: ThinkingSession) -> dict[str, Any]:
+# Between the stage items of `_planned_read`: a control character is never raw in JSON text.
+_STAGE_ITEMS = "\x1e"
+
+
+def _planned_read() -> models.QuerySet:
+    """The session's row with its newest stages as `_newest_stages` reads them, as one text
+    of "sequence:entry" items in no order (an annotation, `n_stages`). From one statement,
+    the row's stage count is its newest stage's number, so the newest are those above it
+    less STAGES_SHOWN (a session's numbers have no gaps: the oldest are pruned first)."""
+    session = OuterRef("pk")
+    item = Concat(
+        Cast("sequence", models.TextField()), Value(":"), Cast("entry", models.TextField()),
+        output_field=models.TextField(),
+    )  # fmt: skip
+    newest = Stage.objects.filter(
+        session_id=session, sequence__gt=OuterRef("stage_count") - STAGES_SHOWN
+    ).order_by()
+    joined = newest.values("session_id").annotate(text=StringAgg(item, Value(_STAGE_ITEMS)))
+    rows = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by()
+    return rows.annotate(n_stages=Subquery(joined.values("text")))
+
+
+Stages = list[tuple[int, str]]  # a session's newest stages, newest first: (number, entry's text)
+
+
+def read_planned_session(session_id: uuid.UUID) -> tuple[ThinkingSession, Stages]:
+    """The session's row and its newest stages, in one statement (compiled once per
+    connection): a stage entered (half of a cycle's live updates) draws the plan region
+    from them, and a render process waits out each statement it runs. Raises
+    `ThinkingSession.DoesNotExist` for a deleted session, as its row's read does."""
+    found = compiled_rows("live:session+stages", _planned_read, session=session_id)
+    if not found:
+        raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
+    (session,) = found
+    text = vars(session)["n_stages"]  # the annotation, set on the instance as the ORM sets it
+    items = (item.partition(":") for item in text.split(_STAGE_ITEMS)) if text else ()
+    return session, sorted(((int(number), entry) for number, _, entry in items), reverse=True)
+
+
+def plan_context(session: ThinkingSession, newest: Stages | None = None) -> dict[str, Any]:
     """The plan region: the checklist, the latest stage, and the newest stages before it
-    (a compiled read: it is drawn on every stage a session enters)."""
-    newest = compiled_values("plan:stages", _newest_stages, session=session.pk)
+    (`newest`, when read with the session's row: `read_planned_session`; else a compiled
+    read here: it is drawn on every stage a session enters)."""
+    if newest is None:
+        newest = compiled_values("plan:stages", _newest_stages, session=session.pk)
     # The count and the latest stage come from the same read as the lines: the session row,
     # read before, may be a stage behind them. The newest entry's number is the count, and
     # the entry is the session's progress (stages.record keeps both).

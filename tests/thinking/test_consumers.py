@@ -731,8 +731,16 @@ async def test_a_stage_entered_sends_the_plan_region_as_a_reload_shows_it(
         session.pk, stages.entry("analysis", "Thinking about: <b>tides</b>")
     )
 
-    message = await sync_to_async(render_event)(SessionEvent(session.pk, plan=True, header=False))
+    def rendered() -> tuple[Any, int]:
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
 
+        with CaptureQueriesContext(connection) as queries:
+            return render_event(SessionEvent(session.pk, plan=True, header=False)), len(queries)
+
+    message, statements = await sync_to_async(rendered)()
+
+    assert statements == 1  # the session's row with its newest stages (a render process waits)
     [part] = message["parts"]
     assert part["kind"] == "replace" and 'id="plan"' in part["html"]
     assert "Thinking about: &lt;b&gt;tides&lt;/b&gt;" in part["html"]

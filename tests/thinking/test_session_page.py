@@ -3,6 +3,7 @@ answers, the stream filter's hooks, the list's search, and the start form's extr
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -566,3 +567,51 @@ def test_a_live_updates_tallies_are_this_sessions_rows_on_postgresql(make_sessio
 
     needs_postgresql()
     _tallies_match_the_rows(make_session)
+
+
+def _planned_read_matches_the_rows(make_session: Any) -> None:
+    from thinking import presenters, stages
+    from thinking.row_reads import compiled_values
+
+    session, other, empty = (make_session(status=Status.THINKING) for _ in range(3))
+    for n in range(24):  # more than the region shows; quotes and a backslash JSON escapes
+        entry = stages.entry("analysis", f'Entry {n}: "tides" <b>\\</b>')
+        assert stages.record_sync(session.pk, entry)
+    assert stages.record_sync(other.pk, stages.entry("synthesis", "Another session's"))
+
+    row, newest = presenters.read_planned_session(session.pk)
+
+    # The newest twenty, newest first, each as the page's own read of them has it.
+    expected = compiled_values("plan:stages", presenters._newest_stages, session=session.pk)
+    assert newest == [tuple(item) for item in expected]
+    assert [number for number, _ in newest] == list(range(24, 4, -1))
+    assert json.loads(newest[0][1])["message"].startswith('Entry 23: "tides"')
+    fields = [f.attname for f in ThinkingSession._meta.concrete_fields]
+    fresh = ThinkingSession.objects.get(pk=session.pk)
+    assert not row.get_deferred_fields()
+    assert [getattr(row, f) for f in fields] == [getattr(fresh, f) for f in fields]
+    # Drawn from either read, the same region.
+    assert presenters.plan_context(row, newest) == presenters.plan_context(fresh)
+    assert presenters.read_planned_session(empty.pk)[1] == []
+    gone = empty.pk
+    empty.delete()
+    with pytest.raises(ThinkingSession.DoesNotExist):
+        presenters.read_planned_session(gone)
+
+
+def test_a_stage_entered_reads_the_session_with_its_newest_stages(make_session: Any):
+    """The one read a stage entered makes gives the session's row and its newest twenty
+    stages as the page reads them (none of another session's)."""
+    _planned_read_matches_the_rows(make_session)
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_a_stage_entered_reads_the_session_with_its_newest_stages_on_postgresql(
+    make_session: Any,
+):
+    """The same on PostgreSQL, where the read is prepared on the server."""
+    from tests.helpers import needs_postgresql
+
+    needs_postgresql()
+    _planned_read_matches_the_rows(make_session)

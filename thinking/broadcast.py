@@ -616,7 +616,7 @@ async def publish(event: SessionEvent) -> None:
 async def _rendered(event: SessionEvent) -> UpdateMessage:
     """A stored step rendered by a render process if one is ready, else here in a database
     hop. A step in flight reads nothing: it is drawn on the event loop itself, where it
-    costs a quarter of a hop's own CPU, and it does not wait behind the database (its
+    costs a fifth to a third of a hop's own CPU, and it does not wait behind the database (its
     hops, a stalled connection) to show the reasoning streaming in."""
     if event.live is not None:
         return render_event(event)

@@ -309,7 +309,7 @@ _STAGE_ITEMS = "\x1e"
 
 def _planned_read() -> models.QuerySet:
     """The session's row with its newest stages as `_newest_stages` reads them, as one text
-    of "sequence:entry" items in no order (an annotation, `n_stages`). From one statement,
+    of "sequence:entry" items in no order (an annotation, `stage_items`). From one statement,
     the row's stage count is its newest stage's number, so the newest are those above it
     less STAGES_SHOWN (a session's numbers have no gaps: the oldest are pruned first)."""
     session = OuterRef("pk")
@@ -322,7 +322,7 @@ def _planned_read() -> models.QuerySet:
     ).order_by()
     joined = newest.values("session_id").annotate(text=StringAgg(item, Value(_STAGE_ITEMS)))
     rows = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by()
-    return rows.annotate(n_stages=Subquery(joined.values("text")))
+    return rows.annotate(stage_items=Subquery(joined.values("text")))
 
 
 Stages = list[tuple[int, str]]  # a session's newest stages, newest first: (number, entry's text)
@@ -337,7 +337,7 @@ def read_planned_session(session_id: uuid.UUID) -> tuple[ThinkingSession, Stages
     if not found:
         raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
     (session,) = found
-    text = vars(session)["n_stages"]  # the annotation, set on the instance as the ORM sets it
+    text = vars(session)["stage_items"]  # the annotation, set on the instance as the ORM sets it
     items = (item.partition(":") for item in text.split(_STAGE_ITEMS)) if text else ()
     return session, sorted(((int(number), entry) for number, _, entry in items), reverse=True)
 
@@ -352,15 +352,15 @@ def plan_context(session: ThinkingSession, newest: Stages | None = None) -> dict
     # read before, may be a stage behind them. The newest entry's number is the count, and
     # the entry is the session's progress (stages.record keeps both).
     if newest:
-        (count, stored), progress = newest[0], json.loads(newest[0][1])
+        (count, latest), progress = newest[0], json.loads(newest[0][1])
     else:
         count, progress = session.stage_count, session.progress
-        stored = json.dumps(progress)
+        latest = json.dumps(progress) if progress.get("message") else ""
     return {
         "checklist": _checklist(session),
-        "progress_line": _stage_html(stored, "p") if progress.get("message") else None,
+        "progress_line": _stage_html(latest, "p") if progress.get("message") else None,
         "stage_count": count,
-        "stage_history": [_stage_html(stored) for (_, stored) in newest],
+        "stage_history": [_stage_html(entry) for (_, entry) in newest],
         "stages_shown": STAGES_SHOWN,
         "stages_kept": stages.MAX_STAGES,
     }

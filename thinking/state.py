@@ -39,7 +39,7 @@ class StageEntry(TypedDict):
 
 
 class PlanStep(TypedDict):
-    """The plan as a checklist row (presenters.plan_steps)."""
+    """The plan as a checklist row (presenters._step_states, drawn by _plan_steps.html)."""
 
     text: str
     state: Literal["done", "current", "todo"]

@@ -533,12 +533,25 @@ def test_the_plan_checklist_follows_each_reported_step_and_escapes_the_plan(make
     session.plan = {**session.plan, "current": 2}
     drawn = plan_context(session)["checklist"]
     assert re.findall(r'class="step-(\w+)"', drawn) == ["done", "done", "current"]
-    other = make_session(
-        status=Status.THINKING, plan={"steps": steps, "source": "heuristic", "current": 2}
+    # The same plan at the same step, made by the heuristic planner: drawn with its hint.
+    heuristic = make_session(
+        status=Status.THINKING,
+        plan={"steps": steps, "source": "heuristic", "current": 2, "step_reported": True},
     )
-    drawn = plan_context(other)["checklist"]
-    assert re.findall(r'class="step-(\w+)"', drawn) == ["todo"] * 3  # nothing reported there
+    drawn = plan_context(heuristic)["checklist"]
+    assert re.findall(r'class="step-(\w+)"', drawn) == ["done", "done", "current"]
     assert "A simple plan made from the question's key terms." in drawn
+    # Another session with the same plan: its own progress decides, here nothing reported
+    # yet, there a step reported by the model's progress tool.
+    quiet = make_session(status=Status.THINKING, plan={"steps": steps, "current": 2})
+    assert re.findall(r'class="step-(\w+)"', plan_context(quiet)["checklist"]) == ["todo"] * 3
+    told = make_session(
+        status=Status.THINKING,
+        plan={"steps": steps, "current": 1},
+        progress={"message": "Comparing", "plan_step": 2},
+    )
+    drawn = plan_context(told)["checklist"]
+    assert re.findall(r'class="step-(\w+)"', drawn) == ["done", "current", "todo"]
     assert plan_context(make_session(plan={}))["checklist"] == ""
 
 

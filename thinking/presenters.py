@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
@@ -223,14 +223,14 @@ def sub_question_slot(question: SubQuestion, parents: Mapping[int, int | None]) 
     return f"subq-children-{slot}"
 
 
-def _current_step(session: ThinkingSession) -> int:
+def _current_step(session: ThinkingSession, steps: list[str]) -> int:
     """The index of the step under way in the plan's checklist: past the last once the
     session completed, -1 while nobody has reported one. A step is done or current only
     when somebody reported it (the model's progress tool) or the session completed; elapsed
     time never moves it."""
     plan: PlanState = session.plan
     if session.status == Status.COMPLETED:
-        return len(plan.get("steps") or [])
+        return len(steps)
     if plan.get("step_reported") or session.progress.get("plan_step"):
         return plan.get("current", 0)
     return -1
@@ -263,7 +263,7 @@ def _checklist(session: ThinkingSession) -> str:
         return ""
     # As text: the template draws each step's text as a string; the key must be hashable.
     texts = tuple(str(text) for text in steps)
-    return _checklist_html(texts, _current_step(session), plan.get("source") == "heuristic")
+    return _checklist_html(texts, _current_step(session, steps), plan.get("source") == "heuristic")
 
 
 STAGES_SHOWN = 20  # the plan region shows the newest stages only, so it never grows
@@ -333,11 +333,8 @@ def read_planned_session(session_id: uuid.UUID) -> tuple[ThinkingSession, Stages
     connection): a stage entered (half of a cycle's live updates) draws the plan region
     from them, and a render process waits out each statement it runs. Raises
     `ThinkingSession.DoesNotExist` for a deleted session, as its row's read does."""
-    found = compiled_rows("live:session+stages", _planned_read, session=session_id)
-    if not found:
-        raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
-    (session,) = found
-    text = vars(session)["stage_items"]  # the annotation, set on the instance as the ORM sets it
+    session, annotated = _annotated_session("live:session+stages", _planned_read, session_id)
+    text = annotated["stage_items"]
     items = (item.partition(":") for item in text.split(_STAGE_ITEMS)) if text else ()
     return session, sorted(((int(number), entry) for number, _, entry in items), reverse=True)
 
@@ -597,6 +594,19 @@ _SESSION_TALLIED = {
 }
 
 
+def _annotated_session(
+    kind: str, build: Callable[[], models.QuerySet], session_id: uuid.UUID
+) -> tuple[ThinkingSession, dict[str, Any]]:
+    """A compiled read of the session's row with annotations: the row, and its attributes
+    (the annotations among them, set on the instance as the ORM sets them). Raises
+    `ThinkingSession.DoesNotExist` for a deleted session, as its row's read does."""
+    found = compiled_rows(kind, build, session=session_id)
+    if not found:
+        raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
+    (session,) = found
+    return session, vars(session)
+
+
 def read_tallied_session(
     session_id: uuid.UUID, *, states: bool = False
 ) -> tuple[ThinkingSession, Tallies]:
@@ -606,11 +616,7 @@ def read_tallied_session(
     "A live update's counts in one read", "A thought cycle's update in two reads"). Raises
     `ThinkingSession.DoesNotExist` for a deleted session, as its row's read does."""
     kind, build = _SESSION_TALLIED[states]
-    found = compiled_rows(kind, build, session=session_id)
-    if not found:
-        raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
-    (session,) = found
-    tallied = vars(session)  # the annotations, set on the instance as the ORM sets them
+    session, tallied = _annotated_session(kind, build, session_id)
     text = tallied.get("n_states")
     return session, Tallies(
         counts={name: tallied[f"n_{name}"] for name in _counted()},

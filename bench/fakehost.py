@@ -166,10 +166,10 @@ class _Exa(FakeExa):
             return super()._answer(record)
         finally:
             query = record.body.get("query", "") if isinstance(record.body, dict) else ""
+            search = {"t0": started, "t1": time.monotonic(), "path": record.path, "query": query}
+            self.bench.local.search = search
             with self.bench.lock:
-                self.bench.searches.append(
-                    {"t0": started, "t1": time.monotonic(), "path": record.path, "query": query}
-                )
+                self.bench.searches.append(search)
 
 
 def _serve(conn: Any) -> None:
@@ -182,19 +182,25 @@ def _serve(conn: Any) -> None:
     anthropic_server._Handler.disable_nagle_algorithm = True
     exa_server._Handler.disable_nagle_algorithm = True
     host = _Host()
-    post = anthropic_server._Handler._post
 
-    def timed_post(handler: Any) -> None:
-        # How long the fake took to answer: its delay plus streaming the reply.
-        host.local.record = None
-        try:
-            post(handler)
-        finally:
-            record = host.local.record
-            if record is not None:
-                record["served"] = time.monotonic() - record["t"]
+    def timed(handle: Any, slot: str) -> Any:
+        # How long the fake took to answer a request: from its body on (reading and checking
+        # it too) to the reply's last byte, the fake's own time that a real provider's
+        # latency holds. Set on the record the request made (host.local's `slot`), if any.
+        def run(handler: Any) -> None:
+            received = time.monotonic()
+            setattr(host.local, slot, None)
+            try:
+                handle(handler)
+            finally:
+                record = getattr(host.local, slot)
+                if record is not None:
+                    record["provider"] = (received, time.monotonic())
 
-    anthropic_server._Handler._post = timed_post
+        return run
+
+    anthropic_server._Handler._post = timed(anthropic_server._Handler._post, "record")
+    exa_server._Handler.do_POST = timed(exa_server._Handler.do_POST, "search")
     claude = _Anthropic()
     claude.bench = host
     exa = _Exa()

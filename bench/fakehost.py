@@ -184,17 +184,19 @@ def _serve(conn: Any) -> None:
     host = _Host()
 
     def timed(handle: Any, slot: str) -> Any:
-        # How long the fake took to answer a request: from its body on (reading and checking
-        # it too) to the reply's last byte, the fake's own time that a real provider's
-        # latency holds. Set on the record the request made (host.local's `slot`), if any.
+        # How long the fake took to answer a request: from the start of reading its body
+        # (checking it too) to the reply's last byte, the fake's own time that a real
+        # provider's latency holds, and the CPU its thread used meanwhile. Set on the record
+        # the request made (host.local's `slot`), if any.
         def run(handler: Any) -> None:
-            received = time.monotonic()
+            received, cpu = time.monotonic(), time.thread_time()
             setattr(host.local, slot, None)
             try:
                 handle(handler)
             finally:
                 record = getattr(host.local, slot)
                 if record is not None:
+                    record["provider_cpu"] = time.thread_time() - cpu
                     record["provider"] = (received, time.monotonic())
 
         return run

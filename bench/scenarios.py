@@ -91,28 +91,31 @@ def _requests_of(stats: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return [r for r in stats["requests"] if r["key"] == key]
 
 
-def _search_waves(stats: dict[str, Any], key: str) -> int:
+def _provider_spans(
+    stats: dict[str, Any], key: str, latency: float
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """A session's model calls and web searches as spans of the time a provider needs: L
+    plus the CPU the fake's thread spent on the request (reading and checking its body,
+    writing the reply; its request line and headers, read before, stay ours), from when it
+    began reading it. A real provider's latency holds its own parsing and streaming; the
+    fakes' Python is no part of ours. The rest of the fake's wall time (waiting for a core
+    that our processes or its other threads held, oversleeping L) stays ours. A request the
+    fakes' process had not yet stamped when the stats were read (it does so a moment after
+    its last byte) counts as L from its arrival."""
+
+    def span(record: dict[str, Any], arrived: float) -> tuple[float, float]:
+        began = record["provider"][0] if "provider" in record else arrived
+        return began, began + latency + record.get("provider_cpu", 0.0)
+
+    calls = [span(r, r["t"]) for r in _requests_of(stats, key)]
     tag = session_tag(key)
-    spans = [(s["t0"], s["t1"]) for s in stats["searches"] if tag in s["query"]]
-    return len(merged_intervals(spans))
+    searches = [span(s, s["t0"]) for s in stats["searches"] if tag in s["query"]]
+    return calls, searches
 
 
-def _providers_time(stats: dict[str, Any], key: str, latency: float) -> float:
-    """Seconds the fakes themselves spent on a session's calls: each model call from its
-    request's body read to its reply's last byte, and each wave of web searches (overlapping
-    searches once) from the first request read to the last answer sent. A real provider's
-    latency holds its own parsing and streaming; the fakes', in Python, is no part of ours."""
-    tag = session_tag(key)
-    calls = sum(_took(r, latency) for r in _requests_of(stats, key))
-    spans = [s["provider"] for s in stats["searches"] if tag in s["query"] and "provider" in s]
-    return calls + sum(end - start for start, end in merged_intervals(spans))
-
-
-def _took(request: dict[str, Any], latency: float) -> float:
-    """The fake's own time for one model call; L for one whose handler had not yet stamped
-    it when the stats were read (the fakes' process ends it a moment after its last byte)."""
-    span = request.get("provider")
-    return span[1] - span[0] if span else latency
+def _covered(spans: list[tuple[float, float]]) -> float:
+    """Seconds inside any of the spans: calls or searches in parallel count once."""
+    return sum(end - start for start, end in merged_intervals(spans))
 
 
 def _cpu_seconds(loop_native: int) -> dict[str, float]:
@@ -134,8 +137,9 @@ async def warm_up(setup: Setup) -> None:
 
 
 async def overhead(setup: Setup) -> dict[str, Any]:
-    """Sessions whose model calls (and web searches) each take L: wall time over the sum of
-    the latencies it could not avoid (calls in sequence; parallel searches count once)."""
+    """Sessions whose model calls (and web searches) each take L: wall time over the time it
+    could not avoid, each call and search L plus the CPU the fakes spent on it
+    (`_provider_spans`; calls or searches in parallel count once)."""
     # Each with a page open (every step rendered and sent), then the same with none open
     # (the renders skipped): a long session mostly runs with nobody watching.
     plan = [(0.05, 1, True)] if setup.quick else [(0.5, 2, True), (0.05, 3, True)]
@@ -154,9 +158,10 @@ async def overhead(setup: Setup) -> dict[str, Any]:
             await run_supervised([run], timeout=60 + 200 * latency * cycles, watched=watched)
             stats = setup.fakes.stats()
             requests = _requests_of(stats, key)
-            waves = _search_waves(stats, key)
+            calls, searches = _provider_spans(stats, key, latency)
+            waves = len(merged_intervals(searches))
             steps = len(requests) + waves
-            critical = _providers_time(stats, key, latency)
+            critical = _covered(calls + searches)
             rows.append(
                 {
                     "wall_s": round(run.wall, 3),
@@ -216,29 +221,28 @@ async def _explain(
         connection_created.disconnect(count)
     stats = setup.fakes.stats()
     requests = _requests_of(stats, key)
-    waves = _search_waves(stats, key)
+    calls, searches = _provider_spans(stats, key, latency)
+    waves = len(merged_intervals(searches))
     seconds = breakdown(trace.spans, run.started, run.ended)
-    critical = _providers_time(stats, key, latency)
-    calls = sum(_took(r, latency) for r in requests)
-    seconds["model calls"] -= calls
-    seconds["web searches"] -= critical - calls
-    # From the reply's choice (after reading and checking the request) to its last byte.
-    served = [r["provider"][1] - r["t"] for r in requests if "provider" in r]
+    seconds["model calls"] -= _covered(calls)
+    seconds["web searches"] -= _covered(searches)
     steps = len(requests) + waves
+    stamped = [r for r in requests if "provider" in r]
+    beyond = [r["provider"][1] - r["provider"][0] - latency for r in stamped]
     return {
         "wall_s": round(run.wall, 3),
-        "ratio": round(run.wall / critical, 4),
+        "ratio": round(run.wall / _covered(calls + searches), 4),
         "over_critical_path_ms_per_call": {
             name: round(1000 * value / steps, 2) for name, value in seconds.items()
         },
         "database_connections_opened": opened["connections"],
         "sql_statements": trace.queries,
-        "fake_streaming_ms_per_call": round(
-            1000 * (statistics.mean(served) - latency) if served else 0.0, 2
-        ),
-        # The fake's whole time per call beyond L (reading the request too): the part of
-        # "over L" that is the provider's, not ours.
-        "fake_own_ms_per_call": round(1000 * (calls / len(requests) - latency), 2),
+        # The fake's wall time per call beyond L, and the CPU its handler thread used per
+        # call: the part of "over L" the critical path counts as the provider's.
+        "fake_own_ms_per_call": round(1000 * statistics.mean(beyond), 2) if stamped else None,
+        "fake_cpu_ms_per_call": round(1000 * statistics.mean(r["provider_cpu"] for r in stamped), 2)
+        if stamped
+        else None,
     }
 
 

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -91,9 +92,28 @@ def _requests_of(stats: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return [r for r in stats["requests"] if r["key"] == key]
 
 
-def _provider_spans(
-    stats: dict[str, Any], key: str, latency: float
-) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+Span = tuple[float, float]
+
+
+@dataclass
+class _Timed:
+    """A session's model calls (their records, and spans) and web searches (spans), as the
+    fakes timed them (`_timed`)."""
+
+    requests: list[dict[str, Any]]
+    calls: list[Span]
+    searches: list[Span]
+
+    @property
+    def waves(self) -> int:
+        return len(merged_intervals(self.searches))
+
+    @property
+    def critical(self) -> float:
+        return _covered(self.calls + self.searches)
+
+
+def _timed(stats: dict[str, Any], key: str, latency: float) -> _Timed:
     """A session's model calls and web searches as spans of the time a provider needs: L
     plus the CPU the fake's thread spent on the request (reading and checking its body,
     writing the reply; its request line and headers, read before, stay ours), from when it
@@ -103,17 +123,17 @@ def _provider_spans(
     fakes' process had not yet stamped when the stats were read (it does so a moment after
     its last byte) counts as L from its arrival."""
 
-    def span(record: dict[str, Any], arrived: float) -> tuple[float, float]:
+    def span(record: dict[str, Any], arrived: float) -> Span:
         began = record["provider"][0] if "provider" in record else arrived
         return began, began + latency + record.get("provider_cpu", 0.0)
 
-    calls = [span(r, r["t"]) for r in _requests_of(stats, key)]
+    requests = _requests_of(stats, key)
     tag = session_tag(key)
     searches = [span(s, s["t0"]) for s in stats["searches"] if tag in s["query"]]
-    return calls, searches
+    return _Timed(requests, [span(r, r["t"]) for r in requests], searches)
 
 
-def _covered(spans: list[tuple[float, float]]) -> float:
+def _covered(spans: list[Span]) -> float:
     """Seconds inside any of the spans: calls or searches in parallel count once."""
     return sum(end - start for start, end in merged_intervals(spans))
 
@@ -139,7 +159,7 @@ async def warm_up(setup: Setup) -> None:
 async def overhead(setup: Setup) -> dict[str, Any]:
     """Sessions whose model calls (and web searches) each take L: wall time over the time it
     could not avoid, each call and search L plus the CPU the fakes spent on it
-    (`_provider_spans`; calls or searches in parallel count once)."""
+    (`_timed`; calls or searches in parallel count once)."""
     # Each with a page open (every step rendered and sent), then the same with none open
     # (the renders skipped): a long session mostly runs with nobody watching.
     plan = [(0.05, 1, True)] if setup.quick else [(0.5, 2, True), (0.05, 3, True)]
@@ -157,11 +177,9 @@ async def overhead(setup: Setup) -> dict[str, Any]:
             (run,) = await _new_sessions(user, [key], synthesis_seconds=6 * latency)
             await run_supervised([run], timeout=60 + 200 * latency * cycles, watched=watched)
             stats = setup.fakes.stats()
-            requests = _requests_of(stats, key)
-            calls, searches = _provider_spans(stats, key, latency)
-            waves = len(merged_intervals(searches))
+            timed = _timed(stats, key, latency)
+            requests, waves, critical = timed.requests, timed.waves, timed.critical
             steps = len(requests) + waves
-            critical = _covered(calls + searches)
             rows.append(
                 {
                     "wall_s": round(run.wall, 3),
@@ -220,18 +238,17 @@ async def _explain(
     finally:
         connection_created.disconnect(count)
     stats = setup.fakes.stats()
-    requests = _requests_of(stats, key)
-    calls, searches = _provider_spans(stats, key, latency)
-    waves = len(merged_intervals(searches))
+    timed = _timed(stats, key, latency)
+    requests = timed.requests
     seconds = breakdown(trace.spans, run.started, run.ended)
-    seconds["model calls"] -= _covered(calls)
-    seconds["web searches"] -= _covered(searches)
-    steps = len(requests) + waves
+    seconds["model calls"] -= _covered(timed.calls)
+    seconds["web searches"] -= _covered(timed.searches)
+    steps = len(requests) + timed.waves
     stamped = [r for r in requests if "provider" in r]
     beyond = [r["provider"][1] - r["provider"][0] - latency for r in stamped]
     return {
         "wall_s": round(run.wall, 3),
-        "ratio": round(run.wall / _covered(calls + searches), 4),
+        "ratio": round(run.wall / timed.critical, 4),
         "over_critical_path_ms_per_call": {
             name: round(1000 * value / steps, 2) for name, value in seconds.items()
         },

@@ -99,18 +99,26 @@ Opened = tuple[str, Focus, Analysis | None, bool]
 def _open_cycle(*, session: ThinkingSession, run: Run) -> Opened:
     """A thought cycle's reads before its model call, in one hop: the status a person may
     have changed (LeaseLost if the lease went elsewhere), the focus and, when the cycle
-    goes straight to its thoughts, their stage and prompt's reads (`_open_analysis`); when
-    it researches the focus first, that research's planning stage. Neither when it stops
-    or ends: each decides from what this hop read and the session as last stored, so the
-    loop decides the same."""
-    status = steps.lease_status(session.pk, worker_id=run.worker_id)
+    goes straight to its thoughts, their stage and prompt's reads (`_analysis_reads`); when
+    it researches the focus first, that research's planning stage. The status is read by
+    the step that stores the stage, and nothing is stored when it stops or ends: each
+    decides from what this hop read and the session as last stored, so the loop decides
+    the same."""
     focus = select_focus(session=session)
-    if status in STOPPING or ending_reason(session):
-        return status, focus, None, False
-    if replan_due(session, focus):
-        entry = stages.entry("planning", stages.planning_message(focus))
-        return status, focus, None, stages.record_sync(session.pk, entry, worker_id=run.worker_id)
-    return status, focus, _open_analysis(session, focus, run=run), False
+    if ending_reason(session):
+        return steps.lease_status(session.pk, worker_id=run.worker_id), focus, None, False
+    planning = replan_due(session, focus)
+    entry = (
+        stages.entry("planning", stages.planning_message(focus))
+        if planning
+        else _analysis_entry(focus)
+    )
+    status, entered = stages.record_unless(
+        session.pk, entry, worker_id=run.worker_id, stopping=STOPPING
+    )
+    if status in STOPPING or planning:
+        return status, focus, None, entered
+    return status, focus, _analysis_reads(session, entered, run=run), False
 
 
 open_cycle = db_hop(_open_cycle)
@@ -121,13 +129,22 @@ def _recent_hints() -> models.QuerySet:
     return rows.order_by("-sequence").values_list("text")[:RECENT_HINTS]
 
 
+def _analysis_entry(focus: Focus) -> StageEntry:
+    return stages.entry("analysis", f"Thinking about: {focus.text}")
+
+
 def _open_analysis(session: ThinkingSession, focus: Focus, *, run: Run) -> Analysis:
-    """A thought cycle's stage and its prompt's reads, in one hop: whether the stage was
-    stored (not once the session ended), the sources known, the newest hints (newest
-    first) and the session log. The log carries the sources, earlier cycles and syntheses:
-    nothing else is read (its read counts the sources)."""
-    entry = stages.entry("analysis", f"Thinking about: {focus.text}")
-    entered = stages.record_sync(session.pk, entry, worker_id=run.worker_id)
+    """A thought cycle's stage and its prompt's reads, in one hop, after the focus's own
+    research (`_analysis_reads`)."""
+    entered = stages.record_sync(session.pk, _analysis_entry(focus), worker_id=run.worker_id)
+    return _analysis_reads(session, entered, run=run)
+
+
+def _analysis_reads(session: ThinkingSession, entered: bool, *, run: Run) -> Analysis:
+    """A thought cycle's prompt's reads once its stage is stored or not (`entered`; not once
+    the session ended): the sources known, the newest hints (newest first) and the session
+    log. The log carries the sources, earlier cycles and syntheses: nothing else is read
+    (its read counts the sources)."""
     hints = [text for (text,) in compiled_values("loop:hints", _recent_hints, session=session.pk)]
     log = run.log.read(session)
     return entered, run.log.source_count, hints, log

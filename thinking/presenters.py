@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import models
-from django.db.models import Count, F, Func, OuterRef, StringAgg, Subquery, Value
+from django.db.models import Count, OuterRef, StringAgg, Subquery, Value
 from django.db.models.functions import Cast, Concat
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -32,7 +32,7 @@ from .models import (
     Thought,
     ThoughtType,
 )
-from .row_reads import compiled_rows, compiled_values, values_by
+from .row_reads import aggregate, compiled_rows, compiled_values, values_by
 from .state import PlanState, PlanStep
 
 # WebSocket routes are not in Django's URLconf; routing.py builds its pattern from this.
@@ -523,13 +523,6 @@ class Tallies:
     states: list[str] | None = None  # every sub-question's "pk:state" item, when asked for
 
 
-def _aggregate(rows: models.QuerySet, function: str, column: str = "pk") -> Subquery:
-    # One value per session row: an aggregate with no GROUP BY is one row, 0 (COUNT) or
-    # NULL (MIN, MAX) when there are none.
-    value = Func(F(column), function=function, output_field=models.IntegerField())
-    return Subquery(rows.order_by().annotate(value=value).values("value"))
-
-
 @functools.cache
 def _marks() -> tuple[str, ...]:
     from .citations import MARKS  # citations imports the live stream, which imports this
@@ -556,14 +549,14 @@ def _session_read(states: bool) -> models.QuerySet:
     sources = Source.objects.filter(session_id=session)
     columns = {
         # (a keyword spread: the type checker cannot resolve a field on a model variable)
-        f"n_{name}": _aggregate(model._default_manager.filter(**{"session_id": session}), "COUNT")
+        f"n_{name}": aggregate(model._default_manager.filter(**{"session_id": session}), "COUNT")
         for name, model in COUNTED.items()
     }
-    columns |= {f"n_{mark}": _aggregate(checks.filter(verdict=mark), "COUNT") for mark in _marks()}
+    columns |= {f"n_{mark}": aggregate(checks.filter(verdict=mark), "COUNT") for mark in _marks()}
     columns |= {
-        "n_sources": _aggregate(sources, "COUNT"),
-        "n_sources_low": _aggregate(sources, "MIN", "number"),
-        "n_sources_top": _aggregate(sources, "MAX", "number"),
+        "n_sources": aggregate(sources, "COUNT"),
+        "n_sources_low": aggregate(sources, "MIN", "number"),
+        "n_sources_top": aggregate(sources, "MAX", "number"),
     }
     if states:
         columns["n_states"] = Subquery(question_states(session))

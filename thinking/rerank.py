@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Count
+from django.db.models import OuterRef
 from django.utils import timezone
 
 from config.hops import db_hop
@@ -31,7 +31,7 @@ from .events import SessionEvent
 from .live import publish_safely
 from .llm import LLMError, Reply, prompt_message
 from .models import SESSION_KEY, Lap, Source, SubQuestion, Synthesis, ThinkingSession, Thought
-from .row_reads import Param, compiled_values
+from .row_reads import Param, aggregate, compiled_values
 from .row_writes import update_by_pk
 from .run import Run
 
@@ -102,33 +102,26 @@ def _open_rows() -> models.QuerySet:
     return SubQuestion.objects.filter(session_id=SESSION_KEY, **OPEN)
 
 
-def _counted(rows: models.QuerySet) -> models.QuerySet:
-    return rows.order_by().values("session_id").annotate(n=Count("pk")).values_list("n")
-
-
-def _open_count() -> models.QuerySet:
-    return _counted(_open_rows())
-
-
-def _source_count() -> models.QuerySet:
-    return _counted(Source.objects.filter(session_id=SESSION_KEY))
-
-
-def _count(kind: str, rows: Callable[[], models.QuerySet], session_id: uuid.UUID) -> int:
-    found = compiled_values(kind, rows, session=session_id)
-    return found[0][0] if found else 0  # no rows to group: none
-
-
-def source_count(session_id: uuid.UUID) -> int:
-    """The session's sources, counted by a compiled read (the thoughts prompt reads it too)."""
-    return _count("rerank:sources", _source_count, session_id)
+def _counts_query() -> models.QuerySet:
+    session = OuterRef("pk")
+    open_rows = SubQuestion.objects.filter(session_id=session, **OPEN)
+    counted = (
+        ThinkingSession.objects.filter(pk=SESSION_KEY)
+        .order_by()
+        .annotate(
+            n_open=aggregate(open_rows, "COUNT"),
+            n_sources=aggregate(Source.objects.filter(session_id=session), "COUNT"),
+        )
+    )
+    return counted.values_list("n_open", "n_sources")
 
 
 def _counts(session: ThinkingSession) -> tuple[int, int]:
     """What decides whether a re-ranking is due: open model-asked questions, sources. Read
-    every cycle, so only counted (compiled reads, row_reads.py); the material is read when
-    one is due."""
-    return _count("rerank:open", _open_count, session.pk), source_count(session.pk)
+    after every cycle, so only counted, both in one compiled statement (row_reads.py); the
+    material is read when one is due. None of either once the session is deleted."""
+    found = compiled_values("rerank:counts", _counts_query, session=session.pk)
+    return found[0] if found else (0, 0)
 
 
 Opened = tuple[int, dict[str, Any] | None]

@@ -22,6 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import F, Func, Subquery
 from django.db.models.expressions import Value
 from django.db.models.query import ModelIterable, ValuesListIterable
 from django.db.transaction import TransactionManagementError
@@ -247,6 +248,14 @@ class Param(Value):
 
     def as_sql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
         return "%s", (Slot(self.name, self.output_field),)
+
+
+def aggregate(rows: models.QuerySet, function: str, column: str = "pk") -> Subquery:
+    """COUNT, MIN or MAX of one column of `rows` (filtered to the outer row by an `OuterRef`)
+    as a subquery, one value per outer row: a plain SQL function, not the ORM's aggregate,
+    so no GROUP BY, and 0 (COUNT) or NULL (MIN, MAX) when there are no rows."""
+    value = Func(F(column), function=function, output_field=models.BigIntegerField())
+    return Subquery(rows.order_by().values(v=value))
 
 
 @dataclass(frozen=True)

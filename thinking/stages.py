@@ -13,6 +13,7 @@ older ones are deleted PRUNE_EVERY at a time) and the latest is also
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection, Sequence
 from typing import Any, cast
 
 from django.db.models import F
@@ -119,21 +120,45 @@ def record(session: ThinkingSession, *items: StageEntry) -> dict[str, Any]:
 
 
 class _Finished(Exception):
-    """The session already ended: its stage history is closed (rolls the step back)."""
+    """The session already ended, or is stopping: nothing is stored (rolls the step back)."""
 
 
 def record_sync(session_id: uuid.UUID, *items: StageEntry, worker_id: str | None = None) -> bool:
     """Store `items` through the session's step, in one transaction. With `worker_id`, only
     while that worker holds the lease (LeaseLost otherwise; Stopped once cancelled, as every
     writer). Never on a finished session: False then, True if stored."""
+    return _record_in_step(session_id, items, worker_id=worker_id)[1]
+
+
+def record_unless(
+    session_id: uuid.UUID, item: StageEntry, *, worker_id: str, stopping: Collection[str]
+) -> tuple[str, bool]:
+    """`record_sync` for a thought cycle's first stage, which also reads the status a person
+    may have changed, from the row its step locks (a read of its own cost every cycle a
+    statement): that status, and whether `item` was stored. Nothing is written while the
+    status is one of `stopping` (a cancelled session included), nor on a finished one."""
+    return _record_in_step(session_id, (item,), worker_id=worker_id, stopping=stopping)
+
+
+def _record_in_step(
+    session_id: uuid.UUID,
+    items: Sequence[StageEntry],
+    *,
+    worker_id: str | None,
+    stopping: Collection[str] | None = None,
+) -> tuple[str, bool]:
+    status = ""
     try:
-        with ThinkingSession.step(session_id, worker_id=worker_id) as step:
-            if step.session.is_finished:
+        with ThinkingSession.step(
+            session_id, worker_id=worker_id, stop_on_cancel=stopping is None
+        ) as step:
+            status = step.session.status
+            if step.session.is_finished or status in (stopping or ()):
                 raise _Finished
             step.update(**record(step.session, *items))
     except _Finished:
-        return False
-    return True
+        return status, False
+    return status, True
 
 
 _record = db_hop(record_sync)

@@ -18,11 +18,11 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import models
-from django.db.models import F, Func, OuterRef, Subquery
+from django.db.models import OuterRef
 
 from .evidence import evidence_pack
 from .models import SESSION_KEY, Source, SubQuestion, Synthesis, ThinkingSession, Thought
-from .row_reads import Param, compiled_values
+from .row_reads import Param, aggregate, compiled_values
 
 EPOCH_CYCLES = 30
 MAX_SOURCES = 60  # beyond this many, sources are reached through the search tools only
@@ -257,30 +257,24 @@ def _assemble(question: str, rows: _Rows, blocks: _Blocks | None = None) -> tupl
 # one edited, a row committed under an older key, a new epoch) reads the whole log again.
 
 
-def _aggregate(rows: models.QuerySet, function: str, column: str = "pk") -> Subquery:
-    """COUNT or MAX of one column of `rows` (filtered to the outer session) as a subquery:
-    no GROUP BY, so a session without such rows counts 0."""
-    value = Func(F(column), function=function, output_field=models.BigIntegerField())
-    return Subquery(rows.filter(session_id=OuterRef("pk")).order_by().values(v=value))
-
-
 def _marks_query() -> models.QuerySet:
-    model_thoughts = Thought.objects.filter(type__in=MODEL_TYPES)
+    session = OuterRef("pk")
+    model_thoughts = Thought.objects.filter(session_id=session, type__in=MODEL_TYPES)
     kinds = {
         # Only the kept epoch's thoughts are counted: the log shows no others, and counting
         # every thought made each read grow with the session (the (session, cycle) index
         # finds the epoch's rows and the last cycle without walking the rest).
         "thoughts": model_thoughts.filter(cycle__gte=_EPOCH),
-        "syntheses": Synthesis.objects.all(),
-        "sources": Source.objects.all(),
-        "questions": SubQuestion.objects.all(),
+        "syntheses": Synthesis.objects.filter(session_id=session),
+        "sources": Source.objects.filter(session_id=session),
+        "questions": SubQuestion.objects.filter(session_id=session),
     }
-    columns: dict[str, Any] = {"last_cycle": _aggregate(model_thoughts, "MAX", "cycle")}
+    columns: dict[str, Any] = {"last_cycle": aggregate(model_thoughts, "MAX", "cycle")}
     for name, rows in kinds.items():
-        columns[f"n_{name}"] = _aggregate(rows, "COUNT")
-        columns[f"newest_{name}"] = _aggregate(rows, "MAX")
-    session = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
-    return session.values_list(*_Marks._fields)
+        columns[f"n_{name}"] = aggregate(rows, "COUNT")
+        columns[f"newest_{name}"] = aggregate(rows, "MAX")
+    marks = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
+    return marks.values_list(*_Marks._fields)
 
 
 class _Marks(NamedTuple):

@@ -129,6 +129,11 @@ def _recent_hints() -> models.QuerySet:
     return rows.order_by("-sequence").values_list("text")[:RECENT_HINTS]
 
 
+def recent_hints(session_id: uuid.UUID) -> list[str]:
+    """The newest hints a person gave, newest first (every thought cycle's prompt shows them)."""
+    return [text for (text,) in compiled_values("loop:hints", _recent_hints, session=session_id)]
+
+
 def _analysis_entry(focus: Focus) -> StageEntry:
     return stages.entry("analysis", f"Thinking about: {focus.text}")
 
@@ -145,7 +150,7 @@ def _analysis_reads(session: ThinkingSession, entered: bool, *, run: Run) -> Ana
     the session ended): the sources known, the newest hints (newest first) and the session
     log. The log carries the sources, earlier cycles and syntheses: nothing else is read
     (its read counts the sources)."""
-    hints = [text for (text,) in compiled_values("loop:hints", _recent_hints, session=session.pk)]
+    hints = recent_hints(session.pk)
     log = run.log.read(session)
     return entered, run.log.source_count, hints, log
 

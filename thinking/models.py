@@ -716,8 +716,15 @@ class Thought(LoggedRow):
             models.UniqueConstraint(fields=["session", "sequence"], name="thought_seq_unique"),
         ]
         # The session log reads an epoch's thoughts and the last cycle on every model call
-        # (transcript.py): by cycle, so its cost does not grow with the session.
-        indexes = [models.Index(fields=["session", "cycle"], name="thought_session_cycle")]
+        # (transcript.py): by cycle, so its cost does not grow with the session. Every
+        # thought cycle reads the newest hints (loop.recent_hints), by type: without this
+        # index it walked every thought of the session to find few or none. (Not a partial
+        # index of hints: a prepared statement's generic plan, whose type is a parameter,
+        # cannot use one.)
+        indexes = [
+            models.Index(fields=["session", "cycle"], name="thought_session_cycle"),
+            models.Index(fields=["session", "type", "sequence"], name="thought_session_type"),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.sequence} {self.type}: {self.text[:60]}"

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import cProfile
 import gc
+import itertools
 import os
 import re
 import signal
@@ -1165,6 +1166,10 @@ async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float, int,
     return claims, seconds, tokens, cited
 
 
+GROWING_TABLES = ("thinking_thought", "thinking_subquestion", "thinking_source", "thinking_stage")
+ANALYZE_EVERY = 3.0  # seconds
+
+
 async def memory(setup: Setup) -> dict[str, Any]:
     """A compressed long session (no model latency, a synthesis every 10 s of active time):
     resident memory against cycles, to see whether it keeps growing. A 2-hour session at
@@ -1179,6 +1184,7 @@ async def memory(setup: Setup) -> dict[str, Any]:
     runs = await _new_sessions(user, [f"{setup.run_id}-m-0"], synthesis_seconds=10.0)
     session_id = runs[0].id
     samples: list[tuple[int, float, dict[str, float]]] = []
+    times: list[tuple[int, float]] = []  # cycles done, and when
     heap = HeapDiff()
     diff: dict[str, Any] = {}
 
@@ -1191,22 +1197,41 @@ async def memory(setup: Setup) -> dict[str, Any]:
 
         while True:
             done = await sync_to_async(cycles_now)()
+            times.append((done, time.monotonic()))
             samples.append((done, rss_mb(), heap_now()))
             # Snapshots while the session still runs, so its live state counts as kept.
             if heap.marked is None and done >= cycles // 2:
                 heap.mark()
             elif not diff and done >= cycles - 1:
                 diff = heap.finish()
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.1)
+
+    async def analyze() -> None:
+        # What autovacuum does in a real database as a session's tables grow: the
+        # statistics are brought up to date, and statements prepared on the server plan
+        # again. A compressed session runs in seconds what takes hours, well inside
+        # autovacuum's minute between passes, and its plans would stay those made for the
+        # empty tables it started with (a statement's cost then grew with the session
+        # where a real one's does not: bench/README.md, 2026-11-29).
+        from django.db import connection
+
+        def run() -> None:
+            with connection.cursor() as cursor:
+                cursor.execute(f"ANALYZE {', '.join(GROWING_TABLES)}")
+
+        while connection.vendor == "postgresql":
+            await asyncio.sleep(ANALYZE_EVERY)
+            await sync_to_async(run)()
 
     heap.start()
     async with PeakRSS() as peak:
-        sampler = asyncio.create_task(sample())
+        helpers = [asyncio.create_task(sample()), asyncio.create_task(analyze())]
         try:
             await run_supervised(runs, publish=None, timeout=1800)
         finally:
-            sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
     diff = diff or heap.finish()
     done = samples[-1][0] if samples else 0
     # Resident memory at each quarter of the run, by cycles completed.
@@ -1219,9 +1244,14 @@ async def memory(setup: Setup) -> dict[str, Any]:
     # The final answer reviews the whole session once (a peak of its own, not growth per
     # cycle): the slope over the thought cycles alone leaves it out.
     cycles_slope, _ = _per_100_cycles([row for row in half if row[0] < done])
+    pace = _quarter_pace(times)
     gc.collect()
     details = {
         "cycles": done,
+        # Cycles a second in each quarter of the run: a step whose cost grows with the
+        # session shows as a slower last quarter than the second (the first holds the
+        # session's start: its plan, research and first statements).
+        "cycles_per_s_by_quarter": pace,
         "wall_s": round(runs[0].wall, 1),
         "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX", ""),
         "db_threads": _db_threads(),
@@ -1241,8 +1271,30 @@ async def memory(setup: Setup) -> dict[str, Any]:
         + f" MB at each quarter (+{peak.peak - peak.before:.0f} MB peak); "
         f"second half {slope:+.1f} MB per 100 cycles ({cycles_slope:+.1f} before the final answer)"
     )
+    if pace:
+        shown += f"; the last quarter's pace {pace[-1] / pace[1]:.2f} x the second's"
     figures = [figure("9. memory, compressed long session", slope, shown)]
     return {"figures": figures, "details": details}
+
+
+def _quarter_pace(times: list[tuple[int, float]]) -> list[float]:
+    """Cycles a second in each quarter of a run's cycles, from (cycles done, when) samples:
+    each quarter from the first sample that reached its start to the first that reached its
+    end (not the samples after, which wait for the final answer). Empty for a run too short
+    to split."""
+    done = times[-1][0] if times else 0
+    reached = []
+    for quarter in range(5):
+        at = next(((c, t) for c, t in times if c >= done * quarter / 4), None)
+        if at is None:
+            return []
+        reached.append(at)
+    pace = []
+    for (c0, t0), (c1, t1) in itertools.pairwise(reached):
+        if c1 == c0 or t1 == t0:
+            return []
+        pace.append(round((c1 - c0) / (t1 - t0), 2))
+    return pace
 
 
 def _per_100_cycles(

@@ -57,7 +57,7 @@ from .models import (
     Thought,
     ThoughtType,
 )
-from .row_reads import compiled_rows, compiled_values
+from .row_reads import compiled_values
 from .run import Clock, Meter, Run
 from .state import StageEntry
 from .steps import Focus
@@ -74,19 +74,20 @@ RECENT_HINTS = 5
 STOPPING = (Status.PAUSED, Status.CANCELLED)
 
 
-def _next_open_question() -> models.QuerySet[SubQuestion]:
+def _next_open_question() -> models.QuerySet:
     # A person's question first (they asked for it now), then by priority, oldest first.
     rows = SubQuestion.objects.filter(session_id=SESSION_KEY, explored=False)
-    return rows.order_by(F("added_by").desc(nulls_last=True), "-priority", "created_at")[:1]
+    ordered = rows.order_by(F("added_by").desc(nulls_last=True), "-priority", "created_at")
+    return ordered.values_list("pk", "text", "priority")[:1]
 
 
 def select_focus(*, session: ThinkingSession) -> Focus:
     """The highest-priority unexplored sub-question, else the original question."""
-    found = compiled_rows("loop:focus", _next_open_question, session=session.pk)
+    found = compiled_values("loop:focus", _next_open_question, session=session.pk)
     if not found:
         return Focus(text=session.question)
-    (candidate,) = found
-    return Focus(text=candidate.text, sub_question_id=candidate.pk, priority=candidate.priority)
+    ((pk, text, priority),) = found
+    return Focus(text=text, sub_question_id=pk, priority=priority)
 
 
 Analysis = tuple[bool, int, list[str], tuple[str, ...]]

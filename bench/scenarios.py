@@ -1166,10 +1166,6 @@ async def _many_claims(session_id: Any, *, count: int) -> tuple[int, float, int,
     return claims, seconds, tokens, cited
 
 
-GROWING_TABLES = ("thinking_thought", "thinking_subquestion", "thinking_source", "thinking_stage")
-ANALYZE_EVERY = 3.0  # seconds
-
-
 async def memory(setup: Setup) -> dict[str, Any]:
     """A compressed long session (no model latency, a synthesis every 10 s of active time):
     resident memory against cycles, to see whether it keeps growing. A 2-hour session at
@@ -1195,10 +1191,14 @@ async def memory(setup: Setup) -> dict[str, Any]:
         def cycles_now() -> int:
             return ThinkingSession.objects.filter(pk=session_id).values_list("cycles", flat=True)[0]
 
-        while True:
+        for tick in itertools.count():
+            # The pace every 0.1 s (its clock read before the read, which may wait); memory
+            # every 0.5 s (the heap's figures cost a walk of the allocator's arenas).
+            now = time.monotonic()
             done = await sync_to_async(cycles_now)()
-            times.append((done, time.monotonic()))
-            samples.append((done, rss_mb(), heap_now()))
+            times.append((done, now))
+            if tick % 5 == 0:
+                samples.append((done, rss_mb(), heap_now()))
             # Snapshots while the session still runs, so its live state counts as kept.
             if heap.marked is None and done >= cycles // 2:
                 heap.mark()
@@ -1212,16 +1212,24 @@ async def memory(setup: Setup) -> dict[str, Any]:
         # again. A compressed session runs in seconds what takes hours, well inside
         # autovacuum's minute between passes, and its plans would stay those made for the
         # empty tables it started with (a statement's cost then grew with the session
-        # where a real one's does not: bench/README.md, 2026-11-29).
+        # where a real one's does not: bench/README.md, "Fewer statements per cycle").
         from django.db import connection
 
+        from thinking.models import Source, Stage, SubQuestion, Thought
+
+        tables = ", ".join(m._meta.db_table for m in (Thought, SubQuestion, Source, Stage))
+
         def run() -> None:
-            with connection.cursor() as cursor:
-                cursor.execute(f"ANALYZE {', '.join(GROWING_TABLES)}")
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(f"ANALYZE {tables}")
+            finally:
+                connection.close()  # a thread of the default executor: nothing closes it
 
         while connection.vendor == "postgresql":
-            await asyncio.sleep(ANALYZE_EVERY)
-            await sync_to_async(run)()
+            await asyncio.sleep(3.0)
+            # Not on the samples' thread: a sample would wait for it, and its time with it.
+            await sync_to_async(run, thread_sensitive=False)()
 
     heap.start()
     async with PeakRSS() as peak:

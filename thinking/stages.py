@@ -23,7 +23,7 @@ from config.hops import db_hop
 
 from .events import Publish, SessionEvent
 from .live import publish_safely
-from .models import Stage, ThinkingSession
+from .models import Stage, Status, Stopped, ThinkingSession
 from .row_writes import insert_rows
 from .state import StageEntry
 
@@ -135,9 +135,12 @@ def record_unless(
 ) -> tuple[str, bool]:
     """`record_sync` for a thought cycle's first stage, which also reads the status a person
     may have changed, from the row its step locks (a read of its own cost every cycle a
-    statement): that status, and whether `item` was stored. Nothing is written while the
-    status is one of `stopping` (a cancelled session included), nor on a finished one."""
-    return _record_in_step(session_id, (item,), worker_id=worker_id, stopping=stopping)
+    statement): that status, and whether `item` was stored. Nothing is stored while the
+    status is one of `stopping`, nor once the session is cancelled or finished."""
+    try:
+        return _record_in_step(session_id, (item,), worker_id=worker_id, stopping=stopping)
+    except Stopped:  # cancelled: every writer's step refuses it
+        return Status.CANCELLED, False
 
 
 def _record_in_step(
@@ -145,15 +148,13 @@ def _record_in_step(
     items: Sequence[StageEntry],
     *,
     worker_id: str | None,
-    stopping: Collection[str] | None = None,
+    stopping: Collection[str] = (),
 ) -> tuple[str, bool]:
     status = ""
     try:
-        with ThinkingSession.step(
-            session_id, worker_id=worker_id, stop_on_cancel=stopping is None
-        ) as step:
+        with ThinkingSession.step(session_id, worker_id=worker_id) as step:
             status = step.session.status
-            if step.session.is_finished or status in (stopping or ()):
+            if step.session.is_finished or status in stopping:
                 raise _Finished
             step.update(**record(step.session, *items))
     except _Finished:

@@ -820,6 +820,9 @@ async def test_a_cancel_seen_between_two_steps_reaches_open_pages_as_finished(
     assert events[-1] == SessionEvent(session.pk, finished=True)
     assert await session.thoughts.aexists(), "what was stored before the cancel stays"
     assert session.worker_id == "" and session.running_since is None
+    # The cycle the cancel stopped entered no stage: its first hop saw the cancel.
+    entered = [s["stage"] for s in await stage_history(session)]
+    assert entered.count("analysis") == 1, entered
 
 
 async def test_a_stop_asked_for_during_a_periodic_synthesis_still_gets_the_final_answer(

@@ -98,18 +98,18 @@ def due(session: ThinkingSession, *, source_count: int, open_count: int) -> bool
 OPEN = {"explored": False, "added_by": None}
 
 
-def _open_rows() -> models.QuerySet:
-    return SubQuestion.objects.filter(session_id=SESSION_KEY, **OPEN)
+def _open_rows(session: Any = SESSION_KEY) -> models.QuerySet:
+    """The session's open, model-asked rows; `session` names it (a `Param`, an `OuterRef`)."""
+    return SubQuestion.objects.filter(session_id=session, **OPEN)
 
 
 def _counts_query() -> models.QuerySet:
     session = OuterRef("pk")
-    open_rows = SubQuestion.objects.filter(session_id=session, **OPEN)
     counted = (
         ThinkingSession.objects.filter(pk=SESSION_KEY)
         .order_by()
         .annotate(
-            n_open=aggregate(open_rows, "COUNT"),
+            n_open=aggregate(_open_rows(session), "COUNT"),
             n_sources=aggregate(Source.objects.filter(session_id=session), "COUNT"),
         )
     )
@@ -119,7 +119,7 @@ def _counts_query() -> models.QuerySet:
 def _counts(session: ThinkingSession) -> tuple[int, int]:
     """What decides whether a re-ranking is due: open model-asked questions, sources. Read
     after every cycle, so only counted, both in one compiled statement (row_reads.py); the
-    material is read when one is due. None of either once the session is deleted."""
+    material is read when one is due. (0, 0) once the session is deleted."""
     found = compiled_values("rerank:counts", _counts_query, session=session.pk)
     return found[0] if found else (0, 0)
 

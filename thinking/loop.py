@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -93,7 +94,8 @@ def select_focus(*, session: ThinkingSession) -> Focus:
 Analysis = tuple[bool, int, list[str], tuple[str, ...]]
 # A cycle's first hop: the status, the focus, the thoughts' reads (`Analysis`) when the
 # cycle goes straight to them, and whether it stored the planning stage when the focus gets
-# its own research first (False when it does not).
+# its own research first (False when it does not). Each flag says a stage was stored that
+# is yet to be shown: False when the step that stored it showed it too (`_after_store`).
 Opened = tuple[str, Focus, Analysis | None, bool]
 
 
@@ -108,21 +110,67 @@ def _open_cycle(*, session: ThinkingSession, run: Run) -> Opened:
     focus = select_focus(session=session)
     if ending_reason(session):
         return steps.lease_status(session.pk, worker_id=run.worker_id), focus, None, False
-    planning = replan_due(session, focus)
-    entry = (
-        stages.entry("planning", stages.planning_message(focus))
-        if planning
-        else _analysis_entry(focus)
-    )
+    entry, planning = _cycle_entry(session, focus)
     status, entered = stages.record_unless(
         session.pk, entry, worker_id=run.worker_id, stopping=STOPPING
     )
+    return _opened(session, status, focus, planning=planning, entered=entered, run=run)
+
+
+open_cycle = db_hop(_open_cycle)
+
+
+def _cycle_entry(session: ThinkingSession, focus: Focus) -> tuple[StageEntry, bool]:
+    """The stage a cycle on `focus` enters, and whether it is its research's planning."""
+    if replan_due(session, focus):
+        return stages.entry("planning", stages.planning_message(focus)), True
+    return _analysis_entry(focus), False
+
+
+def _opened(
+    session: ThinkingSession, status: str, focus: Focus, *, planning: bool, entered: bool, run: Run
+) -> Opened:
+    """A cycle's first hop's result once its stage is stored or refused (`entered`: stored,
+    and yet to be shown): the thoughts' reads when it goes straight to them."""
     if status in STOPPING or planning:
         return status, focus, None, entered
     return status, focus, _analysis_reads(session, entered, run=run), False
 
 
-open_cycle = db_hop(_open_cycle)
+@dataclasses.dataclass
+class _Ahead:
+    """What the step that stored a cycle or its sub-questions read and entered for the next
+    cycle (`_next_cycle`), in its own transaction."""
+
+    counts: tuple[int, int] | None = None  # the re-ranking's (open questions, sources)
+    focus: Focus | None = None  # the next cycle's, its stage entered
+    planning: bool = False  # that stage is the focus's research's planning
+
+
+def _next_cycle(
+    ahead: _Ahead, *, after_thoughts: bool
+) -> Callable[[ThinkingSession], dict[str, Any]]:
+    """`Step.then`'s hook for a cycle's store (`after_thoughts`) or its sub-questions': when
+    nothing else comes first (sub-questions, a re-ranking, a synthesis, the end, a pause),
+    the next cycle's focus is read and its stage entered in the same transaction, with the
+    same decisions its own first hop would make (`_open_cycle`); a hop, a lock and a commit
+    each cycle fewer. Fills `ahead`."""
+
+    def hook(session: ThinkingSession) -> dict[str, Any]:
+        if session.status in STOPPING or ending_reason(session):
+            return {}
+        if after_thoughts and questions_due(session):
+            return {}
+        ahead.counts = open_count, sources = rerank.read_counts(session)
+        if synthesis_due(session) or rerank.due(
+            session, source_count=sources, open_count=open_count
+        ):
+            return {}
+        ahead.focus = select_focus(session=session)
+        entry, ahead.planning = _cycle_entry(session, ahead.focus)
+        return stages.record(session, entry)
+
+    return hook
 
 
 def _recent_hints() -> models.QuerySet:
@@ -186,11 +234,12 @@ async def generate_thoughts(
     focus: Focus,
     run: Run,
     opened: Analysis | None = None,
-) -> tuple[ThinkingSession, SessionEvent, tuple[str, ...] | None]:
+) -> tuple[ThinkingSession, SessionEvent, tuple[str, ...] | None, Opened | None]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus. `opened`: its reads, when the cycle's first
-    hop made them. Returns the session as stored, the update to publish and, when
-    sub-questions are due, the session log for their prompt."""
+    hop made them. Returns the session as stored, the update to publish, the session log
+    for their prompt when sub-questions are due and, when the store entered the next
+    cycle, that cycle's first hop's result (`_store_cycle`)."""
     if opened is None:  # the focus was researched first: its sources go in the prompt
         opened = await open_analysis(session, focus, run=run)
     entered, known_sources, hints, log = opened
@@ -293,6 +342,24 @@ async def generate_thoughts(
     return await store_cycle(session.pk, focus, reading, replies, scratch, run=run)
 
 
+def _after_store(
+    session: ThinkingSession, event: SessionEvent, ahead: _Ahead, *, run: Run
+) -> tuple[ThinkingSession, SessionEvent, Opened | None]:
+    """In a store's hop, after its commit: the next cycle's reads when its step entered
+    that cycle's stage (`_next_cycle`), else a re-ranking's (`rerank.open_reranking`:
+    whether one is due, and if so its material, from the counts the step read). A stage
+    entered is shown with the store's own update (its plan region), not in one of its own."""
+    if ahead.focus is not None:
+        opened = _opened(
+            session, session.status, ahead.focus, planning=ahead.planning, entered=False, run=run
+        )
+        return session, dataclasses.replace(event, plan=True), opened
+    session.rerank_opened = rerank.open_reranking(
+        session, worker_id=run.worker_id, counts=ahead.counts
+    )
+    return session, event, None
+
+
 def _store_cycle(
     session_id: uuid.UUID,
     focus: Focus,
@@ -301,18 +368,26 @@ def _store_cycle(
     scratch: list[str],
     *,
     run: Run,
-) -> tuple[ThinkingSession, SessionEvent, tuple[str, ...] | None]:
+) -> tuple[ThinkingSession, SessionEvent, tuple[str, ...] | None, Opened | None]:
     """A cycle's thoughts stored (`steps.store_thoughts`), then, in the same hop, what the
-    loop needs next: the session log when sub-questions are due (their prompt), else a
-    re-ranking's reads (`rerank.open_reranking`: whether one is due, and if so its
-    material). Each would otherwise be a hop of its own."""
+    loop needs next: the session log when sub-questions are due (their prompt), else the
+    next cycle's reads or a re-ranking's (`_after_store`). Each would otherwise be a hop of
+    its own."""
+    ahead = _Ahead()
     session, event = steps._store_thoughts(
-        session_id, focus, reading, replies, scratch, worker_id=run.worker_id, meter=run.meter
+        session_id,
+        focus,
+        reading,
+        replies,
+        scratch,
+        worker_id=run.worker_id,
+        meter=run.meter,
+        then=_next_cycle(ahead, after_thoughts=True),
     )
-    if questions_due(session):
-        return session, event, run.log.read(session)
-    session.rerank_opened = rerank.open_reranking(session, worker_id=run.worker_id)
-    return session, event, None
+    if ahead.focus is None and questions_due(session):
+        return session, event, run.log.read(session), None
+    session, event, opened = _after_store(session, event, ahead, run=run)
+    return session, event, None, opened
 
 
 store_cycle = db_hop(_store_cycle)
@@ -325,14 +400,20 @@ def _store_asked(
     reply: Reply,
     *,
     run: Run,
-) -> tuple[ThinkingSession, SessionEvent]:
-    """New sub-questions stored (`steps.store_questions`), then a re-ranking's reads, in
-    the same hop."""
+) -> tuple[ThinkingSession, SessionEvent, Opened | None]:
+    """New sub-questions stored (`steps.store_questions`), then the next cycle's reads or a
+    re-ranking's, in the same hop (`_after_store`)."""
+    ahead = _Ahead()
     session, event = steps._store_questions(
-        session_id, focus, parsed, reply, worker_id=run.worker_id, meter=run.meter
+        session_id,
+        focus,
+        parsed,
+        reply,
+        worker_id=run.worker_id,
+        meter=run.meter,
+        then=_next_cycle(ahead, after_thoughts=False),
     )
-    session.rerank_opened = rerank.open_reranking(session, worker_id=run.worker_id)
-    return session, event
+    return _after_store(session, event, ahead, run=run)
 
 
 store_asked = db_hop(_store_asked)
@@ -352,8 +433,10 @@ async def generate_questions(
     focus: Focus,
     run: Run,
     log: tuple[str, ...],
-) -> tuple[ThinkingSession, SessionEvent]:
-    """New sub-questions from the session log (read by the hop that stored the cycle)."""
+) -> tuple[ThinkingSession, SessionEvent, Opened | None]:
+    """New sub-questions from the session log (read by the hop that stored the cycle).
+    Returns the session as stored, the update to publish and, when the store entered the
+    next cycle, that cycle's first hop's result (`_store_asked`)."""
     prompt = prompts.questions_prompt(
         question=session.question, log=log, background=session.parent_context
     )
@@ -565,8 +648,9 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
     final. Returns the status the session stopped in."""
     if steps.plans_first(session):  # research off: no plan, no searches
         session = await plan_research(session=session, run=run)
+    ahead: Opened | None = None  # the next cycle, when the step before entered it
     while True:
-        status, focus, opened, planning = await open_cycle(session=session, run=run)
+        status, focus, opened, planning = ahead or await open_cycle(session=session, run=run)
         if status in STOPPING:
             session = await steps.stop_running(session.pk, worker_id=run.worker_id, meter=run.meter)
             finished = SessionEvent(session.pk, finished=session.is_finished)
@@ -576,15 +660,17 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             break
         if replan_due(session, focus):
             session = await plan_research(session=session, run=run, focus=focus, planning=planning)
-        session, event, log = await generate_thoughts(
+        session, event, log, ahead = await generate_thoughts(
             session=session, focus=focus, run=run, opened=opened
         )
         await publish_safely(run.publish, event)
         if log is not None:  # sub-questions are due: the store read the log for them
-            session, event = await generate_questions(
+            session, event, ahead = await generate_questions(
                 session=session, focus=focus, run=run, log=log
             )
             await publish_safely(run.publish, event)
+        if ahead is not None:  # the store found nothing due before the next cycle
+            continue
         session = await rerank.maybe_rerank(session=session, run=run)  # when due (rerank.py)
         if ending_reason(session):
             break

@@ -7,6 +7,7 @@ workers never count; `running_since` lets a page show the clock ticking in betwe
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -107,9 +108,19 @@ class Step:
     session: ThinkingSession
     changes: dict[str, Any] = field(default_factory=dict)
     events: list[SessionEvent] = field(default_factory=list)
+    # Run last, on the row as this step's UPDATE will leave it: more changes for the same
+    # UPDATE (a next stage entered in this transaction, not one of its own: `then`).
+    hook: Callable[[ThinkingSession], dict[str, Any]] | None = None
 
     def update(self, **changes: Any) -> None:
         self.changes.update(changes)
+
+    def then(self, hook: Callable[[ThinkingSession], dict[str, Any]]) -> None:
+        """Once the body has run, call `hook` with a copy of the row as it will be stored
+        (the step's changes applied, its checkpoint included), still in the transaction;
+        its changes join the step's UPDATE. Not called when a change cannot be applied
+        without the database (an expression other than `F(name) + n`)."""
+        self.hook = hook
 
     def add_usage(
         self,
@@ -154,6 +165,22 @@ def _apply_locally(session: ThinkingSession, changes: dict[str, Any]) -> bool:
     return True
 
 
+def _hooked(
+    hook: Callable[[ThinkingSession], dict[str, Any]],
+    session: ThinkingSession,
+    changes: dict[str, Any],
+) -> dict[str, Any]:
+    """`Step.then`'s changes, decided on a copy of the locked row with `changes` applied."""
+    projected = copy.copy(session)
+    if not _apply_locally(projected, changes):
+        return {}
+    added = hook(projected)
+    # A name both set would lose one of the two (a count bumped twice, say).
+    if clash := added.keys() & changes.keys():
+        raise ValueError(f"A step's hook changes what the step already does: {sorted(clash)}")
+    return added
+
+
 def _open_step(
     cls: type[ThinkingSession],
     pk: uuid.UUID | str,
@@ -180,6 +207,8 @@ def _open_step(
         if meter is not None:
             changes.update(active_seconds=F("active_seconds") + meter.lap(), running_since=now)
         changes.update(step.changes)
+        if step.hook is not None:
+            changes.update(_hooked(step.hook, session, changes))
         update_by_pk(cls, pk, **changes)
         if not _apply_locally(session, changes):
             session.refresh_from_db()

@@ -116,7 +116,7 @@ def _counts_query() -> models.QuerySet:
     return counted.values_list("n_open", "n_sources")
 
 
-def _counts(session: ThinkingSession) -> tuple[int, int]:
+def read_counts(session: ThinkingSession) -> tuple[int, int]:
     """What decides whether a re-ranking is due: open model-asked questions, sources. Read
     after every cycle, so only counted, both in one compiled statement (row_reads.py); the
     material is read when one is due. (0, 0) once the session is deleted."""
@@ -127,13 +127,15 @@ def _counts(session: ThinkingSession) -> tuple[int, int]:
 Opened = tuple[int, dict[str, Any] | None]
 
 
-def open_reranking(session: ThinkingSession, *, worker_id: str) -> Opened:
+def open_reranking(
+    session: ThinkingSession, *, worker_id: str, counts: tuple[int, int] | None = None
+) -> Opened:
     """A re-ranking's reads and its stage (read every cycle, by the hop that stored it:
     `loop.store_cycle`): the sources' count, and, when one is due and at least two open
     questions are left to order, its material, with the stage entered (only while this
     worker holds the lease). None for the material when there is nothing to re-rank, or
-    the session ended."""
-    open_count, sources = _counts(session)
+    the session ended. `counts`: what `read_counts` gave the store's step, if it read them."""
+    open_count, sources = counts if counts is not None else read_counts(session)
     if not due(session, source_count=sources, open_count=open_count):
         return sources, None
     material = _material(session)

@@ -8,7 +8,7 @@ call produced, so a worker that lost its lease, or a cancelled session, stores n
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -220,7 +220,11 @@ def _store_thoughts(
     *,
     worker_id: str,
     meter: Meter,
+    then: Callable[[ThinkingSession], dict[str, Any]] | None = None,
 ) -> tuple[ThinkingSession, SessionEvent]:
+    """A cycle's thoughts (and its scratchpad notes) stored, with its model calls; the
+    sub-question it was on explored. `then`: `Step.then`'s hook, which sees the cycle's
+    thoughts counted (`thought_count`)."""
     with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
         session = step.session
         offset = session.active_seconds
@@ -287,9 +291,11 @@ def _store_thoughts(
             )
             questions_changed = True
         step.update(cycles=F("cycles") + 1, focus=focus.text)
-    # Thoughts are numbered 0..n-1 under the row lock, so this is their count: the loop
-    # decides whether sub-questions are due without another hop to count them.
-    step.session.thought_count = end
+        # Thoughts are numbered 0..n-1 under the row lock, so this is their count: the loop
+        # decides whether sub-questions are due without another hop to count them.
+        session.thought_count = end
+        if then is not None:
+            step.then(then)
     event = SessionEvent(
         session_id,
         thoughts=tuple(range(begin, end)),
@@ -309,7 +315,10 @@ def _store_questions(
     *,
     worker_id: str,
     meter: Meter,
+    then: Callable[[ThinkingSession], dict[str, Any]] | None = None,
 ) -> tuple[ThinkingSession, SessionEvent]:
+    """New sub-questions stored (those already asked left out), with the model call.
+    `then`: `Step.then`'s hook."""
     with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
         session = step.session
         asked = [(question, parsing.question_digest(question.text)) for question in parsed]
@@ -337,6 +346,8 @@ def _store_questions(
         record_calls(step, "questions", [reply])
         # Thoughts are numbered 0..n-1 under the row lock: the next number is their count.
         step.update(thoughts_at_last_questions=session.next_thought_sequence())
+        if then is not None:
+            step.then(then)
     return step.session, SessionEvent(session_id, questions=bool(new))
 
 

@@ -555,7 +555,8 @@ def hops_and_calls(monkeypatch: Any) -> list[str]:
     [
         (1000, 1000, []),  # cycles that only think
         (1, 1000, ["ask:questions", "_store_asked"]),  # sub-questions after every cycle
-        (1000, 1, ["_store"]),  # a re-ranking after every cycle: its call, then its store
+        # A re-ranking after every cycle: its call, its store, then the next cycle's own hop.
+        (1000, 1, ["_store", "_open_cycle"]),
     ],
 )
 async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(
@@ -570,8 +571,10 @@ async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(
     """Issue 17: the status, the focus, the stage entered and the prompt's reads in one
     database hop, then the model, then the thoughts stored with what comes next read in one
     more (the session log when sub-questions are due, else a re-ranking's reads: whether
-    one is due, and its material); sub-questions and a re-ranking likewise. Each hop is a
-    thread hand-off on the path between two model calls."""
+    one is due, and its material); sub-questions and a re-ranking likewise. When nothing
+    else is due, the store that ends a cycle (or its sub-questions) enters the next cycle
+    and makes its reads: no hop of its own. Each hop is a thread hand-off on the path
+    between two model calls."""
     settings.DEEPTHINK_QUESTIONS_EVERY = questions_every
     settings.DEEPTHINK_RERANK_EVERY = rerank_every
     order = hops_and_calls(monkeypatch)
@@ -582,24 +585,43 @@ async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(
     for n in range(12):  # open questions enough to re-rank after every cycle
         await SubQuestion.objects.acreate(session=session, text=f"Later {n}?", priority=1)
 
-    assert await run(session) == Status.COMPLETED
+    events: list[SessionEvent] = []
+    assert await run(session, events) == Status.COMPLETED
 
     cycles = [i for i, name in enumerate(order) if name == "ask:thoughts"]
     assert len(cycles) >= 2, order
+    if questions_every == rerank_every == 1000:
+        # Each store that entered the next cycle showed its stage with the thoughts: one
+        # update, no stage-only one between (the last cycle's store entered none).
+        stored = [e for e in events if e.thoughts]
+        assert [e.plan for e in stored] == [True] * (len(stored) - 1) + [False], stored
+        first, last = events.index(stored[0]), events.index(stored[-1])
+        assert not [e for e in events[first:last] if e.plan and not e.header]
     reranked = await session.model_calls.filter(purpose="rerank").acount()
     if rerank_every == 1:
         # Each cycle re-ranks while two open questions are left (one is explored a cycle).
         assert reranked >= 2
     else:
         assert reranked == 0
+    assert order[cycles[0] - 1] == "_open_cycle"
     for n, (at, after) in enumerate(itertools.pairwise(cycles)):
-        assert order[at - 1 : at + 2] == ["_open_cycle", "ask:thoughts", "_store_cycle"]
+        assert order[at + 1] == "_store_cycle"
         expected = after_thoughts if rerank_every != 1 or n < reranked else []
-        # Then nothing before the next cycle's first hop.
-        assert order[at + 2 : after] == [*expected, "_open_cycle"], order[at - 1 : after + 1]
-    # The focus read with the status is the one the cycle thought about.
-    first = await session.thoughts.order_by("sequence").afirst()
-    assert first is not None and first.sub_question_id == sub.pk
+        # Then nothing else before the next cycle's call.
+        assert order[at + 2 : after] == expected, order[at - 1 : after + 1]
+    # Each cycle's stage names the focus its thoughts were on, the first read with the
+    # status and the others by the store before them: one stage per cycle, in order.
+    entered = [s["message"] for s in await stage_history(session) if s["stage"] == "analysis"]
+    texts = {q.pk: q.text async for q in session.sub_questions.all()}
+    by_cycle = {
+        cycle: texts.get(on, session.question)
+        async for cycle, on in session.thoughts.order_by("sequence").values_list(
+            "cycle", "sub_question_id"
+        )
+    }
+    foci = list(by_cycle.values())
+    assert len(foci) == len(cycles) and foci[0] == sub.text, foci
+    assert entered == [f"Thinking about: {text}" for text in foci], (entered, foci)
     prompt = prompt_of(fake_claude.requests[0])
     assert "Is it layered?" in prompt
 
@@ -702,6 +724,50 @@ async def test_a_sub_questions_research_enters_its_planning_stage_in_the_cycles_
     ]
     await session.arefresh_from_db()
     assert session.plan["researched"] == [sub.pk]
+
+
+async def test_the_store_before_a_cycle_due_its_own_research_enters_that_researchs_planning(
+    fake_claude: Any, make_session: Any, monkeypatch: Any, settings: Any
+):
+    """Issue 17: a cycle's store that finds the next focus due its own research enters
+    that research's planning stage in its transaction, and its update shows the stage with
+    the thoughts (one update, not two); then the plan is asked for, with no hop between
+    (the next cycle's first hop is the store's)."""
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000
+    settings.DEEPTHINK_RERANK_EVERY = 1000
+    settings.DEEPTHINK_CITATION_CHECK = False
+    settings.DEEPTHINK_REPLANS = 2
+    order = hops_and_calls(monkeypatch)
+    session = await sync_to_async(make_session)(
+        plan={"steps": ["Read"], "current": 0}, budget_seconds=1.0, synthesis_interval_seconds=60
+    )
+
+    class Shown(list):
+        def append(self, event: SessionEvent) -> None:
+            stage = event.plan and not event.header and event.session_id == session.pk
+            both = event.plan and event.thoughts and event.session_id == session.pk
+            order.append("show:plan" if stage else "show:thoughts+plan" if both else "show")
+            super().append(event)
+
+    first = await SubQuestion.objects.acreate(session=session, text="Is it layered?", priority=9)
+    second = await SubQuestion.objects.acreate(session=session, text="Is it old?", priority=8)
+
+    assert await run(session, Shown()) == Status.COMPLETED
+
+    plans = [i for i, name in enumerate(order) if name == "ask:plan"]
+    assert len(plans) == 2, order
+    stored = max(i for i in range(plans[1]) if order[i] == "_store_cycle")
+    assert order[stored : plans[1] + 1] == ["_store_cycle", "show:thoughts+plan", "ask:plan"]
+    history = [(s["stage"], s["message"]) for s in await stage_history(session)]
+    at = history.index(("planning", "Planning research for the sub-question: Is it old?"))
+    assert ("analysis", "Thinking about: Is it layered?") in history[:at], history
+    assert history[at : at + 3] == [
+        ("planning", "Planning research for the sub-question: Is it old?"),
+        ("research", "Searching: 1 knowledge-base query"),
+        ("analysis", "Thinking about: Is it old?"),
+    ]
+    await session.arefresh_from_db()
+    assert session.plan["researched"] == [first.pk, second.pk]
 
 
 async def test_a_session_shows_its_first_plans_stage_once_with_its_start(

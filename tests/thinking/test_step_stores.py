@@ -18,7 +18,7 @@ from accounts.models import Team
 from research.models import KnowledgeItem
 from thinking import citations, export, parsing, planner, steps
 from thinking.events import SessionEvent
-from thinking.llm import Reply
+from thinking.llm import Reply, Usage
 from thinking.models import (
     Delivery,
     LeaseLost,
@@ -138,6 +138,62 @@ def test_a_question_round_is_accounted_as_one_and_its_time_counted(make_session:
     assert list(ModelCall.objects.filter(session=session).values_list("purpose", flat=True)) == [
         "questions"
     ]
+
+
+def test_a_stores_hook_decides_on_the_row_as_stored_and_its_changes_join_the_same_update(
+    make_session: Any,
+):
+    """Issue 17: the next cycle's stage is entered by the step that stored the one before
+    (`Step.then`), deciding on the row as that step leaves it: its time, its counts."""
+    session = held(make_session, active_seconds=10.0, thoughts_at_last_questions=0)
+    seen: list[tuple[float, int, int]] = []
+
+    def hook(row: ThinkingSession) -> dict[str, Any]:
+        seen.append((row.active_seconds, row.revision, row.output_tokens))
+        return {"focus": "What comes next"}
+
+    reply = Reply(text="…", model="claude-test", stop_reason="end_turn", usage=Usage(7, 40))
+    with CaptureQueriesContext(connection) as queries:
+        stored, _ = steps._store_questions(
+            session.pk,
+            steps.Focus(text=session.question),
+            [parsing.ParsedQuestion("Why?")],
+            reply,
+            worker_id=WORKER,
+            meter=FixedLap(),
+            then=hook,
+        )
+    assert seen == [(12.5, session.revision + 1, session.output_tokens + 40)]
+    updates = [q for q in queries if q["sql"].startswith('UPDATE "thinking_thinkingsession"')]
+    assert len(updates) == 1, updates
+    session.refresh_from_db()
+    assert (session.focus, stored.focus) == ("What comes next", "What comes next")
+    assert session.active_seconds == stored.active_seconds == pytest.approx(12.5)
+
+
+def test_a_hook_that_would_overwrite_the_steps_own_change_is_refused_and_nothing_is_stored(
+    make_session: Any,
+):
+    session = held(make_session, active_seconds=10.0)
+
+    def clashing(row: ThinkingSession) -> dict[str, Any]:
+        return {"active_seconds": 0.0}
+
+    reply = Reply(text="…", model="claude-test", stop_reason="end_turn")
+    with pytest.raises(ValueError, match="active_seconds"):
+        steps._store_questions(
+            session.pk,
+            steps.Focus(text=session.question),
+            [parsing.ParsedQuestion("Why?")],
+            reply,
+            worker_id=WORKER,
+            meter=FixedLap(),
+            then=clashing,
+        )
+    session.refresh_from_db()
+    assert session.active_seconds == 10.0
+    assert not SubQuestion.objects.filter(session=session).exists()
+    assert not ModelCall.objects.filter(session=session).exists()
 
 
 def test_a_question_a_person_asked_or_an_edited_one_is_not_asked_again(make_session: Any):

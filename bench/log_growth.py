@@ -11,7 +11,7 @@ new: the statement that says what changed, and the log assembled from what is ke
 prints wall and CPU milliseconds per read (the database's own work shows in the wall time
 on PostgreSQL, which runs in its own process) and each size's ratio to the first (issue 17,
 "The log's count bounded by its epoch"); beside it, the wall time of a thought cycle's
-hints read (`loop.recent_hints`, "Fewer statements per cycle"). On PostgreSQL the thoughts
+hints read (`transcript.recent_hints`, "Fewer statements per cycle"). On PostgreSQL the thoughts
 table is analyzed at each size, as autovacuum would have by then in a real database. A
 two-hour session has about 1,000 thoughts.
 """
@@ -50,10 +50,9 @@ def _per_read(read: Callable[[], Any]) -> tuple[float, float]:
 def measure(session_id: uuid.UUID) -> list[tuple[int, float, float, float]]:
     from django.db import connection
 
-    from thinking.loop import recent_hints
     from thinking.models import ThinkingSession, Thought
     from thinking.row_writes import insert_rows
-    from thinking.transcript import KeptLog
+    from thinking.transcript import KeptLog, recent_hints
 
     session = ThinkingSession.objects.get(pk=session_id)
     last = Thought.objects.filter(session=session).order_by("-cycle").first()

@@ -55,8 +55,6 @@ from .models import (
     Stopped,
     SubQuestion,
     ThinkingSession,
-    Thought,
-    ThoughtType,
 )
 from .row_reads import compiled_values
 from .run import Clock, Meter, Run
@@ -70,7 +68,6 @@ logger = logging.getLogger(__name__)
 # --- reading ---------------------------------------------------------------------------
 
 
-RECENT_HINTS = 5
 # A person paused or cancelled: the loop stops at the cycle's start.
 STOPPING = (Status.PAUSED, Status.CANCELLED)
 
@@ -173,16 +170,6 @@ def _next_cycle(
     return hook
 
 
-def _recent_hints() -> models.QuerySet:
-    rows = Thought.objects.filter(session_id=SESSION_KEY, type=ThoughtType.HINT)
-    return rows.order_by("-sequence").values_list("text")[:RECENT_HINTS]
-
-
-def recent_hints(session_id: uuid.UUID) -> list[str]:
-    """The newest hints a person gave, newest first (every thought cycle's prompt shows them)."""
-    return [text for (text,) in compiled_values("loop:hints", _recent_hints, session=session_id)]
-
-
 def _analysis_entry(focus: Focus) -> StageEntry:
     return stages.entry("analysis", f"Thinking about: {focus.text}")
 
@@ -196,12 +183,11 @@ def _open_analysis(session: ThinkingSession, focus: Focus, *, run: Run) -> Analy
 
 def _analysis_reads(session: ThinkingSession, entered: bool, *, run: Run) -> Analysis:
     """A thought cycle's prompt's reads once its stage is stored or not (`entered`; not once
-    the session ended): the sources known, the newest hints (newest first) and the session
-    log. The log carries the sources, earlier cycles and syntheses: nothing else is read
-    (its read counts the sources)."""
-    hints = recent_hints(session.pk)
+    the session ended): the sources known, the newest hints (newest first; the log's read
+    says whether they changed) and the session log. The log carries the sources, earlier
+    cycles and syntheses: nothing else is read (its read counts the sources)."""
     log = run.log.read(session)
-    return entered, run.log.source_count, hints, log
+    return entered, run.log.source_count, run.log.hints(session.pk), log
 
 
 open_analysis = db_hop(_open_analysis)

@@ -746,7 +746,7 @@ class Thought(LoggedRow):
         ]
         # The session log reads an epoch's thoughts and the last cycle on every model call
         # (transcript.py): by cycle, so its cost does not grow with the session. Every
-        # thought cycle reads the newest hints (loop.recent_hints), by type: without this
+        # thought cycle reads the newest hints (transcript.recent_hints), by type: without this
         # index it walked every thought of the session to find few or none. (Not a partial
         # index of hints: a prepared statement's generic plan, whose type is a parameter,
         # cannot use one.)

@@ -21,7 +21,15 @@ from django.db import models
 from django.db.models import OuterRef
 
 from .evidence import evidence_pack
-from .models import SESSION_KEY, Source, SubQuestion, Synthesis, ThinkingSession, Thought
+from .models import (
+    SESSION_KEY,
+    Source,
+    SubQuestion,
+    Synthesis,
+    ThinkingSession,
+    Thought,
+    ThoughtType,
+)
 from .row_reads import Param, aggregate, compiled_values
 
 EPOCH_CYCLES = 30
@@ -255,6 +263,22 @@ def _assemble(question: str, rows: _Rows, blocks: _Blocks | None = None) -> tupl
 # what changed: per kind of row its count and newest key, the epoch's last cycle and the
 # session's `log_edits`. Rows added since are read by key; anything else (a row deleted,
 # one edited, a row committed under an older key, a new epoch) reads the whole log again.
+# The same statement counts a person's hints, which every thought cycle's prompt shows
+# (`KeptLog.hints`): they are read again only when they changed.
+
+
+RECENT_HINTS = 5
+
+
+def _recent_hints() -> models.QuerySet:
+    rows = Thought.objects.filter(session_id=SESSION_KEY, type=ThoughtType.HINT)
+    return rows.order_by("-sequence").values_list("text")[:RECENT_HINTS]
+
+
+def recent_hints(session_id: Any) -> list[str]:
+    """The newest hints a person gave, newest first (every thought cycle's prompt shows them;
+    a run reads them through its `KeptLog.hints`)."""
+    return [text for (text,) in compiled_values("log:hints", _recent_hints, session=session_id)]
 
 
 def _marks_query() -> models.QuerySet:
@@ -273,6 +297,9 @@ def _marks_query() -> models.QuerySet:
     for name, rows in kinds.items():
         columns[f"n_{name}"] = aggregate(rows, "COUNT")
         columns[f"newest_{name}"] = aggregate(rows, "MAX")
+    # By the (session, type, sequence) index.
+    hints = Thought.objects.filter(session_id=session, type=ThoughtType.HINT)
+    columns |= {"n_hints": aggregate(hints, "COUNT"), "newest_hints": aggregate(hints, "MAX")}
     marks = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
     return marks.values_list(*_Marks._fields)
 
@@ -288,6 +315,8 @@ class _Marks(NamedTuple):
     newest_sources: int | None
     n_questions: int
     newest_questions: int | None
+    n_hints: int
+    newest_hints: int | None
 
 
 def _new_thoughts() -> models.QuerySet:
@@ -378,6 +407,7 @@ class KeptLog:
         self._marks: _Marks | None = None
         self._source_count: int | None = None
         self._blocks: dict[tuple[Any, ...], str] = {}
+        self._hints: tuple[tuple[int, int, int | None] | None, list[str]] | None = None
 
     def read(self, session: ThinkingSession) -> tuple[str, ...]:
         """The log (synchronous ORM): one statement, then only the rows added since."""
@@ -403,6 +433,17 @@ class KeptLog:
         log = _assemble(session.question, self._rows, blocks)
         self._blocks = blocks.drawn
         return log
+
+    def hints(self, session_id: Any) -> list[str]:
+        """The newest hints (`recent_hints`), read again only when the last `read`'s marks
+        say one was added, deleted or edited since they were (an edit bumps `log_edits`)."""
+        if self._source_count is None:
+            raise RuntimeError("the log has not been read")
+        marks = self._marks
+        key = None if marks is None else (marks.log_edits, marks.n_hints, marks.newest_hints)
+        if self._hints is None or key is None or self._hints[0] != key:
+            self._hints = (key, recent_hints(session_id))
+        return self._hints[1]
 
     @property
     def source_count(self) -> int:

@@ -333,9 +333,41 @@ def test_a_new_epoch_is_read_whole(make_session: Any) -> None:
     assert log[1].startswith(f"Cycle {transcript.EPOCH_CYCLES + 1}, ")
 
 
-def test_a_log_not_read_yet_has_no_source_count() -> None:
+def test_a_log_not_read_yet_has_no_source_count_nor_hints() -> None:
     with pytest.raises(RuntimeError, match="not been read"):
         _ = transcript.KeptLog().source_count
+    with pytest.raises(RuntimeError, match="not been read"):
+        transcript.KeptLog().hints(None)
+
+
+def test_hints_are_read_again_only_once_a_person_added_edited_or_deleted_one(
+    make_session: Any,
+) -> None:
+    """Issue 17: every thought cycle's prompt shows a person's newest hints. The log's one
+    statement counts them, so a run reads them only when they changed: added, edited in
+    the admin, deleted."""
+    session = make_session()
+    story, kept = Story(session), transcript.KeptLog()
+    story.cycle(0)
+    first = story.thought(0, "hint")
+
+    def hints_now() -> tuple[list[str], int]:
+        kept.read(session)
+        with CaptureQueriesContext(connection) as queries:
+            hints = kept.hints(session.pk)
+        return hints, len(queries)
+
+    assert hints_now() == ([first.text], 1)
+    story.cycle(1)
+    assert hints_now() == ([first.text], 0)  # thoughts added, no hint: none read
+    later = story.thought(1, "hint")
+    assert hints_now() == ([later.text, first.text], 1)
+    first.text = "Look at the oceans first."
+    first.save()  # as the admin saves it
+    assert hints_now() == ([later.text, "Look at the oceans first."], 1)
+    later.delete()
+    assert hints_now() == (["Look at the oceans first."], 1)
+    assert hints_now() == (["Look at the oceans first."], 0)
 
 
 def test_a_deleted_sessions_log_is_empty(make_session: Any) -> None:

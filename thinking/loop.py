@@ -136,38 +136,50 @@ def _opened(
 
 @dataclasses.dataclass
 class _Ahead:
-    """What the step that stored a cycle or its sub-questions read and entered for the next
-    cycle (`_next_cycle`), in its own transaction."""
+    """What the step that stored a cycle, its sub-questions or a re-ranking read and entered
+    for the step after it (`_next_cycle`), in its own transaction."""
 
     counts: tuple[int, int] | None = None  # the re-ranking's (open questions, sources)
+    rerank: dict[str, Any] | None = None  # a re-ranking's material, its stage entered
     focus: Focus | None = None  # the next cycle's, its stage entered
     planning: bool = False  # that stage is the focus's research's planning
 
 
-def _next_cycle(
-    ahead: _Ahead, *, after_thoughts: bool
-) -> Callable[[ThinkingSession], dict[str, Any]]:
-    """`Step.then`'s hook for a cycle's store (`after_thoughts`) or its sub-questions': when
-    nothing else comes first (sub-questions, a re-ranking, a synthesis, the end, a pause),
-    the next cycle's focus is read and its stage entered in the same transaction, with the
-    same decisions its own first hop would make (`_open_cycle`); a hop, a lock and a commit
-    each cycle fewer. Fills `ahead`."""
+def _next_cycle(ahead: _Ahead, *, after: str) -> Callable[[ThinkingSession], dict[str, Any]]:
+    """`Step.then`'s hook for the store of a cycle's thoughts, its sub-questions or a
+    re-ranking (`after`: "thoughts", "questions", "rerank"): what comes next is decided in
+    the same transaction, as the loop would decide it after the commit, and its stage is
+    entered there. After thoughts or sub-questions, a re-ranking when one is due (its
+    material read); else, unless sub-questions (after thoughts), a synthesis, the end or a
+    pause come first, the next cycle (its focus read, as its own first hop would:
+    `_open_cycle`). Each spares a hop, a row lock and a commit. Fills `ahead`."""
 
     def hook(session: ThinkingSession) -> dict[str, Any]:
         if session.status in STOPPING or ending_reason(session):
             return {}
-        if after_thoughts and questions_due(session):
+        if after == "thoughts" and questions_due(session):
             return {}
-        ahead.counts = open_count, sources = rerank.read_counts(session)
-        if synthesis_due(session) or rerank.due(
-            session, source_count=sources, open_count=open_count
-        ):
+        if after != "rerank":
+            ahead.counts = rerank.read_counts(session)
+            ahead.rerank = rerank.due_material(session, ahead.counts)
+            if ahead.rerank is not None:
+                return stages.record(session, rerank.stage_entry(ahead.rerank))
+        if synthesis_due(session):
             return {}
         ahead.focus = select_focus(session=session)
         entry, ahead.planning = _cycle_entry(session, ahead.focus)
         return stages.record(session, entry)
 
     return hook
+
+
+@dataclasses.dataclass(frozen=True)
+class After:
+    """What a store's hop read for the step after it (`_after_store`)."""
+
+    log: tuple[str, ...] | None = None  # sub-questions are due: the log for their prompt
+    rerank: rerank.Opened | None = None  # a re-ranking's reads (its material None: none due)
+    cycle: Opened | None = None  # the next cycle's first hop's result, its stage entered
 
 
 def _analysis_entry(focus: Focus) -> StageEntry:
@@ -220,12 +232,11 @@ async def generate_thoughts(
     focus: Focus,
     run: Run,
     opened: Analysis | None = None,
-) -> tuple[ThinkingSession, SessionEvent, tuple[str, ...] | None, Opened | None]:
+) -> tuple[ThinkingSession, SessionEvent, After]:
     """A thought cycle: the model may search and use its scratchpad (a bounded tool loop),
     then writes 3-5 thoughts about the focus. `opened`: its reads, when the cycle's first
-    hop made them. Returns the session as stored, the update to publish, the session log
-    for their prompt when sub-questions are due and, when the store entered the next
-    cycle, that cycle's first hop's result (`_store_cycle`)."""
+    hop made them. Returns the session as stored, the update to publish and what its
+    store's hop read for the step after it (`_store_cycle`)."""
     if opened is None:  # the focus was researched first: its sources go in the prompt
         opened = await open_analysis(session, focus, run=run)
     entered, known_sources, hints, log = opened
@@ -330,20 +341,35 @@ async def generate_thoughts(
 
 def _after_store(
     session: ThinkingSession, event: SessionEvent, ahead: _Ahead, *, run: Run
-) -> tuple[ThinkingSession, SessionEvent, Opened | None]:
-    """In a store's hop, after its commit: the next cycle's reads when its step entered
-    that cycle's stage (`_next_cycle`), else a re-ranking's (`rerank.open_reranking`:
-    whether one is due, and if so its material, from the counts the step read). A stage
-    entered is shown with the store's own update (its plan region), not in one of its own."""
+) -> tuple[ThinkingSession, SessionEvent, After]:
+    """In a store's hop, after its commit, what its step entered (`_next_cycle`): the next
+    cycle's reads, or a re-ranking's (whether one is due, and if so its material; read here
+    when the step did not decide: `rerank.open_reranking`). A stage entered is shown with
+    the store's own update (its plan region), not in one of its own."""
     if ahead.focus is not None:
-        opened = _opened(
-            session, session.status, ahead.focus, planning=ahead.planning, entered=False, run=run
+        return (
+            session,
+            dataclasses.replace(event, plan=True),
+            After(cycle=_cycle_reads(session, ahead, run=run)),
         )
-        return session, dataclasses.replace(event, plan=True), opened
-    session.rerank_opened = rerank.open_reranking(
-        session, worker_id=run.worker_id, counts=ahead.counts
+    if ahead.counts is not None:  # the step decided
+        opened: rerank.Opened = (ahead.counts[1], ahead.rerank)
+    else:
+        opened = rerank.open_reranking(session, worker_id=run.worker_id)
+    if opened[1] is not None:
+        event = dataclasses.replace(event, plan=True)
+    return session, event, After(rerank=opened)
+
+
+def _cycle_reads(session: ThinkingSession, ahead: _Ahead, *, run: Run) -> Opened:
+    """The first hop's result of a cycle whose stage the store before it entered and shows."""
+    assert ahead.focus is not None
+    return _opened(
+        session, session.status, ahead.focus, planning=ahead.planning, entered=False, run=run
     )
-    return session, event, None
+
+
+cycle_reads = db_hop(_cycle_reads)
 
 
 def _store_cycle(
@@ -354,7 +380,7 @@ def _store_cycle(
     scratch: list[str],
     *,
     run: Run,
-) -> tuple[ThinkingSession, SessionEvent, tuple[str, ...] | None, Opened | None]:
+) -> tuple[ThinkingSession, SessionEvent, After]:
     """A cycle's thoughts stored (`steps.store_thoughts`), then, in the same hop, what the
     loop needs next: the session log when sub-questions are due (their prompt), else the
     next cycle's reads or a re-ranking's (`_after_store`). Each would otherwise be a hop of
@@ -368,12 +394,11 @@ def _store_cycle(
         scratch,
         worker_id=run.worker_id,
         meter=run.meter,
-        then=_next_cycle(ahead, after_thoughts=True),
+        then=_next_cycle(ahead, after="thoughts"),
     )
-    if ahead.focus is None and questions_due(session):
-        return session, event, run.log.read(session), None
-    session, event, opened = _after_store(session, event, ahead, run=run)
-    return session, event, None, opened
+    if ahead.counts is None and questions_due(session):  # the step did not decide
+        return session, event, After(log=run.log.read(session))
+    return _after_store(session, event, ahead, run=run)
 
 
 store_cycle = db_hop(_store_cycle)
@@ -386,7 +411,7 @@ def _store_asked(
     reply: Reply,
     *,
     run: Run,
-) -> tuple[ThinkingSession, SessionEvent, Opened | None]:
+) -> tuple[ThinkingSession, SessionEvent, After]:
     """New sub-questions stored (`steps.store_questions`), then the next cycle's reads or a
     re-ranking's, in the same hop (`_after_store`)."""
     ahead = _Ahead()
@@ -397,7 +422,7 @@ def _store_asked(
         reply,
         worker_id=run.worker_id,
         meter=run.meter,
-        then=_next_cycle(ahead, after_thoughts=False),
+        then=_next_cycle(ahead, after="questions"),
     )
     return _after_store(session, event, ahead, run=run)
 
@@ -419,10 +444,10 @@ async def generate_questions(
     focus: Focus,
     run: Run,
     log: tuple[str, ...],
-) -> tuple[ThinkingSession, SessionEvent, Opened | None]:
+) -> tuple[ThinkingSession, SessionEvent, After]:
     """New sub-questions from the session log (read by the hop that stored the cycle).
-    Returns the session as stored, the update to publish and, when the store entered the
-    next cycle, that cycle's first hop's result (`_store_asked`)."""
+    Returns the session as stored, the update to publish and what its store's hop read for
+    the step after it (`_store_asked`)."""
     prompt = prompts.questions_prompt(
         question=session.question, log=log, background=session.parent_context
     )
@@ -634,9 +659,9 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
     final. Returns the status the session stopped in."""
     if steps.plans_first(session):  # research off: no plan, no searches
         session = await plan_research(session=session, run=run)
-    ahead: Opened | None = None  # the next cycle, when the step before entered it
+    after = After()  # what the step before read for the next (a cycle, when it entered one)
     while True:
-        status, focus, opened, planning = ahead or await open_cycle(session=session, run=run)
+        status, focus, opened, planning = after.cycle or await open_cycle(session=session, run=run)
         if status in STOPPING:
             session = await steps.stop_running(session.pk, worker_id=run.worker_id, meter=run.meter)
             finished = SessionEvent(session.pk, finished=session.is_finished)
@@ -646,18 +671,25 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             break
         if replan_due(session, focus):
             session = await plan_research(session=session, run=run, focus=focus, planning=planning)
-        session, event, log, ahead = await generate_thoughts(
+        session, event, after = await generate_thoughts(
             session=session, focus=focus, run=run, opened=opened
         )
         await publish_safely(run.publish, event)
-        if log is not None:  # sub-questions are due: the store read the log for them
-            session, event, ahead = await generate_questions(
-                session=session, focus=focus, run=run, log=log
+        if after.log is not None:  # sub-questions are due: the store read the log for them
+            session, event, after = await generate_questions(
+                session=session, focus=focus, run=run, log=after.log
             )
             await publish_safely(run.publish, event)
-        if ahead is not None:  # the store found nothing due before the next cycle
+        if after.cycle is not None:  # the store found nothing due before the next cycle
             continue
-        session = await rerank.maybe_rerank(session=session, run=run)  # when due (rerank.py)
+        ahead = _Ahead()  # a re-ranking's store may enter the next cycle too
+        session = await rerank.maybe_rerank(
+            session=session, run=run, opened=after.rerank, then=_next_cycle(ahead, after="rerank")
+        )  # when due (rerank.py)
+        if ahead.focus is not None:
+            after = After(cycle=await cycle_reads(session, ahead, run=run))
+            continue
+        after = After()
         if ending_reason(session):
             break
         if synthesis_due(session):

@@ -118,8 +118,9 @@ class Step:
     def then(self, hook: Callable[[ThinkingSession], dict[str, Any]]) -> None:
         """Once the body has run, call `hook` with a copy of the row as it will be stored
         (the step's changes applied, its checkpoint included), still in the transaction;
-        its changes join the step's UPDATE. Not called when a change cannot be applied
-        without the database (an expression other than `F(name) + n`)."""
+        its changes join the step's UPDATE, applied after the step's own (`_after`). Not
+        called when a change cannot be applied without the database (an expression other
+        than `F(name) + n`)."""
         self.hook = hook
 
     def add_usage(
@@ -170,15 +171,32 @@ def _hooked(
     session: ThinkingSession,
     changes: dict[str, Any],
 ) -> dict[str, Any]:
-    """`Step.then`'s changes, decided on a copy of the locked row with `changes` applied."""
+    """`Step.then`'s changes, decided on a copy of the locked row with `changes` applied,
+    composed with them (`_after`)."""
     projected = copy.copy(session)
     if not _apply_locally(projected, changes):
         return {}
-    added = hook(projected)
-    # A name both set would lose one of the two (a count bumped twice, say).
-    if clash := added.keys() & changes.keys():
-        raise ValueError(f"A step's hook changes what the step already does: {sorted(clash)}")
-    return added
+    return {name: _after(name, changes, value) for name, value in hook(projected).items()}
+
+
+def _after(name: str, changes: dict[str, Any], value: Any) -> Any:
+    """A hook's change to `name` applied after the step's own: a value replaces the step's;
+    `F(name) + n` adds n to what the step leaves (its own count bumped twice, say, is
+    bumped by both). Any other expression on a name the step changes is refused."""
+    if name not in changes:
+        return value
+    added = addend(name, value)
+    if added is None:
+        if hasattr(value, "resolve_expression"):
+            raise ValueError(f"A step's hook cannot compose an expression with its {name}")
+        return value
+    earlier = changes[name]
+    before = addend(name, earlier)
+    if before is not None:
+        return F(name) + (before.value + added.value)
+    if hasattr(earlier, "resolve_expression"):
+        raise ValueError(f"A step's hook cannot compose an expression with its {name}")
+    return earlier + added.value
 
 
 def _open_step(
@@ -380,9 +398,6 @@ class ThinkingSession(models.Model):
     # Set by the step that stored a cycle's thoughts (their count, read under the row lock),
     # so the loop needs no hop to count them; None on a row read any other way.
     thought_count: int | None = None
-    # Set by the hop that stored a cycle (loop.store_cycle, loop.store_asked): a
-    # re-ranking's reads (rerank.open_reranking), so the re-ranking needs no hop for them.
-    rerank_opened: tuple[int, dict[str, Any] | None] | None = None
 
     class Meta:
         ordering = ["-created_at"]

@@ -34,6 +34,7 @@ from .models import SESSION_KEY, Lap, Source, SubQuestion, Synthesis, ThinkingSe
 from .row_reads import Param, aggregate, compiled_values
 from .row_writes import update_by_pk
 from .run import Run
+from .state import StageEntry
 
 logger = logging.getLogger(__name__)
 
@@ -127,25 +128,39 @@ def read_counts(session: ThinkingSession) -> tuple[int, int]:
 Opened = tuple[int, dict[str, Any] | None]
 
 
+def due_material(session: ThinkingSession, counts: tuple[int, int]) -> dict[str, Any] | None:
+    """A re-ranking's material when one is due by `counts` (as `read_counts` gives them) and
+    at least two open questions are left to order; else None."""
+    open_count, sources = counts
+    if not due(session, source_count=sources, open_count=open_count):
+        return None
+    material = _material(session)
+    # Fewer than two: one explored since the count (when they are not one transaction).
+    return material if len(material["open_questions"]) >= 2 else None
+
+
+def stage_entry(material: dict[str, Any]) -> StageEntry:
+    """The stage a re-ranking of `material` enters before its call."""
+    return stages.entry(
+        "reflection", f"Re-ranking {len(material['open_questions'])} open sub-questions"
+    )
+
+
 def open_reranking(
     session: ThinkingSession, *, worker_id: str, counts: tuple[int, int] | None = None
 ) -> Opened:
-    """A re-ranking's reads and its stage (read every cycle, by the hop that stored it:
-    `loop.store_cycle`): the sources' count, and, when one is due and at least two open
-    questions are left to order, its material, with the stage entered (only while this
-    worker holds the lease). None for the material when there is nothing to re-rank, or
-    the session ended. `counts`: what `read_counts` gave the store's step, if it read them."""
-    open_count, sources = counts if counts is not None else read_counts(session)
-    if not due(session, source_count=sources, open_count=open_count):
-        return sources, None
-    material = _material(session)
-    count = len(material["open_questions"])
-    if count < 2:  # one explored since the count (the reads are not one transaction)
-        return sources, None
-    item = stages.entry("reflection", f"Re-ranking {count} open sub-questions")
-    if not stages.record_sync(session.pk, item, worker_id=worker_id):
-        return sources, None
-    return sources, material
+    """A re-ranking's reads and its stage, when the step that stored a cycle did not make
+    them (`loop._next_cycle`): the sources' count, and, when one is due, its material
+    (`due_material`), with the stage entered (only while this worker holds the lease).
+    None for the material when there is nothing to re-rank, or the session ended.
+    `counts`: what `read_counts` gave the store's step, if it read them."""
+    counts = counts if counts is not None else read_counts(session)
+    material = due_material(session, counts)
+    if material is None or not stages.record_sync(
+        session.pk, stage_entry(material), worker_id=worker_id
+    ):
+        return counts[1], None
+    return counts[1], material
 
 
 # A re-ranking's reads, compiled once per connection (row_reads.py): one is due every few
@@ -244,10 +259,11 @@ def _store(
     *,
     worker_id: str,
     meter: Lap,
+    then: Callable[[ThinkingSession], dict[str, Any]] | None = None,
 ) -> ThinkingSession | None:
     """The moves, the call, the stage that says how many moved and the checkpoint as one
     step (refused without the lease). None when the session ended meanwhile: nothing is
-    written then."""
+    written then. `then`: `Step.then`'s hook (the next cycle entered with it)."""
     try:
         with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
             session = step.session
@@ -263,6 +279,8 @@ def _store(
                 else "Re-ranking failed"
             )
             step.update(**stages.record(session, stages.entry("reflection", message)))
+            if then is not None:
+                step.then(then)
     except _Ended:
         return None
     return step.session
@@ -271,16 +289,25 @@ def _store(
 store = db_hop(_store)
 
 
-async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession:
+async def maybe_rerank(
+    *,
+    session: ThinkingSession,
+    run: Run,
+    opened: Opened | None = None,
+    then: Callable[[ThinkingSession], dict[str, Any]] | None = None,
+) -> ThinkingSession:
     """Re-rank when due; returns the session as stored. A failed call skips this round (the
-    priorities stay as they were) and never stops the thinking."""
-    opened = session.rerank_opened  # by the hop that stored the cycle, if it was one
+    priorities stay as they were) and never stops the thinking. `opened`: its reads, with
+    its stage entered and shown, when the hop that stored the cycle made them; `then`: the
+    store's `Step.then` hook."""
+    shown = opened is not None  # with the update of the store that entered it
     if opened is None:
         opened = await db_hop(open_reranking)(session, worker_id=run.worker_id)
     source_count, material = opened
     if material is None:
         return session
-    await stages.show(session.pk, run.publish)
+    if not shown:
+        await stages.show(session.pk, run.publish)
     open_questions = material.pop("open_questions")
     prompt = rerank_prompt(
         question=session.question,
@@ -309,10 +336,16 @@ async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession
         logger.warning("Session %s: re-ranking skipped: %s", session.pk, error)
         rankings = []
     stored = await store(
-        session.pk, rankings, reply, source_count, worker_id=run.worker_id, meter=run.meter
+        session.pk,
+        rankings,
+        reply,
+        source_count,
+        worker_id=run.worker_id,
+        meter=run.meter,
+        then=then,
     )
     if stored is None:
         return session
-    await stages.show(session.pk, run.publish)  # the stage the store entered
-    await publish_safely(run.publish, SessionEvent(session.pk, questions=True))
+    # The stages the store entered, and the moves.
+    await publish_safely(run.publish, SessionEvent(session.pk, questions=True, plan=True))
     return stored

@@ -175,8 +175,8 @@ async def test_a_due_re_ranking_reads_and_enters_its_stage_in_one_hop_and_stores
     fake_claude: Any, make_session: Any, monkeypatch: pytest.MonkeyPatch
 ):
     """Issue 17: the counts, the material and the stage before the call in one database hop;
-    the moves, the call and the stage after it in one step; and the page is told of each
-    stage and of the moved questions."""
+    the moves, the call and the stage after it in one step; and the page is told of the
+    first stage, then of the second with the moved questions, in one update."""
     from thinking import rerank
 
     hops = hops_seen(monkeypatch)
@@ -205,7 +205,7 @@ async def test_a_due_re_ranking_reads_and_enters_its_stage_in_one_hop_and_stores
         "Re-ranked the open sub-questions: 1 moved",
     ]
     assert stored.stage_count == 2 and stored.cycles_at_last_rerank == 5
-    assert [(e.plan, e.questions) for e in events] == [(True, False), (True, False), (False, True)]
+    assert [(e.plan, e.questions) for e in events] == [(True, False), (True, True)]
     assert {e.session_id for e in events} == {session.pk}
 
 
@@ -459,13 +459,15 @@ async def three_open_questions(make_session: Any, **fields: Any) -> ThinkingSess
     return session
 
 
-async def rerank_with(session: ThinkingSession, meter: Meter) -> ThinkingSession:
+async def rerank_with(
+    session: ThinkingSession, meter: Meter, opened: Any = None, publish: Any = publish_nothing
+) -> ThinkingSession:
     from thinking import rerank
 
     llm = LLM.from_settings()
-    run_ = Run(llm=llm, research=None, publish=publish_nothing, worker_id=WORKER, meter=meter)
+    run_ = Run(llm=llm, research=None, publish=publish, worker_id=WORKER, meter=meter)
     try:
-        return await rerank.maybe_rerank(session=session, run=run_)
+        return await rerank.maybe_rerank(session=session, run=run_, opened=opened)
     finally:
         await llm.close()
 
@@ -584,17 +586,30 @@ async def test_a_worker_that_lost_its_lease_before_a_re_ranking_neither_enters_n
 async def test_a_re_ranking_the_cycle_opened_is_not_read_again(
     fake_claude: Any, make_session: Any, monkeypatch: pytest.MonkeyPatch
 ):
-    """The hop that stored the cycle read whether one is due, and its material."""
+    """The hop that stored the cycle read whether one is due, and its material, and entered
+    its stage, which that store's update shows: no hop, and no update, before the call."""
     from thinking import rerank
 
     session = await three_open_questions(make_session)
-    session.rerank_opened = await sync_to_async(rerank.open_reranking)(session, worker_id=WORKER)
+    opened = await sync_to_async(rerank.open_reranking)(session, worker_id=WORKER)
     hops = hops_seen(monkeypatch)
+    events: list[SessionEvent] = []
 
-    await rerank_with(session, Meter())
+    async def publish(event: SessionEvent) -> None:
+        events.append(event)
+
+    shown_before: list[int] = []
+
+    def answered(body: dict) -> Reply:
+        shown_before.append(len(events))
+        return fake_claude.scripted_mind(body)
+
+    fake_claude.responder = answered
+    await rerank_with(session, Meter(), opened, publish)
 
     assert hops == ["_store"]
-    assert len(fake_claude.requests) == 1
+    assert shown_before == [0]  # nothing shown before the call
+    assert [(e.plan, e.questions) for e in events] == [(True, True)]
 
 
 async def test_a_pause_stops_a_re_ranking_in_flight_and_its_time_is_not_counted(

@@ -11,6 +11,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.apps import apps as django_apps
 from django.db import connection
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -171,13 +172,38 @@ def test_a_stores_hook_decides_on_the_row_as_stored_and_its_changes_join_the_sam
     assert session.active_seconds == stored.active_seconds == pytest.approx(12.5)
 
 
-def test_a_hook_that_would_overwrite_the_steps_own_change_is_refused_and_nothing_is_stored(
+def test_a_hooks_changes_apply_after_the_steps_own(make_session: Any):
+    """A re-ranking's store enters its own stage and the next cycle's (issue 17): a count
+    both bump is bumped by both, and a value the hook sets replaces the step's."""
+    session = held(make_session, active_seconds=10.0, thoughts_at_last_questions=0)
+
+    def after(row: ThinkingSession) -> dict[str, Any]:
+        assert row.output_tokens == session.output_tokens + 40
+        return {"output_tokens": F("output_tokens") + 5, "thoughts_at_last_questions": 99}
+
+    reply = Reply(text="…", model="claude-test", stop_reason="end_turn", usage=Usage(7, 40))
+    stored, _ = steps._store_questions(
+        session.pk,
+        steps.Focus(text=session.question),
+        [parsing.ParsedQuestion("Why?")],
+        reply,
+        worker_id=WORKER,
+        meter=FixedLap(),
+        then=after,
+    )
+    before = session.output_tokens
+    session.refresh_from_db()
+    assert session.output_tokens == stored.output_tokens == before + 45
+    assert session.thoughts_at_last_questions == stored.thoughts_at_last_questions == 99
+
+
+def test_a_hook_that_cannot_be_composed_with_the_steps_change_stores_nothing(
     make_session: Any,
 ):
     session = held(make_session, active_seconds=10.0)
 
-    def clashing(row: ThinkingSession) -> dict[str, Any]:
-        return {"active_seconds": 0.0}
+    def muddled(row: ThinkingSession) -> dict[str, Any]:
+        return {"active_seconds": F("active_seconds") * 2}
 
     reply = Reply(text="…", model="claude-test", stop_reason="end_turn")
     with pytest.raises(ValueError, match="active_seconds"):
@@ -188,7 +214,7 @@ def test_a_hook_that_would_overwrite_the_steps_own_change_is_refused_and_nothing
             reply,
             worker_id=WORKER,
             meter=FixedLap(),
-            then=clashing,
+            then=muddled,
         )
     session.refresh_from_db()
     assert session.active_seconds == 10.0

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import models
@@ -137,7 +137,7 @@ def _opened(
 @dataclasses.dataclass
 class _Ahead:
     """What the step that stored a cycle, its sub-questions or a re-ranking read and entered
-    for the step after it (`_next_cycle`), in its own transaction."""
+    for the step after it (`_enter_next`), in its own transaction."""
 
     counts: tuple[int, int] | None = None  # the re-ranking's (open questions, sources)
     rerank: dict[str, Any] | None = None  # a re-ranking's material, its stage entered
@@ -145,14 +145,18 @@ class _Ahead:
     planning: bool = False  # that stage is the focus's research's planning
 
 
-def _next_cycle(ahead: _Ahead, *, after: str) -> Callable[[ThinkingSession], dict[str, Any]]:
+def _enter_next(
+    ahead: _Ahead, *, after: Literal["thoughts", "questions", "rerank"]
+) -> Callable[[ThinkingSession], dict[str, Any]]:
     """`Step.then`'s hook for the store of a cycle's thoughts, its sub-questions or a
-    re-ranking (`after`: "thoughts", "questions", "rerank"): what comes next is decided in
-    the same transaction, as the loop would decide it after the commit, and its stage is
-    entered there. After thoughts or sub-questions, a re-ranking when one is due (its
-    material read); else, unless sub-questions (after thoughts), a synthesis, the end or a
-    pause come first, the next cycle (its focus read, as its own first hop would:
-    `_open_cycle`). Each spares a hop, a row lock and a commit. Fills `ahead`."""
+    re-ranking (`after`): what comes next is decided in the same transaction, in the order
+    the loop decides it after the commit, and its stage is entered there. Nothing when the
+    session is pausing, cancelled or ending, nor when sub-questions are due (after
+    thoughts): the loop goes on as before. Else, after thoughts or sub-questions, a
+    re-ranking when one is due (its material read); else, unless a synthesis is due, the
+    next cycle (its focus read, as its own first hop would: `_open_cycle`). Each spares a
+    hop, a row lock and a commit. The reads run under the session's row lock. Fills
+    `ahead`."""
 
     def hook(session: ThinkingSession) -> dict[str, Any]:
         if session.status in STOPPING or ending_reason(session):
@@ -178,7 +182,7 @@ class After:
     """What a store's hop read for the step after it (`_after_store`)."""
 
     log: tuple[str, ...] | None = None  # sub-questions are due: the log for their prompt
-    rerank: rerank.Opened | None = None  # a re-ranking's reads (its material None: none due)
+    reranking: rerank.Opened | None = None  # a re-ranking's reads (its material None: none due)
     cycle: Opened | None = None  # the next cycle's first hop's result, its stage entered
 
 
@@ -342,7 +346,7 @@ async def generate_thoughts(
 def _after_store(
     session: ThinkingSession, event: SessionEvent, ahead: _Ahead, *, run: Run
 ) -> tuple[ThinkingSession, SessionEvent, After]:
-    """In a store's hop, after its commit, what its step entered (`_next_cycle`): the next
+    """In a store's hop, after its commit, what its step entered (`_enter_next`): the next
     cycle's reads, or a re-ranking's (whether one is due, and if so its material; read here
     when the step did not decide: `rerank.open_reranking`). A stage entered is shown with
     the store's own update (its plan region), not in one of its own."""
@@ -358,7 +362,7 @@ def _after_store(
         opened = rerank.open_reranking(session, worker_id=run.worker_id)
     if opened[1] is not None:
         event = dataclasses.replace(event, plan=True)
-    return session, event, After(rerank=opened)
+    return session, event, After(reranking=opened)
 
 
 def _cycle_reads(session: ThinkingSession, ahead: _Ahead, *, run: Run) -> Opened:
@@ -394,9 +398,10 @@ def _store_cycle(
         scratch,
         worker_id=run.worker_id,
         meter=run.meter,
-        then=_next_cycle(ahead, after="thoughts"),
+        then=_enter_next(ahead, after="thoughts"),
     )
-    if ahead.counts is None and questions_due(session):  # the step did not decide
+    # Sub-questions due (the step found them due, or did not decide: a pause, the end).
+    if ahead.counts is None and questions_due(session):
         return session, event, After(log=run.log.read(session))
     return _after_store(session, event, ahead, run=run)
 
@@ -422,7 +427,7 @@ def _store_asked(
         reply,
         worker_id=run.worker_id,
         meter=run.meter,
-        then=_next_cycle(ahead, after="questions"),
+        then=_enter_next(ahead, after="questions"),
     )
     return _after_store(session, event, ahead, run=run)
 
@@ -600,7 +605,8 @@ async def plan_research(
     # notes (a failed search) show with the stage the loop enters next, thoughts or the end.
     # The session as the plan's store left it: the searches' stores change only its sources
     # and notes, which nothing the loop decides before its next store reads (the next
-    # cycle's first hop reads the status afresh, and each store returns the row).
+    # cycle's first hop, or the store that enters the cycle after it, reads the status
+    # afresh, and each store returns the row).
     return session
 
 
@@ -684,7 +690,10 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             continue
         ahead = _Ahead()  # a re-ranking's store may enter the next cycle too
         session = await rerank.maybe_rerank(
-            session=session, run=run, opened=after.rerank, then=_next_cycle(ahead, after="rerank")
+            session=session,
+            run=run,
+            opened=after.reranking,
+            then=_enter_next(ahead, after="rerank"),
         )  # when due (rerank.py)
         if ahead.focus is not None:
             after = After(cycle=await cycle_reads(session, ahead, run=run))

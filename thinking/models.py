@@ -119,8 +119,9 @@ class Step:
         """Once the body has run, call `hook` with a copy of the row as it will be stored
         (the step's changes applied, its checkpoint included), still in the transaction;
         its changes join the step's UPDATE, applied after the step's own (`_after`). Not
-        called when a change cannot be applied without the database (an expression other
-        than `F(name) + n`)."""
+        called when a change cannot be applied to the copy without the database (an
+        expression other than `F(name) + n`, a relation): the caller then decides after
+        the commit, as without a hook. One hook a step: a second replaces the first."""
         self.hook = hook
 
     def add_usage(

@@ -146,15 +146,12 @@ def stage_entry(material: dict[str, Any]) -> StageEntry:
     )
 
 
-def open_reranking(
-    session: ThinkingSession, *, worker_id: str, counts: tuple[int, int] | None = None
-) -> Opened:
+def open_reranking(session: ThinkingSession, *, worker_id: str) -> Opened:
     """A re-ranking's reads and its stage, when the step that stored a cycle did not make
-    them (`loop._next_cycle`): the sources' count, and, when one is due, its material
+    them (`loop._enter_next`): the sources' count, and, when one is due, its material
     (`due_material`), with the stage entered (only while this worker holds the lease).
-    None for the material when there is nothing to re-rank, or the session ended.
-    `counts`: what `read_counts` gave the store's step, if it read them."""
-    counts = counts if counts is not None else read_counts(session)
+    None for the material when there is nothing to re-rank, or the session ended."""
+    counts = read_counts(session)
     material = due_material(session, counts)
     if material is None or not stages.record_sync(
         session.pk, stage_entry(material), worker_id=worker_id

@@ -130,7 +130,8 @@ def begin_sync(
 def lease_status(session_id: uuid.UUID, *, worker_id: str) -> str:
     """The status a person may have changed; raises LeaseLost if the lease went elsewhere.
     Read at the start of the cycle that ends the session (loop.open_cycle; every other
-    cycle reads it in its stage's step): a compiled read."""
+    cycle reads it in the step that enters its stage, its own or the store's before it): a
+    compiled read."""
     ((status, owner),) = values_by(ThinkingSession, "id", session_id, "status", "worker_id")
     if owner != worker_id:
         raise LeaseLost(session_id)

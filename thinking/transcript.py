@@ -299,7 +299,8 @@ def _marks_query() -> models.QuerySet:
         columns[f"newest_{name}"] = aggregate(rows, "MAX")
     # By the (session, type, sequence) index.
     hints = Thought.objects.filter(session_id=session, type=ThoughtType.HINT)
-    columns |= {"n_hints": aggregate(hints, "COUNT"), "newest_hints": aggregate(hints, "MAX")}
+    newest = aggregate(hints, "MAX", "sequence")
+    columns |= {"n_hints": aggregate(hints, "COUNT"), "newest_hints": newest}
     marks = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
     return marks.values_list(*_Marks._fields)
 

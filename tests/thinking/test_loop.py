@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 from tests.fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
 from tests.helpers import (
     WORKER,
+    ChangedWhen,
     FrozenClock,
     TakenOverWhen,
     claim,
@@ -364,6 +365,35 @@ async def test_pause_at_a_step_boundary_keeps_time_and_releases_the_lease(
     # The cycle the pause stopped entered no stage (its first hop saw the pause).
     entered = [s["stage"] for s in await stage_history(session)]
     assert entered.count("analysis") == 1, entered
+
+
+async def test_a_pause_right_after_a_store_that_entered_the_next_cycle_stops_after_it(
+    fake_claude: Any, make_session: Any
+):
+    """Issue 17: the store of a cycle enters the next one in its transaction, so a pause
+    that lands right after it is seen by that cycle's call (its watch) or its store: the
+    cycle's thoughts are kept (a store keeps a paused session's step, as for a pause during
+    a call), and the session stops before another begins, its time kept, its lease let go."""
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+    asked_before: list[int] = []
+
+    def pause(session_id: Any) -> None:
+        asked_before.append(len(fake_claude.requests))
+        set_fields(status=Status.PAUSED)(session_id)
+
+    events = ChangedWhen(session.pk, lambda event: bool(event.thoughts), pause)
+    status = await run(session, events)
+
+    await session.arefresh_from_db()
+    assert status == Status.PAUSED and events.taken
+    # The entered cycle's calls (its tool rounds and its thoughts), and no more.
+    assert len(fake_claude.requests) > asked_before[0]
+    cycles = {cycle async for cycle in session.thoughts.values_list("cycle", flat=True)}
+    assert cycles == {0, 1}, cycles
+    entered = [s["stage"] for s in await stage_history(session)]
+    assert entered.count("analysis") == 2, entered
+    assert session.worker_id == "" and session.running_since is None
+    assert 0 < session.active_seconds < 30
 
 
 async def test_cancel_during_a_step_discards_it(fake_claude: Any, make_session: Any):

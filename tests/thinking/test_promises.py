@@ -809,9 +809,13 @@ async def test_a_cancel_seen_between_two_steps_reaches_open_pages_as_finished(
     session = await new_session(make_session, budget_seconds=30)
     fake_claude.responder = without_tools(fake_claude)
     # A person cancels once the first thoughts are stored, before the next step begins.
-    events = ChangedWhen(
-        session.pk, lambda event: bool(event.thoughts), set_fields(status=Status.CANCELLED)
-    )
+    asked_before: list[int] = []
+
+    def cancel(session_id: Any) -> None:
+        asked_before.append(len(fake_claude.requests))
+        set_fields(status=Status.CANCELLED)(session_id)
+
+    events = ChangedWhen(session.pk, lambda event: bool(event.thoughts), cancel)
 
     status = await run(session, events)
 
@@ -821,10 +825,14 @@ async def test_a_cancel_seen_between_two_steps_reaches_open_pages_as_finished(
     assert await session.thoughts.aexists(), "what was stored before the cancel stays"
     assert session.worker_id == "" and session.running_since is None
     # The cancel came after the store that entered the next cycle (issue 17: in the same
-    # transaction): that cycle's call was stopped, and it stored nothing.
+    # transaction), so that cycle's call was made; its store was refused, and nothing of
+    # it was kept. Its stage stays in the history, as after a cancel during a call.
+    assert len(fake_claude.requests) == asked_before[0] + 1
     cycles = {cycle async for cycle in session.thoughts.values_list("cycle", flat=True)}
     assert cycles == {0}, cycles
     assert await session.model_calls.filter(purpose="thoughts").acount() == 1
+    entered = [s["stage"] for s in await stage_history(session)]
+    assert entered.count("analysis") == 2, entered
 
 
 async def test_a_stop_asked_for_during_a_periodic_synthesis_still_gets_the_final_answer(

@@ -174,12 +174,17 @@ def test_a_stores_hook_decides_on_the_row_as_stored_and_its_changes_join_the_sam
 
 def test_a_hooks_changes_apply_after_the_steps_own(make_session: Any):
     """A re-ranking's store enters its own stage and the next cycle's (issue 17): a count
-    both bump is bumped by both, and a value the hook sets replaces the step's."""
+    both bump is bumped by both, a value the hook sets replaces the step's, and a count
+    the hook bumps is bumped from the value the step set."""
     session = held(make_session, active_seconds=10.0, thoughts_at_last_questions=0)
 
     def after(row: ThinkingSession) -> dict[str, Any]:
         assert row.output_tokens == session.output_tokens + 40
-        return {"output_tokens": F("output_tokens") + 5, "thoughts_at_last_questions": 99}
+        return {
+            "output_tokens": F("output_tokens") + 5,  # the step adds 40
+            "thoughts_at_last_questions": F("thoughts_at_last_questions") + 2,  # it sets 0
+            "active_seconds": 99.0,  # the step adds its lap
+        }
 
     reply = Reply(text="…", model="claude-test", stop_reason="end_turn", usage=Usage(7, 40))
     stored, _ = steps._store_questions(
@@ -194,7 +199,8 @@ def test_a_hooks_changes_apply_after_the_steps_own(make_session: Any):
     before = session.output_tokens
     session.refresh_from_db()
     assert session.output_tokens == stored.output_tokens == before + 45
-    assert session.thoughts_at_last_questions == stored.thoughts_at_last_questions == 99
+    assert session.thoughts_at_last_questions == stored.thoughts_at_last_questions == 2
+    assert session.active_seconds == stored.active_seconds == 99.0
 
 
 def test_a_hook_that_cannot_be_composed_with_the_steps_change_stores_nothing(

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from django.conf import settings
@@ -143,6 +144,7 @@ class _Ahead:
     rerank: dict[str, Any] | None = None  # a re-ranking's material, its stage entered
     focus: Focus | None = None  # the next cycle's, its stage entered
     planning: bool = False  # that stage is the focus's research's planning
+    cycle: Opened | None = None  # that cycle's reads, once made (`_store_reranked`)
 
 
 def _enter_next(
@@ -373,7 +375,35 @@ def _cycle_reads(session: ThinkingSession, ahead: _Ahead, *, run: Run) -> Opened
     )
 
 
-cycle_reads = db_hop(_cycle_reads)
+def _store_reranked(
+    session_id: uuid.UUID,
+    rankings: Sequence[parsing.ParsedRanking],
+    reply: Reply | None,
+    source_count: int,
+    *,
+    worker_id: str,
+    meter: Meter,
+    run: Run,
+    ahead: _Ahead,
+) -> ThinkingSession | None:
+    """A re-ranking stored (`rerank._store`) with the next cycle entered in its step when
+    nothing else is due (`_enter_next`), and that cycle's reads made in the same hop (into
+    `ahead.cycle`)."""
+    stored = rerank._store(
+        session_id,
+        rankings,
+        reply,
+        source_count,
+        worker_id=worker_id,
+        meter=meter,
+        then=_enter_next(ahead, after="rerank"),
+    )
+    if stored is not None and ahead.focus is not None:
+        ahead.cycle = _cycle_reads(stored, ahead, run=run)
+    return stored
+
+
+store_reranked = db_hop(_store_reranked)
 
 
 def _store_cycle(
@@ -693,12 +723,11 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             session=session,
             run=run,
             opened=after.reranking,
-            then=_enter_next(ahead, after="rerank"),
+            stored_by=functools.partial(store_reranked, run=run, ahead=ahead),
         )  # when due (rerank.py)
-        if ahead.focus is not None:
-            after = After(cycle=await cycle_reads(session, ahead, run=run))
+        after = After(cycle=ahead.cycle)
+        if after.cycle is not None:
             continue
-        after = After()
         if ending_reason(session):
             break
         if synthesis_due(session):

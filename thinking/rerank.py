@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -291,12 +291,13 @@ async def maybe_rerank(
     session: ThinkingSession,
     run: Run,
     opened: Opened | None = None,
-    then: Callable[[ThinkingSession], dict[str, Any]] | None = None,
+    stored_by: Callable[..., Awaitable[ThinkingSession | None]] | None = None,
 ) -> ThinkingSession:
     """Re-rank when due; returns the session as stored. A failed call skips this round (the
     priorities stay as they were) and never stops the thinking. `opened`: its reads, with
-    its stage entered and shown, when the hop that stored the cycle made them; `then`: the
-    store's `Step.then` hook."""
+    its stage entered and shown, when the hop that stored the cycle made them;
+    `stored_by`: the hop that stores it, when not `store` (the loop's, which also enters
+    the next cycle: `loop.store_reranked`)."""
     shown = opened is not None  # with the update of the store that entered it
     if opened is None:
         opened = await db_hop(open_reranking)(session, worker_id=run.worker_id)
@@ -332,14 +333,8 @@ async def maybe_rerank(
             raise
         logger.warning("Session %s: re-ranking skipped: %s", session.pk, error)
         rankings = []
-    stored = await store(
-        session.pk,
-        rankings,
-        reply,
-        source_count,
-        worker_id=run.worker_id,
-        meter=run.meter,
-        then=then,
+    stored = await (stored_by or store)(
+        session.pk, rankings, reply, source_count, worker_id=run.worker_id, meter=run.meter
     )
     if stored is None:
         return session

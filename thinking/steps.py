@@ -231,42 +231,42 @@ def _store_thoughts(
         offset = session.active_seconds
         begin = session.next_thought_sequence()
         reasoning = "\n\n".join(filter(None, (reasoning_text(r) for r in replies)))
-        notes = insert_rows(
-            Thought,
-            [
-                {
-                    "session_id": session.pk,
-                    "sequence": begin + index,
-                    "cycle": session.cycles,
-                    "text": text,
-                    "type": ThoughtType.SCRATCHPAD,
-                    "confidence": 0.0,
-                    "time_offset_seconds": round(offset, 2),
-                    "sub_question_id": focus.sub_question_id,
-                }
-                for index, text in enumerate(t for t in scratch if t)
-            ],
-        )
-        first = begin + notes
-        end = first + insert_rows(
-            Thought,
-            [
-                {
-                    "session_id": session.pk,
-                    "sequence": first + index,
-                    "cycle": session.cycles,
-                    "text": thought.text,
-                    "type": thought.type,
-                    "confidence": thought.confidence,
-                    "parts": reading.parts,
-                    "reasoning": reasoning if index == 0 else "",
-                    "truncated": replies[-1].truncated,
-                    "time_offset_seconds": round(offset, 2),
-                    "sub_question_id": focus.sub_question_id,
-                }
-                for index, thought in enumerate(reading.thoughts)
-            ],
-        )
+        # The scratchpad notes first, then the thoughts, numbered on: one INSERT (the notes
+        # give every column the thoughts give, so the rows share one statement).
+        notes: list[dict[str, Any]] = [
+            {
+                "session_id": session.pk,
+                "sequence": begin + index,
+                "cycle": session.cycles,
+                "text": text,
+                "type": ThoughtType.SCRATCHPAD,
+                "confidence": 0.0,
+                "parts": {},
+                "reasoning": "",
+                "truncated": False,
+                "time_offset_seconds": round(offset, 2),
+                "sub_question_id": focus.sub_question_id,
+            }
+            for index, text in enumerate(t for t in scratch if t)
+        ]
+        first = begin + len(notes)
+        thoughts = [
+            {
+                "session_id": session.pk,
+                "sequence": first + index,
+                "cycle": session.cycles,
+                "text": thought.text,
+                "type": thought.type,
+                "confidence": thought.confidence,
+                "parts": reading.parts,
+                "reasoning": reasoning if index == 0 else "",
+                "truncated": replies[-1].truncated,
+                "time_offset_seconds": round(offset, 2),
+                "sub_question_id": focus.sub_question_id,
+            }
+            for index, thought in enumerate(reading.thoughts)
+        ]
+        end = begin + insert_rows(Thought, [*notes, *thoughts])
         record_calls(step, "thoughts", replies)
         # Thoughts cite too: their unknown numbers are counted like the syntheses'.
         _sources_cited(

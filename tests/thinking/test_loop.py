@@ -586,7 +586,7 @@ def hops_and_calls(monkeypatch: Any) -> list[str]:
         (1000, 1000, []),  # cycles that only think
         (1, 1000, ["ask:questions", "_store_asked"]),  # sub-questions after every cycle
         # A re-ranking after every cycle: its call, its store, then the next cycle's own hop.
-        (1000, 1, ["_store", "_cycle_reads"]),
+        (1000, 1, ["_store_reranked"]),
     ],
 )
 async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(

@@ -501,11 +501,15 @@ def test_a_cycle_on_a_sub_question_files_its_notes_and_thoughts_under_it(make_se
         Reply(text="…", model="claude-test", thinking="Now weigh the sources."),
     ]
     before = timezone.now()
-    async_to_sync(steps.store_thoughts)(
-        session.pk, focus, reading, replies, ["Checked the units.", ""],
-        worker_id=WORKER, meter=FixedLap(),
-    )  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        steps._store_thoughts(
+            session.pk, focus, reading, replies, ["Checked the units.", ""],
+            worker_id=WORKER, meter=FixedLap(),
+        )  # fmt: skip
 
+    # The note and the thoughts in one statement (issue 17).
+    inserts = [q for q in queries if q["sql"].startswith('INSERT INTO "thinking_thought"')]
+    assert len(inserts) == 1, inserts
     rows = [export.thought_row(t) for t in session.thoughts.order_by("sequence")]
     assert [(r["type"], r["text"]) for r in rows] == [
         ("scratchpad", "Checked the units."),

@@ -322,3 +322,8 @@ def logged_error(caplog: Any) -> str:
     [record] = caplog.records
     assert record.exc_info is not None, "logged with the traceback"
     return record.getMessage()
+
+
+def without_tools(fake: Any) -> Any:
+    """The scripted model that never calls a tool, so a test's own tool calls stand alone."""
+    return lambda body: fake.scripted_mind({**body, "tools": []})

@@ -93,7 +93,7 @@ Analysis = tuple[bool, int, list[str], tuple[str, ...]]
 # A cycle's first hop: the status, the focus, the thoughts' reads (`Analysis`) when the
 # cycle goes straight to them, and whether it stored the planning stage when the focus gets
 # its own research first (False when it does not). Each flag says a stage was stored that
-# is yet to be shown: False when the step that stored it showed it too (`_after_store`).
+# is yet to be shown: False when the step that stored it showed it too (`_cycle_reads`).
 Opened = tuple[str, Focus, Analysis | None, bool]
 
 
@@ -181,7 +181,7 @@ def _enter_next(
 
 @dataclasses.dataclass(frozen=True)
 class After:
-    """What a store's hop read for the step after it (`_after_store`)."""
+    """What a store's hop read for the step after it (`_after_store`, `_store_reranked`)."""
 
     log: tuple[str, ...] | None = None  # sub-questions are due: the log for their prompt
     reranking: rerank.Opened | None = None  # a re-ranking's reads (its material None: none due)

@@ -297,10 +297,10 @@ def _marks_query() -> models.QuerySet:
     for name, rows in kinds.items():
         columns[f"n_{name}"] = aggregate(rows, "COUNT")
         columns[f"newest_{name}"] = aggregate(rows, "MAX")
-    # By the (session, type, sequence) index.
+    # The hints found by the (session, type, sequence) index; the newest by its key, which
+    # is never given again (a sequence is, after the top thought is deleted in the admin).
     hints = Thought.objects.filter(session_id=session, type=ThoughtType.HINT)
-    newest = aggregate(hints, "MAX", "sequence")
-    columns |= {"n_hints": aggregate(hints, "COUNT"), "newest_hints": newest}
+    columns |= {"n_hints": aggregate(hints, "COUNT"), "newest_hints": aggregate(hints, "MAX")}
     marks = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
     return marks.values_list(*_Marks._fields)
 

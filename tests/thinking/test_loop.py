@@ -24,6 +24,7 @@ from tests.helpers import (
     set_fields,
     stage_history,
     take_over,
+    without_tools,
 )
 from thinking import loop
 from thinking.events import SessionEvent, publish_nothing
@@ -368,12 +369,15 @@ async def test_pause_at_a_step_boundary_keeps_time_and_releases_the_lease(
 
 
 async def test_a_pause_right_after_a_store_that_entered_the_next_cycle_stops_after_it(
-    fake_claude: Any, make_session: Any
+    fake_claude: Any, make_session: Any, settings: Any
 ):
     """Issue 17: the store of a cycle enters the next one in its transaction, so a pause
-    that lands right after it is seen by that cycle's call (its watch) or its store: the
-    cycle's thoughts are kept (a store keeps a paused session's step, as for a pause during
-    a call), and the session stops before another begins, its time kept, its lease let go."""
+    that lands right after it is seen by that cycle's call or its store. Here the call
+    answers at once, before its watch looks (a longer one is stopped by it): the cycle's
+    thoughts are kept (a store keeps a paused session's step, as for a pause during a call),
+    and the session stops before another begins, its time kept, its lease let go."""
+    settings.DEEPTHINK_QUESTIONS_EVERY = 1000  # no sub-questions round after the cycle
+    fake_claude.responder = without_tools(fake_claude)
     session = await make_session_async(make_session, budget_seconds=30, interval=60)
     asked_before: list[int] = []
 
@@ -386,8 +390,7 @@ async def test_a_pause_right_after_a_store_that_entered_the_next_cycle_stops_aft
 
     await session.arefresh_from_db()
     assert status == Status.PAUSED and events.taken
-    # The entered cycle's calls (its tool rounds and its thoughts), and no more.
-    assert len(fake_claude.requests) > asked_before[0]
+    assert len(fake_claude.requests) == asked_before[0] + 1  # the entered cycle's call only
     cycles = {cycle async for cycle in session.thoughts.values_list("cycle", flat=True)}
     assert cycles == {0, 1}, cycles
     entered = [s["stage"] for s in await stage_history(session)]
@@ -585,7 +588,8 @@ def hops_and_calls(monkeypatch: Any) -> list[str]:
     [
         (1000, 1000, []),  # cycles that only think
         (1, 1000, ["ask:questions", "_store_asked"]),  # sub-questions after every cycle
-        # A re-ranking after every cycle: its call, its store, then the next cycle's own hop.
+        # A re-ranking after every cycle: its call, then its store, whose hop makes the next
+        # cycle's reads.
         (1000, 1, ["_store_reranked"]),
     ],
 )
@@ -602,9 +606,9 @@ async def test_a_thought_cycle_is_one_hop_before_each_model_call_and_one_after(
     database hop, then the model, then the thoughts stored with what comes next read in one
     more (the session log when sub-questions are due, else a re-ranking's reads: whether
     one is due, and its material); sub-questions and a re-ranking likewise. When nothing
-    else is due, the store that ends a cycle (or its sub-questions) enters the next cycle
-    and makes its reads: no hop of its own. Each hop is a thread hand-off on the path
-    between two model calls."""
+    else is due, the store that ends a cycle (its thoughts, its sub-questions or its
+    re-ranking) enters the next cycle and makes its reads: no hop of its own. Each hop is a
+    thread hand-off on the path between two model calls."""
     settings.DEEPTHINK_QUESTIONS_EVERY = questions_every
     settings.DEEPTHINK_RERANK_EVERY = rerank_every
     order = hops_and_calls(monkeypatch)

@@ -26,6 +26,7 @@ from tests.helpers import (
     set_fields,
     stage_history,
     take_over,
+    without_tools,
 )
 from thinking.events import SessionEvent
 from thinking.models import (
@@ -57,11 +58,6 @@ def thought_requests(fake: Any) -> list[dict]:
 
 def plan_requests(fake: Any) -> list[dict]:
     return [r for r in fake.requests if "WEB QUERIES:" in first_prompt(r)]
-
-
-def without_tools(fake: Any) -> Any:
-    """The scripted model that never calls a tool, so a test's own tool calls stand alone."""
-    return lambda body: fake.scripted_mind({**body, "tools": []})
 
 
 def on_frozen_clock(fake: Any, seconds: float) -> FrozenClock:

@@ -176,13 +176,14 @@ def test_a_hooks_changes_apply_after_the_steps_own(make_session: Any):
     """A re-ranking's store enters its own stage and the next cycle's (issue 17): a count
     both bump is bumped by both, a value the hook sets replaces the step's, and a count
     the hook bumps is bumped from the value the step set."""
-    session = held(make_session, active_seconds=10.0, thoughts_at_last_questions=0)
+    session = held(make_session, active_seconds=10.0, thoughts_at_last_questions=7)
 
     def after(row: ThinkingSession) -> dict[str, Any]:
         assert row.output_tokens == session.output_tokens + 40
         return {
             "output_tokens": F("output_tokens") + 5,  # the step adds 40
-            "thoughts_at_last_questions": F("thoughts_at_last_questions") + 2,  # it sets 0
+            # The step sets it to the thoughts' count, 0 (from 7): 2, not 9.
+            "thoughts_at_last_questions": F("thoughts_at_last_questions") + 2,
             "active_seconds": 99.0,  # the step adds its lap
         }
 

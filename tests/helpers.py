@@ -154,6 +154,19 @@ class ChangedWhen(list):
             thread.join()
 
 
+class SetAfterThoughts(ChangedWhen):
+    """A person sets the session's `status` as soon as a step's thoughts are published;
+    `asked` is how many model calls the fake `fake` had had by then."""
+
+    def __init__(self, session_id: Any, fake: Any, status: str) -> None:
+        super().__init__(session_id, lambda event: bool(event.thoughts), self._set)
+        self.fake, self.status, self.asked = fake, status, -1
+
+    def _set(self, session_id: Any) -> None:
+        self.asked = len(self.fake.requests)
+        set_fields(status=self.status)(session_id)
+
+
 class TakenOverWhen(ChangedWhen):
     """Another worker claims the session as soon as an event matching `when` is published."""
 

@@ -12,8 +12,8 @@ from asgiref.sync import sync_to_async
 from tests.fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
 from tests.helpers import (
     WORKER,
-    ChangedWhen,
     FrozenClock,
+    SetAfterThoughts,
     TakenOverWhen,
     claim,
     each_call_takes,
@@ -379,18 +379,12 @@ async def test_a_pause_right_after_a_store_that_entered_the_next_cycle_stops_aft
     settings.DEEPTHINK_QUESTIONS_EVERY = 1000  # no sub-questions round after the cycle
     fake_claude.responder = without_tools(fake_claude)
     session = await make_session_async(make_session, budget_seconds=30, interval=60)
-    asked_before: list[int] = []
-
-    def pause(session_id: Any) -> None:
-        asked_before.append(len(fake_claude.requests))
-        set_fields(status=Status.PAUSED)(session_id)
-
-    events = ChangedWhen(session.pk, lambda event: bool(event.thoughts), pause)
+    events = SetAfterThoughts(session.pk, fake_claude, Status.PAUSED)
     status = await run(session, events)
 
     await session.arefresh_from_db()
     assert status == Status.PAUSED and events.taken
-    assert len(fake_claude.requests) == asked_before[0] + 1  # the entered cycle's call only
+    assert len(fake_claude.requests) == events.asked + 1  # the entered cycle's call only
     cycles = {cycle async for cycle in session.thoughts.values_list("cycle", flat=True)}
     assert cycles == {0, 1}, cycles
     entered = [s["stage"] for s in await stage_history(session)]
@@ -583,6 +577,22 @@ def hops_and_calls(monkeypatch: Any) -> list[str]:
     return order
 
 
+class Shown(list):
+    """Published events, each also named in `order` (`hops_and_calls`): "show:plan" for a
+    stage alone, "show:thoughts+plan" for stored thoughts with the plan region, "show"."""
+
+    def __init__(self, order: list[str], session_id: Any) -> None:
+        super().__init__()
+        self.order, self.session_id = order, session_id
+
+    def append(self, event: SessionEvent) -> None:
+        ours = event.session_id == self.session_id
+        stage = event.plan and not event.header and ours
+        both = event.plan and event.thoughts and ours
+        self.order.append("show:plan" if stage else "show:thoughts+plan" if both else "show")
+        super().append(event)
+
+
 @pytest.mark.parametrize(
     ("questions_every", "rerank_every", "after_thoughts"),
     [
@@ -736,15 +746,9 @@ async def test_a_sub_questions_research_enters_its_planning_stage_in_the_cycles_
         plan={"steps": ["Read"], "current": 0}, budget_seconds=1.0, synthesis_interval_seconds=60
     )
 
-    class Shown(list):
-        def append(self, event: SessionEvent) -> None:
-            stage = event.plan and not event.header and event.session_id == session.pk
-            order.append("show:plan" if stage else "show")
-            super().append(event)
-
     sub = await SubQuestion.objects.acreate(session=session, text="Is it layered?", priority=9)
 
-    assert await run(session, Shown()) == Status.COMPLETED
+    assert await run(session, Shown(order, session.pk)) == Status.COMPLETED
 
     planned = order.index("ask:plan")
     opened = order.index("_open_cycle")
@@ -776,17 +780,10 @@ async def test_the_store_before_a_cycle_due_its_own_research_enters_that_researc
         plan={"steps": ["Read"], "current": 0}, budget_seconds=1.0, synthesis_interval_seconds=60
     )
 
-    class Shown(list):
-        def append(self, event: SessionEvent) -> None:
-            stage = event.plan and not event.header and event.session_id == session.pk
-            both = event.plan and event.thoughts and event.session_id == session.pk
-            order.append("show:plan" if stage else "show:thoughts+plan" if both else "show")
-            super().append(event)
-
     first = await SubQuestion.objects.acreate(session=session, text="Is it layered?", priority=9)
     second = await SubQuestion.objects.acreate(session=session, text="Is it old?", priority=8)
 
-    assert await run(session, Shown()) == Status.COMPLETED
+    assert await run(session, Shown(order, session.pk)) == Status.COMPLETED
 
     plans = [i for i, name in enumerate(order) if name == "ask:plan"]
     assert len(plans) == 2, order

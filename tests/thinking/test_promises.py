@@ -16,8 +16,8 @@ from asgiref.sync import sync_to_async
 from tests.fakes.anthropic_server import HttpError, Reply
 from tests.helpers import (
     WORKER,
-    ChangedWhen,
     FrozenClock,
+    SetAfterThoughts,
     TakenOverWhen,
     claim,
     each_call_takes,
@@ -805,13 +805,7 @@ async def test_a_cancel_seen_between_two_steps_reaches_open_pages_as_finished(
     session = await new_session(make_session, budget_seconds=30)
     fake_claude.responder = without_tools(fake_claude)
     # A person cancels once the first thoughts are stored, before the next step begins.
-    asked_before: list[int] = []
-
-    def cancel(session_id: Any) -> None:
-        asked_before.append(len(fake_claude.requests))
-        set_fields(status=Status.CANCELLED)(session_id)
-
-    events = ChangedWhen(session.pk, lambda event: bool(event.thoughts), cancel)
+    events = SetAfterThoughts(session.pk, fake_claude, Status.CANCELLED)
 
     status = await run(session, events)
 
@@ -823,7 +817,7 @@ async def test_a_cancel_seen_between_two_steps_reaches_open_pages_as_finished(
     # The cancel came after the store that entered the next cycle (issue 17: in the same
     # transaction), so that cycle's call was made; its store was refused, and nothing of
     # it was kept. Its stage stays in the history, as after a cancel during a call.
-    assert len(fake_claude.requests) == asked_before[0] + 1
+    assert len(fake_claude.requests) == events.asked + 1
     cycles = {cycle async for cycle in session.thoughts.values_list("cycle", flat=True)}
     assert cycles == {0}, cycles
     assert await session.model_calls.filter(purpose="thoughts").acount() == 1

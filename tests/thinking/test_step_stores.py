@@ -141,6 +141,22 @@ def test_a_question_round_is_accounted_as_one_and_its_time_counted(make_session:
     ]
 
 
+def asked_then(
+    session: ThinkingSession, hook: Any, usage: Usage | None = None
+) -> tuple[ThinkingSession, SessionEvent]:
+    """One question stored, the session's question its focus, with `hook` as `Step.then`'s."""
+    reply = Reply(text="…", model="claude-test", stop_reason="end_turn", usage=usage or Usage())
+    return steps._store_questions(
+        session.pk,
+        steps.Focus(text=session.question),
+        [parsing.ParsedQuestion("Why?")],
+        reply,
+        worker_id=WORKER,
+        meter=FixedLap(),
+        then=hook,
+    )
+
+
 def test_a_stores_hook_decides_on_the_row_as_stored_and_its_changes_join_the_same_update(
     make_session: Any,
 ):
@@ -153,17 +169,8 @@ def test_a_stores_hook_decides_on_the_row_as_stored_and_its_changes_join_the_sam
         seen.append((row.active_seconds, row.revision, row.output_tokens))
         return {"focus": "What comes next"}
 
-    reply = Reply(text="…", model="claude-test", stop_reason="end_turn", usage=Usage(7, 40))
     with CaptureQueriesContext(connection) as queries:
-        stored, _ = steps._store_questions(
-            session.pk,
-            steps.Focus(text=session.question),
-            [parsing.ParsedQuestion("Why?")],
-            reply,
-            worker_id=WORKER,
-            meter=FixedLap(),
-            then=hook,
-        )
+        stored, _ = asked_then(session, hook, Usage(7, 40))
     assert seen == [(12.5, session.revision + 1, session.output_tokens + 40)]
     updates = [q for q in queries if q["sql"].startswith('UPDATE "thinking_thinkingsession"')]
     assert len(updates) == 1, updates
@@ -187,16 +194,7 @@ def test_a_hooks_changes_apply_after_the_steps_own(make_session: Any):
             "active_seconds": 99.0,  # the step adds its lap
         }
 
-    reply = Reply(text="…", model="claude-test", stop_reason="end_turn", usage=Usage(7, 40))
-    stored, _ = steps._store_questions(
-        session.pk,
-        steps.Focus(text=session.question),
-        [parsing.ParsedQuestion("Why?")],
-        reply,
-        worker_id=WORKER,
-        meter=FixedLap(),
-        then=after,
-    )
+    stored, _ = asked_then(session, after, Usage(7, 40))
     before = session.output_tokens
     session.refresh_from_db()
     assert session.output_tokens == stored.output_tokens == before + 45
@@ -212,17 +210,8 @@ def test_a_hook_that_cannot_be_composed_with_the_steps_change_stores_nothing(
     def muddled(row: ThinkingSession) -> dict[str, Any]:
         return {"active_seconds": F("active_seconds") * 2}
 
-    reply = Reply(text="…", model="claude-test", stop_reason="end_turn")
     with pytest.raises(ValueError, match="active_seconds"):
-        steps._store_questions(
-            session.pk,
-            steps.Focus(text=session.question),
-            [parsing.ParsedQuestion("Why?")],
-            reply,
-            worker_id=WORKER,
-            meter=FixedLap(),
-            then=muddled,
-        )
+        asked_then(session, muddled)
     session.refresh_from_db()
     assert session.active_seconds == 10.0
     assert not SubQuestion.objects.filter(session=session).exists()

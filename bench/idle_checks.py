@@ -5,13 +5,16 @@
    and by a poll of the socket first, the empty query only when there is something to read
    (measured and not kept: bench/README, "Idle connections checked with one poll");
 2. the model client's CPU per request with 1, 50 and 100 idle connections in its pool, as the
-   SDK builds it by default (httpx2), with `config.http_pool.quick_idle_checks` (what the app
-   did until 2026-11-27), and on the SDK's aiohttp client (what the app does).
+   SDK builds it by default (httpx2) and on the SDK's aiohttp client (what the app does since
+   2026-11-27; until then the default, each idle connection checked with one poll);
+3. the same for a web search on a worker's shared pool (its limits): exa-py's own httpx and
+   the app's, on aiohttp (since 2026-11-29; until then httpx, each idle connection checked
+   with one poll).
 
     DATABASE_URL=postgres://... .venv/bin/python bench/idle_checks.py
 
-Part 1 needs DATABASE_URL (PostgreSQL) and is skipped without it. The fake Claude server runs
-in a child process (as in bench/fakehost.py), so only the client's work is counted here.
+Part 1 needs DATABASE_URL (PostgreSQL) and is skipped without it. The fake servers run in a
+child process (as in bench/fakehost.py), so only the client's work is counted here.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ HOLD = 257  # max_tokens of the requests the fake holds for a second (to open co
 
 
 def _serve(address: Any) -> None:
-    from tests.fakes import anthropic_server
+    from tests.fakes import anthropic_server, exa_server
     from tests.fakes.anthropic_server import FakeAnthropic, Reply
+    from tests.fakes.exa_server import FakeExa
 
     anthropic_server._Handler.disable_nagle_algorithm = True  # see bench/fakehost.py
+    exa_server._Handler.disable_nagle_algorithm = True
     fake = FakeAnthropic().start()
 
     def responder(body: dict) -> Reply:
@@ -47,7 +52,14 @@ def _serve(address: Any) -> None:
         return Reply(text="THOUGHT: short")
 
     fake.responder = responder
-    address.put(fake.base_url)
+    web = FakeExa().start()
+
+    def on_search(body: dict) -> None:
+        if body.get("query") == "hold":
+            time.sleep(1.0)
+
+    web.on_search = on_search
+    address.put((fake.base_url, web.base_url, web.api_key))
     time.sleep(3600)
 
 
@@ -89,16 +101,11 @@ async def database_hops() -> None:
         print(f"one-query hop, {name:12}: {wall_ms:.3f} ms wall, {cpu_ms:.3f} ms CPU")
 
 
-async def model_requests() -> None:
+async def model_requests(url: str) -> None:
     import anthropic
 
-    from config.http_pool import quick_idle_checks
     from thinking import streaming
 
-    address: Any = multiprocessing.Queue()
-    server = multiprocessing.Process(target=_serve, args=(address,), daemon=True)
-    server.start()
-    url = address.get()
     request = {"model": "claude-test", "messages": [{"role": "user", "content": "hi"}]}
 
     async def ask(client: anthropic.AsyncAnthropic, *, hold: bool = False) -> None:
@@ -112,7 +119,7 @@ async def model_requests() -> None:
         await ask(client, hold=True)
 
     cpu: dict[tuple[str, int], list[float]] = {}
-    kinds = ("SDK's pool", "quick idle checks", "aiohttp")
+    kinds = ("SDK's pool", "aiohttp")
     for _ in range(2):
         for kind in kinds:
             for idle in (1, 50, 100):
@@ -120,8 +127,6 @@ async def model_requests() -> None:
                     http = anthropic.DefaultAioHttpClient()
                 else:
                     http = anthropic.DefaultAsyncHttpxClient()
-                if kind == "quick idle checks":
-                    quick_idle_checks(http)
                 client = anthropic.AsyncAnthropic(
                     api_key="test", base_url=url, max_retries=0, http_client=http
                 )
@@ -134,15 +139,52 @@ async def model_requests() -> None:
                     1000 * (time.process_time() - started) / REQUESTS
                 )
                 await client.close()
-    server.kill()
+    _report("model request", cpu, kinds)
+
+
+async def web_searches(url: str, key: str) -> None:
+    import httpx
+    from exa_py import AsyncExa
+
+    from research.web import _SharedExa
+
+    class OnHttpx(_SharedExa):
+        """exa-py's own httpx transport, with the shared pool's limits."""
+
+        def transport(self) -> httpx.AsyncBaseTransport:
+            return httpx.AsyncHTTPTransport(limits=self.limits)
+
+    async def opened(exa: AsyncExa, index: int) -> None:
+        await asyncio.sleep(index * 0.01)  # the fake's listen queue is short
+        await exa.search("hold", num_results=1)
+
+    cpu: dict[tuple[str, int], list[float]] = {}
+    kinds = ("httpx", "aiohttp")
+    for _ in range(2):
+        for kind in kinds:
+            for idle in (1, 50, 100):
+                make = OnHttpx if kind == kinds[0] else _SharedExa
+                exa = make(api_key=key, api_base=url)
+                await asyncio.gather(*(opened(exa, i) for i in range(idle)))
+                started = time.process_time()
+                for n in range(REQUESTS):
+                    await exa.search(f"query {n}", num_results=3)
+                cpu.setdefault((kind, idle), []).append(
+                    1000 * (time.process_time() - started) / REQUESTS
+                )
+                await exa.aclose()
+    _report("web search", cpu, kinds)
+
+
+def _report(what: str, cpu: dict[tuple[str, int], list[float]], kinds: tuple[str, ...]) -> None:
     for idle in (1, 50, 100):
-        sdk = statistics.median(cpu[(kinds[0], idle)])
+        first = statistics.median(cpu[(kinds[0], idle)])
         shown = ", ".join(
-            f"{kind} {ms:.2f} ms CPU ({ms / sdk:.2f} x)"
+            f"{kind} {ms:.2f} ms CPU ({ms / first:.2f} x)"
             for kind in kinds
             for ms in [statistics.median(cpu[(kind, idle)])]
         )
-        print(f"model request, {idle:3d} idle connections: {shown}")
+        print(f"{what}, {idle:3d} idle connections: {shown}")
 
 
 async def main() -> None:
@@ -155,7 +197,15 @@ async def main() -> None:
         await database_hops()
     else:
         print("one-query hop: skipped (set DATABASE_URL to a PostgreSQL database)")
-    await model_requests()
+    address: Any = multiprocessing.Queue()
+    server = multiprocessing.Process(target=_serve, args=(address,), daemon=True)
+    server.start()
+    model_url, web_url, web_key = address.get()
+    try:
+        await model_requests(model_url)
+        await web_searches(web_url, web_key)
+    finally:
+        server.kill()
 
 
 if __name__ == "__main__":

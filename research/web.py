@@ -20,12 +20,13 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import aiohttp
 import httpx
 from django.conf import settings
 from exa_py import AsyncExa
 from exa_py.api import ContentsOptions
-
-from config.http_pool import quick_idle_checks
+from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp import transport as aiohttp_transport
 
 from .cache import cache_key, cache_row, cached_many, cached_results, store_rows
 from .models import SearchCache
@@ -246,29 +247,53 @@ def _to_result(result: Any, *, query: str) -> WebResult | None:
 # of 100 connections (20 kept alive), which would queue them where per-session clients did not.
 SHARED_POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 
+# httpx-aiohttp 0.2 maps every aiohttp connection error to httpx.ConnectTimeout, so a refused
+# or dropped connection would read as a timeout. The Anthropic SDK's vendored copy of the
+# same transport carries these two corrections; they are made here the same way.
+aiohttp_transport.AIOHTTP_EXC_MAP[aiohttp.ClientConnectionError] = httpx.ConnectError
+aiohttp_transport.AIOHTTP_EXC_MAP[aiohttp.ConnectionTimeoutError] = httpx.ConnectTimeout
 
-class _SharedExa(AsyncExa):
-    """exa-py's client with a pool sized for many sessions, built (like exa-py's own, on
-    first request) on the event loop that uses it, and refusing any other loop."""
 
+class _AioExa(AsyncExa):
+    """exa-py's client with its httpx on aiohttp, built (like exa-py's own, on first
+    request) on the event loop that uses it. httpcore's pool asks every idle connection
+    whether the server closed it each time a request joins or leaves the pool, which a
+    worker's shared pool paid for on every search, more with every session; aiohttp's
+    connector checks only the connection it takes (bench/README, "The web searches on
+    aiohttp")."""
+
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=self.headers,
+                timeout=self.timeout,
+                transport=self.transport(),
+            )
+        return self._client
+
+    def transport(self) -> httpx.AsyncBaseTransport:
+        return AiohttpTransport(limits=self.limits)
+
+
+class _SharedExa(_AioExa):
+    """The client a worker's sessions share: a pool sized for many sessions, refusing any
+    event loop but the one it was built on."""
+
+    limits = SHARED_POOL_LIMITS
     _loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def client(self) -> httpx.AsyncClient:
         running = asyncio.get_running_loop()
         if self._client is None:
-            self._client = quick_idle_checks(  # idle connections checked cheaply
-                httpx.AsyncClient(
-                    base_url=self.base_url,
-                    headers=self.headers,
-                    timeout=self.timeout,
-                    limits=SHARED_POOL_LIMITS,
-                )
-            )
             self._loop = running
         elif self._loop is not running:
             raise RuntimeError("A shared web-search client belongs to one event loop")
-        return self._client
+        return super().client
 
     def open(self) -> httpx.AsyncClient:
         """The HTTP client, built now if it was not (on the running event loop)."""
@@ -367,7 +392,7 @@ class WebSearch:
         self._exa = (
             exa
             if exa is not None
-            else AsyncExa(api_key=api_key, api_base=_api_base(base_url), timeout=timeout)
+            else _AioExa(api_key=api_key, api_base=_api_base(base_url), timeout=timeout)
         )
 
     @staticmethod

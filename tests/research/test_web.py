@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -161,6 +162,32 @@ async def test_an_unreachable_server_says_so(settings: Any):
     settings.EXA_BASE_URL = f"http://127.0.0.1:{port}"
     error = await search_error()
     assert str(error) == "Could not reach web search (network, or EXA_BASE_URL)."
+
+
+async def test_a_server_that_hangs_up_without_answering_is_not_called_a_timeout(settings: Any):
+    """A connection the server closes before its reply is a connection failure (retried
+    once), in the words for one; the HTTP layer must not report it as a timeout."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def hang_up() -> None:
+        for _ in range(2):  # the search and its one retry
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.close()
+            accepted.append(conn)
+
+    thread = threading.Thread(target=hang_up, daemon=True)
+    thread.start()
+    settings.EXA_API_KEY = "any"
+    settings.EXA_BASE_URL = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        error = await search_error()
+    finally:
+        thread.join(timeout=5)
+        listener.close()
+    assert str(error) == "Could not reach web search (network, or EXA_BASE_URL)."
+    assert error.kind == "connection" and len(accepted) == 2
 
 
 async def test_an_identical_search_is_served_from_the_cache(fake_exa: FakeExa):

@@ -149,10 +149,9 @@ async def web_searches(url: str, key: str) -> None:
     from research.web import _SharedExa
 
     class OnHttpx(_SharedExa):
-        """exa-py's own httpx transport, with the shared pool's limits."""
+        """exa-py's own httpx client, with the shared pool's limits."""
 
-        def transport(self) -> httpx.AsyncBaseTransport:
-            return httpx.AsyncHTTPTransport(limits=self.limits)
+        http_client = httpx.AsyncClient
 
     async def opened(exa: AsyncExa, index: int) -> None:
         await asyncio.sleep(index * 0.01)  # the fake's listen queue is short

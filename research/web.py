@@ -17,7 +17,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiohttp
@@ -25,7 +25,7 @@ import httpx
 from django.conf import settings
 from exa_py import AsyncExa
 from exa_py.api import ContentsOptions
-from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp import HttpxAiohttpClient
 from httpx_aiohttp import transport as aiohttp_transport
 
 from .cache import cache_key, cache_row, cached_many, cached_results, store_rows
@@ -244,39 +244,39 @@ def _to_result(result: Any, *, query: str) -> WebResult | None:
 
 # A worker's shared Exa client carries every session's searches at once (a burst of sessions
 # each searching 3 queries in parallel): the Anthropic SDK's pool size, not httpx's default
-# of 100 connections (20 kept alive), which would queue them where per-session clients did not.
+# of 100 connections, which would queue them where per-session clients did not. (aiohttp
+# keeps every connection given back until its keep-alive runs out, 5 s: the keep-alive
+# bound is httpx's own.)
 SHARED_POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 
 # httpx-aiohttp 0.2 maps every aiohttp connection error to httpx.ConnectTimeout, so a refused
 # or dropped connection would read as a timeout. The Anthropic SDK's vendored copy of the
-# same transport carries these two corrections; they are made here the same way.
+# same transport carries the first two corrections; the third keeps a reply aiohttp cannot
+# parse (a broken gateway's) what it was on httpcore, a protocol error, retried.
 aiohttp_transport.AIOHTTP_EXC_MAP[aiohttp.ClientConnectionError] = httpx.ConnectError
 aiohttp_transport.AIOHTTP_EXC_MAP[aiohttp.ConnectionTimeoutError] = httpx.ConnectTimeout
+aiohttp_transport.AIOHTTP_EXC_MAP[aiohttp.ClientResponseError] = httpx.RemoteProtocolError
 
 
 class _AioExa(AsyncExa):
-    """exa-py's client with its httpx on aiohttp, built (like exa-py's own, on first
-    request) on the event loop that uses it. httpcore's pool asks every idle connection
-    whether the server closed it each time a request joins or leaves the pool, which a
-    worker's shared pool paid for on every search, more with every session; aiohttp's
-    connector checks only the connection it takes (bench/README, "The web searches on
-    aiohttp")."""
+    """exa-py's client with its httpx on aiohttp (`HttpxAiohttpClient`: proxies from the
+    environment too), built (like exa-py's own, on first request) on the event loop that
+    uses it. httpcore's pool asks every idle connection whether the server closed it each
+    time a request joins or leaves the pool, which a worker's shared pool paid for on every
+    search, more with every session; aiohttp's connector checks only the connection it
+    takes (bench/README, "The web searches on aiohttp")."""
 
-    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's
+    http_client: ClassVar[type[httpx.AsyncClient]] = HttpxAiohttpClient
+    limits: ClassVar[httpx.Limits | None] = None  # None: httpx's default
 
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url,
-                headers=self.headers,
-                timeout=self.timeout,
-                transport=self.transport(),
+            sized: dict[str, Any] = {} if self.limits is None else {"limits": self.limits}
+            self._client = self.http_client(
+                base_url=self.base_url, headers=self.headers, timeout=self.timeout, **sized
             )
         return self._client
-
-    def transport(self) -> httpx.AsyncBaseTransport:
-        return AiohttpTransport(limits=self.limits)
 
 
 class _SharedExa(_AioExa):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from httpx_aiohttp import AiohttpTransport
 
-from research.web import SharedWebClient
+from research.web import SharedWebClient, WebSearch
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.exa_server import FakeExa
 from tests.fakes.http_base import FakeServer
@@ -71,6 +71,18 @@ async def test_the_web_client_keeps_its_connection_and_not_one_the_server_closed
 
     try:
         await _keeps_one_and_not_a_closed_one(fake_exa, call)
-        assert isinstance(exa.client._transport, AiohttpTransport)
     finally:
+        await shared.aclose()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_sessions_own_web_client_and_the_shared_one_run_on_aiohttp(fake_exa: FakeExa):
+    shared = SharedWebClient()
+    own = WebSearch.from_settings()
+    try:
+        for web in (own, shared.web_search()):
+            assert await web.search("which stack", num_results=2, scope="user:1")
+            assert isinstance(web._exa.client._transport, AiohttpTransport)
+    finally:
+        await own.aclose()
         await shared.aclose()

@@ -155,29 +155,31 @@ async def test_a_silent_server_times_out_after_one_retry(settings: Any, fake_exa
 
 
 async def test_an_unreachable_server_says_so(settings: Any):
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     settings.EXA_API_KEY = "any"
-    settings.EXA_BASE_URL = f"http://127.0.0.1:{port}"
+    settings.EXA_BASE_URL = f"http://127.0.0.1:{_free_port()}"
     error = await search_error()
     assert str(error) == "Could not reach web search (network, or EXA_BASE_URL)."
 
 
-async def test_a_server_that_hangs_up_without_answering_is_not_called_a_timeout(settings: Any):
-    """A connection the server closes before its reply is a connection failure (retried
-    once), in the words for one; the HTTP layer must not report it as a timeout."""
+@pytest.mark.parametrize(
+    "reply", [b"", b"NOT HTTP AT ALL\r\n\r\n"], ids=["hangs up", "a reply not in HTTP"]
+)
+async def test_a_server_that_answers_no_http_is_not_called_a_timeout(settings: Any, reply: bytes):
+    """A connection the server closes before a reply, or answers with something that is not
+    HTTP (a broken gateway), is a connection failure, retried once, in the words for one;
+    the HTTP layer must not report it as a timeout or as an unexpected failure."""
     listener = socket.create_server(("127.0.0.1", 0))
     accepted = []
 
-    def hang_up() -> None:
+    def answer() -> None:
         for _ in range(2):  # the search and its one retry
             conn, _ = listener.accept()
             conn.recv(65536)
+            conn.sendall(reply)
             conn.close()
             accepted.append(conn)
 
-    thread = threading.Thread(target=hang_up, daemon=True)
+    thread = threading.Thread(target=answer, daemon=True)
     thread.start()
     settings.EXA_API_KEY = "any"
     settings.EXA_BASE_URL = f"http://127.0.0.1:{listener.getsockname()[1]}"
@@ -188,6 +190,26 @@ async def test_a_server_that_hangs_up_without_answering_is_not_called_a_timeout(
         listener.close()
     assert str(error) == "Could not reach web search (network, or EXA_BASE_URL)."
     assert error.kind == "connection" and len(accepted) == 2
+
+
+async def test_a_proxy_from_the_environment_is_used(
+    fake_exa: FakeExa, monkeypatch: pytest.MonkeyPatch
+):
+    """HTTP_PROXY applies to web search as to the model client: through a proxy that is
+    down, a search the server would answer directly does not reach it."""
+    for name in ("NO_PROXY", "no_proxy", "http_proxy", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{_free_port()}")
+    error = await search_error()
+    assert str(error) == "Could not reach web search (network, or EXA_BASE_URL)."
+    assert fake_exa.request_count == 0
+
+
+def _free_port() -> int:
+    """A port nobody listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 async def test_an_identical_search_is_served_from_the_cache(fake_exa: FakeExa):

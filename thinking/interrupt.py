@@ -2,7 +2,8 @@
 within about a second when a person pauses or cancels the session.
 
 The watcher polls the session's status (the database is the truth, whichever process the
-person's request reached) while the call streams. On a pause or cancel it cancels the
+person's request reached) while the call streams: one read for all the calls in flight on
+the event loop (`_Watcher`). On a pause or cancel it cancels the
 stream, which closes the HTTP response, and the step raises `Stopped`: the unfinished
 step stores nothing, and the time it ran is dropped from the thinking time.
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import weakref
 from collections.abc import Awaitable
+from typing import Any
 
 from django.conf import settings
 
@@ -31,9 +34,77 @@ class Interrupted(Exception):
         self.status = status
 
 
-@db_hop
-def _status(session_id: uuid.UUID) -> str | None:
-    return ThinkingSession.objects.filter(pk=session_id).values_list("status", flat=True).first()
+def _statuses(session_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The status of each session of `session_ids` still there, in one statement."""
+    rows = ThinkingSession.objects.filter(pk__in=session_ids).values_list("pk", "status")
+    return dict(rows)
+
+
+statuses = db_hop(_statuses)
+
+
+class _Watcher:
+    """The model calls in flight on one event loop, watched together: every
+    DEEPTHINK_INTERRUPT_POLL_SECONDS one read gives the status of every session with a call
+    in flight, where each call used to read its own session's (at 100 sessions at once, a
+    hop per call). Runs while any call is watched; a call watched ends as soon as its
+    session is paused, cancelled or deleted (its future's result: the status, None when
+    deleted), or with the read's error."""
+
+    def __init__(self) -> None:
+        self._calls: dict[uuid.UUID, set[asyncio.Future[str | None]]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def watch(self, session_id: uuid.UUID) -> asyncio.Future[str | None]:
+        stopped: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._calls.setdefault(session_id, set()).add(stopped)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="interrupt-watcher")
+        return stopped
+
+    def unwatch(self, session_id: uuid.UUID, stopped: asyncio.Future[str | None]) -> None:
+        if stopped.done() and not stopped.cancelled():
+            stopped.exception()  # a read's error the call finished before: seen, not logged
+        calls = self._calls.get(session_id, set())
+        calls.discard(stopped)
+        if not calls:
+            self._calls.pop(session_id, None)
+        if not self._calls and self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        while self._calls:
+            await asyncio.sleep(settings.DEEPTHINK_INTERRUPT_POLL_SECONDS)
+            watched = list(self._calls)
+            try:
+                found = await statuses(watched)
+            except Exception as error:  # each call watched fails with it, as its own read did
+                for calls in [self._calls.pop(key, set()) for key in watched]:
+                    for stopped in calls:
+                        if not stopped.done():
+                            stopped.set_exception(error)
+                continue
+            for key in watched:
+                status = found.get(key)
+                if status in STOPPING or status is None:
+                    for stopped in self._calls.pop(key, set()):
+                        if not stopped.done():
+                            stopped.set_result(status)
+        self._task = None
+
+
+_watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watcher] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _watcher() -> _Watcher:
+    running = asyncio.get_running_loop()
+    watcher = _watchers.get(running)
+    if watcher is None:
+        watcher = _watchers[running] = _Watcher()
+    return watcher
 
 
 async def watched[T](
@@ -41,26 +112,27 @@ async def watched[T](
     *,
     session_id: uuid.UUID,
     meter: Lap | None = None,
-    interval: float | None = None,
 ) -> T:
-    """Await `call` (a model call) while watching the session's status every `interval`
-    seconds (DEEPTHINK_INTERRUPT_POLL_SECONDS). Raises `Interrupted` as soon as the session
-    is paused or cancelled, after cancelling the call and dropping its time from `meter`."""
-    interval = settings.DEEPTHINK_INTERRUPT_POLL_SECONDS if interval is None else interval
+    """Await `call` (a model call) while its session's status is watched (`_Watcher`,
+    every DEEPTHINK_INTERRUPT_POLL_SECONDS). Raises `Interrupted` as soon as the session is
+    paused, cancelled or deleted, after cancelling the call and dropping its time from
+    `meter`."""
     task = asyncio.ensure_future(call)
+    watcher = _watcher()
+    stopped = watcher.watch(session_id)
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=interval)
-            if done:
-                return task.result()
-            status = await _status(session_id)
-            if status in STOPPING or status is None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                if meter is not None:
-                    meter.lap()  # the unfinished step is not thinking time
-                raise Interrupted(session_id, status or "deleted")
+        either: set[asyncio.Future[Any]] = {task, stopped}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        status = stopped.result()  # the read's error, if it failed
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if meter is not None:
+            meter.lap()  # the unfinished step is not thinking time
+        raise Interrupted(session_id, status or "deleted")
     finally:
+        watcher.unwatch(session_id, stopped)
         if not task.done():  # our own caller was cancelled (worker shutdown)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

@@ -11,6 +11,7 @@ step stores nothing, and the time it ran is dropped from the thinking time.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 import weakref
 from collections.abc import Awaitable
@@ -21,6 +22,8 @@ from django.conf import settings
 from config.hops import db_hop
 
 from .models import Lap, Status, ThinkingSession
+
+logger = logging.getLogger(__name__)
 
 STOPPING = (Status.PAUSED, Status.CANCELLED)
 
@@ -47,9 +50,10 @@ class _Watcher:
     """The model calls in flight on one event loop, watched together: every
     DEEPTHINK_INTERRUPT_POLL_SECONDS one read gives the status of every session with a call
     in flight, where each call used to read its own session's (at 100 sessions at once, a
-    hop per call). Runs while any call is watched; a call watched ends as soon as its
-    session is paused, cancelled or deleted (its future's result: the status, None when
-    deleted), or with the read's error."""
+    hop per call). Runs while any call is watched. A call ends as soon as a read that began
+    after it was watched finds its session paused, cancelled or deleted (its future's
+    result: the status, None when deleted). A read that fails is logged and made again at
+    the next poll: the calls go on, and their steps' stores meet the database themselves."""
 
     def __init__(self) -> None:
         self._calls: dict[uuid.UUID, set[asyncio.Future[str | None]]] = {}
@@ -58,40 +62,46 @@ class _Watcher:
     def watch(self, session_id: uuid.UUID) -> asyncio.Future[str | None]:
         stopped: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._calls.setdefault(session_id, set()).add(stopped)
-        if self._task is None:
+        if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="interrupt-watcher")
         return stopped
 
     def unwatch(self, session_id: uuid.UUID, stopped: asyncio.Future[str | None]) -> None:
-        if stopped.done() and not stopped.cancelled():
-            stopped.exception()  # a read's error the call finished before: seen, not logged
         calls = self._calls.get(session_id, set())
         calls.discard(stopped)
         if not calls:
             self._calls.pop(session_id, None)
-        if not self._calls and self._task is not None:
-            self._task.cancel()
-            self._task = None
 
     async def _run(self) -> None:
-        while self._calls:
-            await asyncio.sleep(settings.DEEPTHINK_INTERRUPT_POLL_SECONDS)
-            watched = list(self._calls)
-            try:
-                found = await statuses(watched)
-            except Exception as error:  # each call watched fails with it, as its own read did
-                for calls in [self._calls.pop(key, set()) for key in watched]:
-                    for stopped in calls:
-                        if not stopped.done():
-                            stopped.set_exception(error)
+        # Never cancelled from outside while a call is watched (a read cut short would
+        # leave its statement running in its hop thread): it ends at the first poll with
+        # no call in flight, and lets go of its task (which holds the loop) as it ends.
+        try:
+            while True:
+                await asyncio.sleep(settings.DEEPTHINK_INTERRUPT_POLL_SECONDS)
+                if not self._calls:
+                    return
+                await self._read()
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
+
+    async def _read(self) -> None:
+        # The calls watched when the read begins: one watched later is not answered by it
+        # (its session may have been resumed since its status was read).
+        reading = {key: set(calls) for key, calls in self._calls.items()}
+        try:
+            found = await statuses(list(reading))
+        except Exception:
+            logger.warning("Could not read the statuses of calls in flight", exc_info=True)
+            return
+        for key, calls in reading.items():
+            status = found.get(key)
+            if status not in STOPPING and status is not None:
                 continue
-            for key in watched:
-                status = found.get(key)
-                if status in STOPPING or status is None:
-                    for stopped in self._calls.pop(key, set()):
-                        if not stopped.done():
-                            stopped.set_result(status)
-        self._task = None
+            for stopped in calls:
+                if not stopped.done():
+                    stopped.set_result(status)
 
 
 _watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watcher] = (
@@ -125,7 +135,7 @@ async def watched[T](
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             return task.result()
-        status = stopped.result()  # the read's error, if it failed
+        status = stopped.result()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         if meter is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-import weakref
 from collections.abc import Awaitable
 from typing import Any
 
@@ -22,6 +21,7 @@ from django.conf import settings
 from config.hops import db_hop
 
 from .models import Lap, Status, ThinkingSession
+from .per_loop import PerLoop
 
 logger = logging.getLogger(__name__)
 
@@ -104,17 +104,7 @@ class _Watcher:
                     stopped.set_result(status)
 
 
-_watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watcher] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _watcher() -> _Watcher:
-    running = asyncio.get_running_loop()
-    watcher = _watchers.get(running)
-    if watcher is None:
-        watcher = _watchers[running] = _Watcher()
-    return watcher
+_watchers = PerLoop(_Watcher)
 
 
 async def watched[T](
@@ -128,7 +118,7 @@ async def watched[T](
     paused, cancelled or deleted, after cancelling the call and dropping its time from
     `meter`."""
     task = asyncio.ensure_future(call)
-    watcher = _watcher()
+    watcher = _watchers.get()
     stopped = watcher.watch(session_id)
     try:
         either: set[asyncio.Future[Any]] = {task, stopped}

@@ -33,6 +33,7 @@ from . import broadcast, loop, notify, render_process, steps
 from .events import Publish, SessionEvent
 from .llm import LLMError, SharedModelClient
 from .models import ThinkingSession
+from .per_loop import PerLoop
 from .publishing import SessionPublisher
 from .run import Clock, Meter
 from .state import StartMessage
@@ -241,22 +242,21 @@ class Supervisor:
             await asyncio.gather(*list(self.running.values()), return_exceptions=True)
 
 
-_supervisors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Supervisor] = (
-    weakref.WeakKeyDictionary()
-)
+def _new_supervisor() -> Supervisor:
+    supervisor = Supervisor()
+    try:
+        supervisor.open_clients()
+    except Exception:  # each session meets (and reports) the same error itself
+        logger.exception("Worker %s: building its clients failed", supervisor.worker_id)
+    return supervisor
+
+
+_supervisors = PerLoop(_new_supervisor)
 
 
 def get_supervisor() -> Supervisor:
     """The supervisor of this process's running event loop."""
-    running = asyncio.get_running_loop()
-    supervisor = _supervisors.get(running)
-    if supervisor is None:
-        supervisor = _supervisors[running] = Supervisor()
-        try:
-            supervisor.open_clients()
-        except Exception:  # each session meets (and reports) the same error itself
-            logger.exception("Worker %s: building its clients failed", supervisor.worker_id)
-    return supervisor
+    return _supervisors.get()
 
 
 class ThinkingWorkerConsumer(AsyncConsumer):

@@ -17,13 +17,15 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import AnonymousUser
 from django.db import models
-from django.template.loader import render_to_string
+from django.template import Engine
+from django.template.loader import get_template, render_to_string
 
 from config.hops import db_hop
 
@@ -63,6 +65,20 @@ def group_name(session_id: uuid.UUID | str) -> str:
 
 def _render(template: str, context: dict[str, Any]) -> str:
     return render_to_string(f"thinking/{template}", context)
+
+
+def warm() -> list[str]:
+    """Compile the live partials (`thinking/_*.html`) now, rather than on the first update
+    each one draws: the template engine's first use loads every tag library (about a
+    second of CPU), which a fresh render process's first updates waited out. The names."""
+    names = [
+        f"thinking/{path.name}"
+        for directory in Engine.get_default().dirs
+        for path in sorted(Path(directory, "thinking").glob("_*.html"))
+    ]
+    for name in names:
+        get_template(name)
+    return names
 
 
 LIVE_LABELS = {

@@ -26,6 +26,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import models
 from django.template import Engine
 from django.template.loader import get_template, render_to_string
+from django.urls import reverse
 
 from config.hops import db_hop
 
@@ -68,9 +69,11 @@ def _render(template: str, context: dict[str, Any]) -> str:
 
 
 def warm() -> list[str]:
-    """Compile the live partials (`thinking/_*.html`) now, rather than on the first update
-    each one draws: the template engine's first use loads every tag library (about a
-    second of CPU), which a fresh render process's first updates waited out. The names."""
+    """Compile the live partials (`thinking/_*.html`) and load the URL configuration now,
+    rather than on the first update that needs them: the template engine's first use
+    loads every tag library, and the header's first `{% url %}` every view module (about
+    a second of CPU each in a fresh process), which a new render process's first updates
+    waited out. The partials' names."""
     names = [
         f"thinking/{path.name}"
         for directory in Engine.get_default().dirs
@@ -78,6 +81,7 @@ def warm() -> list[str]:
     ]
     for name in names:
         get_template(name)
+    reverse("home")
     return names
 
 

@@ -10,11 +10,11 @@ itself. A child reads the database on connections of its own; it never writes, s
 nothing and keeps no state a render depends on.
 
 The worker renders an update itself whenever no child can: while its child starts (about
-two seconds, on the first update a page watches: it compiles the live partials before it
-takes one), after one died (the update it was given too), and for `REST_SECONDS` after
-any failure, so a child that cannot start is not started again for every update. A child
-ignores the signals that stop its worker (the worker stops it once its sessions are handed
-over) and exits when its worker is gone, killed outright included.
+three seconds, on the first update a page watches: it compiles the live partials and loads
+the URLs before it takes one), after one died (the update it was given too), and for
+`REST_SECONDS` after any failure, so a child that cannot start is not started again for
+every update. A child ignores the signals that stop its worker (the worker stops it once
+its sessions are handed over) and exits when its worker is gone, killed outright included.
 
 A child is spawned, not forked, so it starts from the environment and settings module,
 not from what a running process changed: a test's `settings` fixture does not reach it.
@@ -76,7 +76,7 @@ def _start_child(database_name: str) -> None:
         pool.update(min_size=1, max_size=2)
     django.setup()
     # Ready before it says it started (`run` renders in the worker until then), so a page's
-    # first updates do not wait on the template engine's first use.
+    # first updates do not wait on the template engine's and the URLs' first use.
     from . import broadcast
 
     broadcast.warm()

@@ -137,6 +137,9 @@ def start_django() -> None:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
+    # The ASGI application, loaded at start as daphne and `runworker` load it (and with it
+    # the start-up objects frozen out of the collector's full passes: config/asgi.py).
+    import config.asgi  # noqa: F401
 
 
 def teardown(setup: Setup) -> None:

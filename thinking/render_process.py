@@ -23,6 +23,7 @@ not from what a running process changed: a test's `settings` fixture does not re
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -80,6 +81,7 @@ def _start_child(database_name: str) -> None:
     from . import broadcast
 
     broadcast.warm()
+    gc.freeze()  # as a worker does (config/asgi.py): start-up's objects out of full passes
 
 
 def _exit_with_worker() -> None:

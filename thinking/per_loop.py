@@ -1,8 +1,9 @@
 """One object per running event loop: a worker's supervisor, its pause-and-cancel watcher.
 
 Each holds tasks, futures or connections bound to the loop it was made on, so a second
-loop (a test's, a management command's `asyncio.run`) gets its own, and one is let go
-with its loop.
+loop (a test's, a management command's `asyncio.run`) gets its own. The loop is held
+weakly, but an object that refers to its loop keeps it (the supervisor does: it lives as
+long as its process).
 """
 
 from __future__ import annotations

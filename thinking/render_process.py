@@ -23,7 +23,6 @@ not from what a running process changed: a test's `settings` fixture does not re
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -77,11 +76,17 @@ def _start_child(database_name: str) -> None:
         pool.update(min_size=1, max_size=2)
     django.setup()
     # Ready before it says it started (`run` renders in the worker until then), so a page's
-    # first updates do not wait on the template engine's and the URLs' first use.
+    # first updates do not wait on the template engine's and the URLs' first use. Only a
+    # head start: a child that could not warm up still renders (each render says why not).
+    from config.startup import freeze_start_up
+
     from . import broadcast
 
-    broadcast.warm()
-    gc.freeze()  # as a worker does (config/asgi.py): start-up's objects out of full passes
+    try:
+        broadcast.warm()
+    except Exception:
+        logger.exception("A render process could not compile the live partials")
+    freeze_start_up()
 
 
 def _exit_with_worker() -> None:

@@ -77,7 +77,8 @@ def _start_child(database_name: str) -> None:
     django.setup()
     # Ready before it says it started (`run` renders in the worker until then), so a page's
     # first updates do not wait on the template engine's and the URLs' first use. Only a
-    # head start: a child that could not warm up still renders (each render says why not).
+    # head start: a child that could not warm up still starts, and a partial that does not
+    # compile fails the renders that use it, as it would in the worker.
     from config.startup import freeze_start_up
 
     from . import broadcast

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -340,3 +343,27 @@ def logged_error(caplog: Any) -> str:
 def without_tools(fake: Any) -> Any:
     """The scripted model that never calls a tool, so a test's own tool calls stand alone."""
     return lambda body: fake.scripted_mind({**body, "tools": []})
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def in_fresh_python(
+    code: str,
+    *,
+    leave_out: tuple[str, ...] = ("DEEPTHINK_", "DATABASE_"),
+    timeout: float = 60,
+    **env: str,
+) -> subprocess.CompletedProcess[str]:
+    """`code` in a new interpreter at the project's root on config.settings, with this
+    process's environment less the variables starting with `leave_out` (so settings take
+    their defaults), plus `env`."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(leave_out)}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**kept, **env, "DJANGO_SETTINGS_MODULE": "config.settings"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -2,42 +2,22 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import in_fresh_python
 
 
 def load_settings(show: str = "settings.DEBUG", **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPTHINK_", "DATABASE_"))}
-    clean.pop("REDIS_URL", None)
-    clean.pop("DEBUG", None)
-    clean.pop("SECRET_KEY", None)
-    clean.update(env)
     code = f"import django; django.setup(); from django.conf import settings; print({show})"
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    leave_out = ("DEEPTHINK_", "DATABASE_", "REDIS_URL", "DEBUG", "SECRET_KEY")
+    return in_fresh_python(code, leave_out=leave_out, **env)
 
 
 def run_on_database(code: str, url: str) -> subprocess.CompletedProcess[str]:
     """`code` in a fresh process whose settings come from the environment, on `url`."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPTHINK_", "DATABASE_"))}
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return in_fresh_python(code, DATABASE_URL=url)
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,9 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -345,10 +345,17 @@ def loaded(
 
 
 def _store(
-    session_id: uuid.UUID, synthesis_id: int, claims: list[Claim], run: CheckRun, worker_id: str
+    session_id: uuid.UUID,
+    synthesis_id: int,
+    claims: list[Claim],
+    run: CheckRun,
+    worker_id: str,
+    *,
+    then: Callable[[ThinkingSession], dict[str, Any]] | None = None,
 ) -> ThinkingSession:
     """The verdicts, the check's calls and their tokens, in one step of the session: only
-    while `worker_id` holds the lease (else LeaseLost) and the session is not cancelled."""
+    while `worker_id` holds the lease (else LeaseLost) and the session is not cancelled.
+    `then`: `Step.then`'s hook (the loop's next cycle entered with it)."""
     from . import steps
     from .models import CitationCheck, Status, ThinkingSession
 
@@ -379,22 +386,37 @@ def _store(
         insert_rows(CitationCheck, rows)
         # The check's tokens count toward the session like any other call's.
         steps.record_calls(step, "check", run.replies)
+        if then is not None:
+            step.then(then)
     return step.session
 
 
+# The hop that stores a check's verdicts: the session as stored, and whether the plan region
+# changed with them (a stage its `then` entered). The loop passes its own, which enters the
+# next cycle too (`loop.store_checked`).
+StoreVerdicts = Callable[
+    [uuid.UUID, int, list[Claim], CheckRun, str], Awaitable[tuple["ThinkingSession", bool]]
+]
+
+
+def _store_alone(
+    session_id: uuid.UUID, synthesis_id: int, claims: list[Claim], run: CheckRun, worker_id: str
+) -> tuple[ThinkingSession, bool]:
+    return _store(session_id, synthesis_id, claims, run, worker_id), False
+
+
 async def _check(
-    loaded: Loaded, *, llm: LLM, worker_id: str
-) -> tuple[CheckRun, ThinkingSession] | None:
-    """Check one stored synthesis's citations and store the verdicts; None if nothing to
-    check, else the run and the session re-read (its usage now includes the check)."""
+    loaded: Loaded, *, llm: LLM, worker_id: str, stored_by: StoreVerdicts | None = None
+) -> tuple[ThinkingSession, bool] | None:
+    """Check one stored synthesis's citations and store the verdicts (`stored_by`, by
+    default a hop of their own); None if nothing to check, else the session re-read (its
+    usage now includes the check) and whether the plan region changed with it."""
     if not loaded.claims:
         return None
     limit = settings.DEEPTHINK_CHECK_MAX_CLAIMS
     run = await judge(loaded.claims[:limit], loaded.passages, llm=llm, main_model=loaded.model)
-    session = await db_hop(_store)(
-        loaded.session_id, loaded.synthesis_id, loaded.claims, run, worker_id
-    )
-    return run, session
+    store = stored_by or db_hop(_store_alone)
+    return await store(loaded.session_id, loaded.synthesis_id, loaded.claims, run, worker_id)
 
 
 async def check_synthesis_citations(
@@ -405,9 +427,11 @@ async def check_synthesis_citations(
     *,
     worker_id: str,
     loaded: Loaded | None = None,
+    stored_by: StoreVerdicts | None = None,
 ) -> ThinkingSession:
     """The loop's hook after a synthesis is stored (`synthesis`: the row, or its sequence;
-    `loaded`: what its check reads, when the step that stored it gave it already). Returns the
+    `loaded`: what its check reads, when the step that stored it gave it already;
+    `stored_by`: the hop that stores the verdicts, when not one of their own). Returns the
     session re-read (its usage now includes the check). A failed check raises nothing; a
     lost lease or a cancel (LeaseLost / Stopped) stops the loop as any step does."""
     from .models import LeaseLost, Stopped, Synthesis
@@ -421,7 +445,7 @@ async def check_synthesis_citations(
             else:
                 lookup = {"session_id": session.pk, "sequence": synthesis}
             loaded = await db_hop(load)(**lookup)
-        checked = await _check(loaded, llm=llm, worker_id=worker_id)
+        checked = await _check(loaded, llm=llm, worker_id=worker_id, stored_by=stored_by)
     except (LeaseLost, Stopped):
         raise
     except Exception:
@@ -429,8 +453,9 @@ async def check_synthesis_citations(
         return session
     if checked is None:
         return session
-    await publish_safely(publish, SessionEvent(session.pk, checked=loaded.sequence))
-    return checked[1]
+    stored, plan = checked
+    await publish_safely(publish, SessionEvent(session.pk, checked=loaded.sequence, plan=plan))
+    return stored
 
 
 # --- reading the verdicts (pages, JSON, export) --------------------------------------------

@@ -145,17 +145,21 @@ class _Ahead:
     focus: Focus | None = None  # the next cycle's, its stage entered
     planning: bool = False  # that stage is the focus's research's planning
     cycle: Opened | None = None  # that cycle's reads, once made (`_store_reranked`)
+    synthesis: bool = False  # a periodic synthesis is due: its stage entered
+    written: Written | None = None  # that synthesis's reads, once made (`_store_reranked`)
 
 
 def _enter_next(
-    ahead: _Ahead, *, after: Literal["thoughts", "questions", "rerank"]
+    ahead: _Ahead, *, after: Literal["thoughts", "questions", "rerank", "check"]
 ) -> Callable[[ThinkingSession], dict[str, Any]]:
-    """`Step.then`'s hook for the store of a cycle's thoughts, its sub-questions or a
-    re-ranking (`after`): what comes next is decided in the same transaction, in the order
-    the loop decides it after the commit, and its stage is entered there. Nothing when the
-    session is pausing, cancelled or ending, nor when sub-questions are due (after
-    thoughts): the loop goes on as before. Else, after thoughts or sub-questions, a
-    re-ranking when one is due (its material read); else, unless a synthesis is due, the
+    """`Step.then`'s hook for the store of a cycle's thoughts, its sub-questions, a
+    re-ranking or a periodic synthesis's citation check (`after`): what comes next is
+    decided in the same transaction, in the order the loop decides it after the commit, and
+    its stage is entered there. Nothing when the session is pausing, cancelled or ending,
+    nor when sub-questions are due (after thoughts): the loop goes on as before. Else, after
+    thoughts or sub-questions, a re-ranking when one is due (its material read); else,
+    except after a check (a synthesis is followed by a cycle), a periodic synthesis when
+    one is due (its stage, as its own first hop would enter it: `_open_written`); else the
     next cycle (its focus read, as its own first hop would: `_open_cycle`). Each spares a
     hop, a row lock and a commit. The reads run under the session's row lock. Fills
     `ahead`."""
@@ -165,13 +169,14 @@ def _enter_next(
             return {}
         if after == "thoughts" and questions_due(session):
             return {}
-        if after != "rerank":
+        if after in ("thoughts", "questions"):
             ahead.counts = rerank.read_counts(session)
             ahead.rerank = rerank.due_material(session, ahead.counts)
             if ahead.rerank is not None:
                 return stages.record(session, rerank.stage_entry(ahead.rerank))
-        if synthesis_due(session):
-            return {}
+        if after != "check" and synthesis_due(session):
+            ahead.synthesis = True
+            return stages.record(session, _synthesis_entry())
         ahead.focus = select_focus(session=session)
         entry, ahead.planning = _cycle_entry(session, ahead.focus)
         return stages.record(session, entry)
@@ -186,6 +191,16 @@ class After:
     log: tuple[str, ...] | None = None  # sub-questions are due: the log for their prompt
     reranking: rerank.Opened | None = None  # a re-ranking's reads (its material None: none due)
     cycle: Opened | None = None  # the next cycle's first hop's result, its stage entered
+    written: Written | None = None  # a periodic synthesis's reads, its stage entered
+
+
+# A synthesis's first hop: whether its stage was stored and is yet to be shown, the session
+# log and, for the final answer, its review's material (`_open_written`).
+Written = tuple[bool, tuple[str, ...], final_review.Material | None]
+
+
+def _synthesis_entry() -> StageEntry:
+    return stages.entry("synthesis", "Consolidating the understanding so far")
 
 
 def _analysis_entry(focus: Focus) -> StageEntry:
@@ -350,8 +365,9 @@ def _after_store(
 ) -> tuple[ThinkingSession, SessionEvent, After]:
     """In a store's hop, after its commit, what its step entered (`_enter_next`): the next
     cycle's reads, or a re-ranking's (whether one is due, and if so its material; read here
-    when the step did not decide: `rerank.open_reranking`). A stage entered is shown with
-    the store's own update (its plan region), not in one of its own."""
+    when the step did not decide: `rerank.open_reranking`) with, when its step entered a
+    periodic synthesis, that synthesis's reads. A stage entered is shown with the store's
+    own update (its plan region), not in one of its own."""
     if ahead.focus is not None:
         return (
             session,
@@ -362,9 +378,10 @@ def _after_store(
         opened: rerank.Opened = (ahead.counts[1], ahead.rerank)
     else:
         opened = rerank.open_reranking(session, worker_id=run.worker_id)
-    if opened[1] is not None:
+    written = _written_reads(session, ahead, run=run)
+    if opened[1] is not None or written is not None:
         event = dataclasses.replace(event, plan=True)
-    return session, event, After(reranking=opened)
+    return session, event, After(reranking=opened, written=written)
 
 
 def _cycle_reads(session: ThinkingSession, ahead: _Ahead, *, run: Run) -> Opened:
@@ -373,6 +390,12 @@ def _cycle_reads(session: ThinkingSession, ahead: _Ahead, *, run: Run) -> Opened
     return _opened(
         session, session.status, ahead.focus, planning=ahead.planning, entered=False, run=run
     )
+
+
+def _written_reads(session: ThinkingSession, ahead: _Ahead, *, run: Run) -> Written | None:
+    """The first hop's result of a periodic synthesis whose stage the store before it
+    entered and shows (`_open_written`'s, with the stage shown already); None: none due."""
+    return (False, run.log.read(session), None) if ahead.synthesis else None
 
 
 def _store_reranked(
@@ -388,7 +411,8 @@ def _store_reranked(
 ) -> ThinkingSession | None:
     """A re-ranking stored (`rerank._store`) with the next cycle entered in its step when
     nothing else is due (`_enter_next`), and that cycle's reads made in the same hop (into
-    `ahead.cycle`)."""
+    `ahead.cycle`), or a periodic synthesis's stage entered and its reads made
+    (`ahead.written`)."""
     stored = rerank._store(
         session_id,
         rankings,
@@ -400,10 +424,42 @@ def _store_reranked(
     )
     if stored is not None and ahead.focus is not None:
         ahead.cycle = _cycle_reads(stored, ahead, run=run)
+    if stored is not None:
+        ahead.written = _written_reads(stored, ahead, run=run)
     return stored
 
 
 store_reranked = db_hop(_store_reranked)
+
+
+def _store_checked(
+    session_id: uuid.UUID,
+    synthesis_id: int,
+    claims: list[citations.Claim],
+    checked: citations.CheckRun,
+    worker_id: str,
+    *,
+    run: Run,
+    ahead: _Ahead,
+) -> tuple[ThinkingSession, bool]:
+    """A periodic synthesis's verdicts stored (`citations._store`) with the next cycle
+    entered in their step when the session goes on (`_enter_next`), and that cycle's reads
+    made in the same hop (into `ahead.cycle`); whether its stage was entered (shown with
+    the verdicts)."""
+    stored = citations._store(
+        session_id,
+        synthesis_id,
+        claims,
+        checked,
+        worker_id,
+        then=_enter_next(ahead, after="check"),
+    )
+    if ahead.focus is not None:
+        ahead.cycle = _cycle_reads(stored, ahead, run=run)
+    return stored, ahead.focus is not None
+
+
+store_checked = db_hop(_store_checked)
 
 
 def _store_cycle(
@@ -502,10 +558,14 @@ async def synthesise(
     run: Run,
     final: bool = False,
     reason: str = CompletionReason.BUDGET,
+    opened: Written | None = None,
 ) -> tuple[ThinkingSession, SessionEvent, citations.Loaded | None]:
     """A periodic synthesis, or with `final=True` the final answer that completes the session;
-    with what its citation check reads (None when checks are off)."""
-    entered, log, material = await open_written(session, run=run, final=final)
+    with what its citation check reads (None when checks are off). `opened`: its first
+    hop's result, when the store before it made it (`_written_reads`)."""
+    if opened is None:
+        opened = await open_written(session, run=run, final=final)
+    entered, log, material = opened
     if entered:
         await stages.show(session.pk, run.publish)
     if material is not None:  # the final answer reviews the whole session, after the log
@@ -525,17 +585,13 @@ async def synthesise(
     return await store_written(session.pk, parsed, reply, run=run, final=final, reason=reason)
 
 
-def _open_written(
-    session: ThinkingSession, *, run: Run, final: bool
-) -> tuple[bool, tuple[str, ...], final_review.Material | None]:
+def _open_written(session: ThinkingSession, *, run: Run, final: bool) -> Written:
     """A synthesis's stage and its prompt's reads, in one hop: whether the stage was stored
     and the session log; for the final answer, its review's material first
     (`final_review.gather`) and the review's stage entered with the answer's."""
     material = final_review.gather(session) if final else None
     if material is None:
-        entries: tuple[StageEntry, ...] = (
-            stages.entry("synthesis", "Consolidating the understanding so far"),
-        )
+        entries: tuple[StageEntry, ...] = (_synthesis_entry(),)
     else:
         answering = stages.entry("synthesis", "Writing the final answer")
         entries = (final_review.reviewing(material), answering)
@@ -718,21 +774,25 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             await publish_safely(run.publish, event)
         if after.cycle is not None:  # the store found nothing due before the next cycle
             continue
-        ahead = _Ahead()  # a re-ranking's store may enter the next cycle too
+        ahead = _Ahead()  # a re-ranking's store may enter the next cycle, or a synthesis
         session = await rerank.maybe_rerank(
             session=session,
             run=run,
             opened=after.reranking,
             stored_by=functools.partial(store_reranked, run=run, ahead=ahead),
         )  # when due (rerank.py)
+        # A synthesis's stage entered by the store of the cycle, its questions or this
+        # re-ranking (a re-ranking due is entered instead of it: then only by its store).
+        written = ahead.written or after.written
         after = After(cycle=ahead.cycle)
         if after.cycle is not None:
             continue
         if ending_reason(session):
             break
-        if synthesis_due(session):
-            session, event, loaded = await synthesise(session=session, run=run)
+        if written is not None or synthesis_due(session):
+            session, event, loaded = await synthesise(session=session, run=run, opened=written)
             await publish_safely(run.publish, event)
+            ahead = _Ahead()  # the verdicts' store may enter the next cycle
             session = await citations.check_synthesis_citations(
                 session,
                 event.synthesis,
@@ -740,7 +800,9 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
                 run.publish,
                 worker_id=run.worker_id,
                 loaded=loaded,
+                stored_by=functools.partial(store_checked, run=run, ahead=ahead),
             )
+            after = After(cycle=ahead.cycle)
     reason = ending_reason(session)
     session, event, loaded = await synthesise(session=session, run=run, final=True, reason=reason)
     await publish_safely(run.publish, event)

@@ -677,21 +677,24 @@ async def test_a_plan_is_stored_with_its_research_stage_and_a_synthesis_opened_i
 ):
     """Issue 17: the session's start enters its first plan's stage and sets up its research
     in one hop (three before), the plan's store enters the research stage in the same
-    transaction (a hop of its own before), and a synthesis's stage (the final answer's two,
-    after its review's material) and its prompt's reads are one hop between the step
-    before and its call (the stage, the log and the review: up to four hops before)."""
+    transaction (a hop of its own before). A periodic synthesis's stage is entered by the
+    store of the cycle before it, in its transaction, and its log read in the same hop: no
+    hop between that store and the synthesis's call, and one update shows the thoughts and
+    the stage. The final answer's two stages (after its review's material) and its prompt's
+    reads are one hop between the step before and its call (up to four hops before)."""
     settings.DEEPTHINK_QUESTIONS_EVERY = 1000
     settings.DEEPTHINK_RERANK_EVERY = 1000
     settings.DEEPTHINK_CITATION_CHECK = False
-    order = hops_and_calls(monkeypatch)
+    seen = hops_and_calls(monkeypatch)
     session = await sync_to_async(make_session)(
         plan={}, budget_seconds=8, synthesis_interval_seconds=3
     )
     frozen = FrozenClock()
     each_call_takes(fake_claude, frozen, 1.0)
 
-    assert await run(session, clock=frozen.clock) == Status.COMPLETED
+    assert await run(session, Shown(seen, session.pk), clock=frozen.clock) == Status.COMPLETED
 
+    order = [name for name in seen if not name.startswith("show")]  # hops and calls
     planned = order.index("ask:plan")
     # The session's start, its first plan's stage and its research set up in one hop.
     assert order[planned - 1] == "_start" and order.count("_start") == 1, order[:planned]
@@ -704,12 +707,23 @@ async def test_a_plan_is_stored_with_its_research_stage_and_a_synthesis_opened_i
     assert set(after_plan[:-1]) <= {"search_memory", "_store_found"}, after_plan
     written = [i for i, name in enumerate(order) if name in ("ask:synthesis", "ask:final")]
     assert len(written) >= 2 and order[written[-1]] == "ask:final", order
-    for at in written:
-        before = max(i for i in range(at) if order[i].startswith("ask:"))
-        # The step before stored, the next cycle's first hop maybe (it decided to end), then
-        # the synthesis's one.
-        assert order[before + 1] in ("_store_cycle", "_store_written"), order[before:at]
-        assert order[before + 2 : at] in (["_open_written"], ["_open_cycle", "_open_written"])
+    periodic = [i for i, name in enumerate(seen) if name == "ask:synthesis"]
+    assert len(periodic) == len(written) - 1 >= 1, seen
+    for at in periodic:
+        # A periodic synthesis: the cycle's store entered its stage and read its log, its
+        # update showed the stage with the thoughts, and nothing else ran before its call.
+        before = max(i for i in range(at) if seen[i].startswith("ask:"))
+        assert seen[before] == "ask:thoughts", seen[before : at + 1]
+        hops = [i for i in range(before + 1, at) if not seen[i].startswith("show")]
+        assert [seen[i] for i in hops] == ["_store_cycle"], seen[before : at + 1]
+        assert seen[hops[0] :][:3] == ["_store_cycle", "show:thoughts+plan", "ask:synthesis"]
+    # The final answer: the step before stored, the next cycle's first hop maybe (it decided
+    # to end), then the answer's one (its review's material, its stages, the log).
+    at = written[-1]
+    before = max(i for i in range(at) if order[i].startswith("ask:"))
+    hops = [name for name in order[before + 1 : at] if not name.startswith("show")]
+    assert hops[0] in ("_store_cycle", "_store_written"), order[before:at]
+    assert hops[1:] in (["_open_written"], ["_open_cycle", "_open_written"]), order[before:at]
     history = [(s["stage"], s["message"]) for s in await stage_history(session)]
     assert history[:2] == [
         ("planning", "Planning the research: steps, key terms and queries"),
@@ -731,6 +745,58 @@ async def test_a_plan_is_stored_with_its_research_stage_and_a_synthesis_opened_i
     assert consolidating == ["Consolidating the understanding so far"] * (syntheses - 1) + [
         "Writing the final answer"
     ]
+
+
+@pytest.mark.parametrize(
+    ("questions_every", "rerank_every", "store"),
+    [
+        (1, 1000, "_store_asked"),  # sub-questions after every cycle, then the synthesis
+        (1000, 1, "_store_reranked"),  # a re-ranking after every cycle, then the synthesis
+    ],
+)
+async def test_the_store_of_sub_questions_or_a_re_ranking_enters_a_synthesis_due_after_it(
+    fake_claude: Any,
+    make_session: Any,
+    monkeypatch: Any,
+    settings: Any,
+    questions_every: int,
+    rerank_every: int,
+    store: str,
+):
+    """Issue 17: a synthesis due after a cycle's sub-questions or its re-ranking has its
+    stage entered by that step's store and its log read in the same hop: no hop of its own
+    between that store and the synthesis's call. The page is shown the stage once, with
+    the store's update, and the stage history is the one the loop always wrote."""
+    settings.DEEPTHINK_QUESTIONS_EVERY = questions_every
+    settings.DEEPTHINK_RERANK_EVERY = rerank_every
+    settings.DEEPTHINK_CITATION_CHECK = False
+    seen = hops_and_calls(monkeypatch)
+    session = await sync_to_async(make_session)(
+        budget_seconds=12, synthesis_interval_seconds=3, research_enabled=False
+    )
+    for n in range(12):  # open questions enough to re-rank after every cycle
+        await SubQuestion.objects.acreate(session=session, text=f"Later {n}?", priority=1)
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
+    shown = Shown(seen, session.pk)
+
+    assert await run(session, shown, clock=frozen.clock) == Status.COMPLETED
+
+    published = [i for i, name in enumerate(seen) if name.startswith("show")]
+    periodic = [i for i, name in enumerate(seen) if name == "ask:synthesis"]
+    assert periodic, seen
+    for at in periodic:
+        last = max(i for i in range(at) if not seen[i].startswith(("show", "ask:")))
+        assert seen[last] == store, seen[last - 3 : at + 1]
+        # One update between the store and the call: the store's, with the plan region.
+        between = [i for i in published if last < i < at]
+        assert len(between) == 1, seen[last : at + 1]
+        assert shown[published.index(between[0])].plan, seen[last : at + 1]
+    history = [(s["stage"], s["message"]) for s in await stage_history(session)]
+    consolidating = [m for stage, m in history if stage == "synthesis"]
+    assert consolidating[:-1] == ["Consolidating the understanding so far"] * len(periodic)
+    syntheses = await session.syntheses.filter(is_final=False).acount()
+    assert syntheses == len(periodic)
 
 
 async def test_a_sub_questions_research_enters_its_planning_stage_in_the_cycles_first_hop(
@@ -835,7 +901,8 @@ async def test_a_synthesis_is_stored_and_checked_with_one_hop_before_the_check_a
     """Issue 17: the hop that stores a synthesis also gives what its check needs (the
     synthesis, its session's model and the sources: three hops of their own before, then a
     read after the store's commit), then the checker is asked, and the verdicts are stored
-    in one more hop."""
+    in one more hop, which enters the next cycle and makes its reads (its own first hop
+    before)."""
     from asgiref.sync import SyncToAsync
 
     def others() -> None:  # another session's syntheses share this one's sequence numbers
@@ -890,7 +957,15 @@ async def test_a_synthesis_is_stored_and_checked_with_one_hop_before_the_check_a
         # The call before the check wrote the synthesis (or the final answer).
         written = max(i for i in range(at) if order[i].startswith("call:"))
         assert order[written + 1 : at] == ["_store_written"], order[written:at]
-        assert order[at + 1] == "_store"
+    # A periodic synthesis's verdicts are stored by the loop's hop, whose step enters the
+    # next cycle and which makes that cycle's reads: its call follows with no hop between
+    # (unless the session ends there: then the next cycle's first hop finds it so).
+    *periodic, answered = checks
+    assert [order[at + 1] for at in periodic] == ["_store_checked"] * len(periodic), order
+    assert order[answered + 1] == "_store_alone"  # the final answer's: it enters nothing
+    followed = [order[at + 2] for at in periodic]
+    assert set(followed) <= {"call:other", "_open_cycle"}, order
+    assert "call:other" in followed, order
     verdicts = await CitationCheck.objects.filter(synthesis__session=session).acount()
     assert verdicts >= len(checks)
     # Each check judged its own session's synthesis, not another's with the same number.

@@ -671,14 +671,23 @@ async def test_no_synthesis_is_begun_once_another_worker_took_the_session(
     settings.DEEPTHINK_QUESTIONS_EVERY = 100
     session = await new_session(make_session, budget_seconds=60, synthesis_interval_seconds=0.01)
     fake_claude.delay = 0.02  # the first cycle's thinking makes a synthesis due
-    fake_claude.responder = without_tools(fake_claude)
-    # Taken over as soon as the first thoughts are stored, before the synthesis due next.
-    events = TakenOverWhen(session.pk, lambda event: bool(event.thoughts))
+    thoughts = without_tools(fake_claude)
 
-    status = await run(session, events)
+    def taken_over_while_thinking(body: dict) -> Any:
+        # The store of these thoughts is the step that would enter the synthesis due after
+        # them (issue 17: a synthesis's start has no hop of its own), so it is where the
+        # lease is checked before the synthesis is begun.
+        if "Now synthesize" not in json.dumps(body):
+            take_over(session.pk)  # another worker claims it while this cycle's call runs
+        return thoughts(body)
+
+    fake_claude.responder = taken_over_while_thinking
+
+    status = await run(session)
 
     await session.arefresh_from_db()
-    assert status is None and events.taken
+    assert status is None and session.worker_id == "another-worker"
+    assert not await session.thoughts.aexists()  # the cycle's store was refused
     assert "synthesis" not in await stage_names(session)
     assert not any("Now synthesize" in json.dumps(r["body"]) for r in fake_claude.requests)
     assert not await session.syntheses.aexists()

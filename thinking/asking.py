@@ -94,6 +94,7 @@ async def ask(
                 ),
                 session_id=session.pk,
                 meter=run.meter,
+                worker_id=run.worker_id,
             )
         except interrupt.Interrupted as stop:
             raise Stopped(session.pk) from stop

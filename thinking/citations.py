@@ -391,9 +391,9 @@ def _store(
     return step.session
 
 
-# The hop that stores a check's verdicts: the session as stored, and whether the plan region
-# changed with them (a stage its `then` entered). The loop passes its own, which enters the
-# next cycle too (`loop.store_checked`).
+# The hop that stores a check's verdicts, called with `_store`'s positional arguments: the
+# session as stored, and whether the plan region changed with them (a stage its `then`
+# entered). The loop passes its own, which enters the next cycle too (`loop.store_checked`).
 StoreVerdicts = Callable[
     [uuid.UUID, int, list[Claim], CheckRun, str], Awaitable[tuple["ThinkingSession", bool]]
 ]
@@ -402,21 +402,16 @@ StoreVerdicts = Callable[
 def _store_alone(
     session_id: uuid.UUID, synthesis_id: int, claims: list[Claim], run: CheckRun, worker_id: str
 ) -> tuple[ThinkingSession, bool]:
+    """The verdicts in a hop of their own (`_store`): nothing else entered with them."""
     return _store(session_id, synthesis_id, claims, run, worker_id), False
 
 
-async def _check(
-    loaded: Loaded, *, llm: LLM, worker_id: str, stored_by: StoreVerdicts | None = None
-) -> tuple[ThinkingSession, bool] | None:
-    """Check one stored synthesis's citations and store the verdicts (`stored_by`, by
-    default a hop of their own); None if nothing to check, else the session re-read (its
-    usage now includes the check) and whether the plan region changed with it."""
+async def _judged(loaded: Loaded, *, llm: LLM) -> CheckRun | None:
+    """The checker's verdicts on one stored synthesis's claims; None if nothing to check."""
     if not loaded.claims:
         return None
     limit = settings.DEEPTHINK_CHECK_MAX_CLAIMS
-    run = await judge(loaded.claims[:limit], loaded.passages, llm=llm, main_model=loaded.model)
-    store = stored_by or db_hop(_store_alone)
-    return await store(loaded.session_id, loaded.synthesis_id, loaded.claims, run, worker_id)
+    return await judge(loaded.claims[:limit], loaded.passages, llm=llm, main_model=loaded.model)
 
 
 async def check_synthesis_citations(
@@ -433,7 +428,8 @@ async def check_synthesis_citations(
     `loaded`: what its check reads, when the step that stored it gave it already;
     `stored_by`: the hop that stores the verdicts, when not one of their own). Returns the
     session re-read (its usage now includes the check). A failed check raises nothing; a
-    lost lease or a cancel (LeaseLost / Stopped) stops the loop as any step does."""
+    lost lease or a cancel (LeaseLost / Stopped) stops the loop as any step does, and so
+    does any failure of `stored_by`'s hop (it enters the loop's next step too)."""
     from .models import LeaseLost, Stopped, Synthesis
 
     if not settings.DEEPTHINK_CITATION_CHECK or synthesis is None:
@@ -445,15 +441,26 @@ async def check_synthesis_citations(
             else:
                 lookup = {"session_id": session.pk, "sequence": synthesis}
             loaded = await db_hop(load)(**lookup)
-        checked = await _check(loaded, llm=llm, worker_id=worker_id, stored_by=stored_by)
+        judged = await _judged(loaded, llm=llm)
     except (LeaseLost, Stopped):
         raise
     except Exception:
         logger.exception("Citation check failed for session %s", session.pk)
         return session
-    if checked is None:
+    if judged is None:
         return session
-    stored, plan = checked
+    store = stored_by or db_hop(_store_alone)
+    try:
+        stored, plan = await store(
+            loaded.session_id, loaded.synthesis_id, loaded.claims, judged, worker_id
+        )
+    except (LeaseLost, Stopped):
+        raise
+    except Exception:
+        if stored_by is not None:
+            raise  # committed, maybe, with the next step entered: that step's failure
+        logger.exception("Citation check failed for session %s", session.pk)
+        return session
     await publish_safely(publish, SessionEvent(session.pk, checked=loaded.sequence, plan=plan))
     return stored
 

@@ -1,11 +1,14 @@
 """A pause or cancel that takes effect now: a model call in flight is watched, and stopped
-within about a second when a person pauses or cancels the session.
+within about a second when a person pauses or cancels the session, or when another worker
+has taken the session over.
 
-The watcher polls the session's status (the database is the truth, whichever process the
-person's request reached) while the call streams: one read for all the calls in flight on
-the event loop (`_Watcher`). On a pause or cancel it cancels the
+The watcher polls the session's status and lease holder (the database is the truth,
+whichever process the person's request reached) while the call streams: one read for all
+the calls in flight on the event loop (`_Watcher`). On a pause or cancel it cancels the
 stream, which closes the HTTP response, and the step raises `Stopped`: the unfinished
-step stores nothing, and the time it ran is dropped from the thinking time.
+step stores nothing, and the time it ran is dropped from the thinking time. On a takeover
+it raises `LeaseLost`: the call's reply would be refused at its store anyway (issue 17: a
+step's store enters the next one, so a takeover right after it is first seen here).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from django.conf import settings
 
 from config.hops import db_hop
 
-from .models import Lap, Status, ThinkingSession
+from .models import Lap, LeaseLost, Status, ThinkingSession
 from .per_loop import PerLoop
 
 logger = logging.getLogger(__name__)
@@ -37,10 +40,15 @@ class Interrupted(Exception):
         self.status = status
 
 
-def _statuses(session_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """The status of each session of `session_ids` still there, in one statement."""
-    rows = ThinkingSession.objects.filter(pk__in=session_ids).values_list("pk", "status")
-    return dict(rows)
+def _statuses(session_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str]]:
+    """The status and lease holder of each session of `session_ids` still there, in one
+    statement."""
+    rows = ThinkingSession.objects.filter(pk__in=session_ids)
+    return {pk: (status, holder) for pk, status, holder in rows.values_list(*_WATCHED)}
+
+
+_WATCHED = ("pk", "status", "worker_id")
+TAKEN = "taken over"  # a watched call's end when another worker holds its session
 
 
 statuses = db_hop(_statuses)
@@ -51,24 +59,28 @@ class _Watcher:
     DEEPTHINK_INTERRUPT_POLL_SECONDS one read gives the status of every session with a call
     in flight, where each call used to read its own session's (at 100 sessions at once, a
     hop per call). Runs while any call is watched. A call ends as soon as a read that began
-    after it was watched finds its session paused, cancelled or deleted (its future's
-    result: the status, None when deleted). A read that fails is logged and made again at
+    after it was watched finds its session paused, cancelled or deleted, or held by a
+    worker other than the one that watches it (its future's result: the status, None when
+    deleted, TAKEN). A read that fails is logged and made again at
     the next poll: the calls go on, and their steps' stores meet the database themselves."""
 
     def __init__(self) -> None:
-        self._calls: dict[uuid.UUID, set[asyncio.Future[str | None]]] = {}
+        # Per session, each call's future and the worker that holds its lease (None: any).
+        self._calls: dict[uuid.UUID, dict[asyncio.Future[str | None], str | None]] = {}
         self._task: asyncio.Task[None] | None = None
 
-    def watch(self, session_id: uuid.UUID) -> asyncio.Future[str | None]:
+    def watch(
+        self, session_id: uuid.UUID, worker_id: str | None = None
+    ) -> asyncio.Future[str | None]:
         stopped: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        self._calls.setdefault(session_id, set()).add(stopped)
+        self._calls.setdefault(session_id, {})[stopped] = worker_id
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="interrupt-watcher")
         return stopped
 
     def unwatch(self, session_id: uuid.UUID, stopped: asyncio.Future[str | None]) -> None:
-        calls = self._calls.get(session_id, set())
-        calls.discard(stopped)
+        calls = self._calls.get(session_id, {})
+        calls.pop(stopped, None)
         if not calls:
             self._calls.pop(session_id, None)
 
@@ -89,19 +101,21 @@ class _Watcher:
     async def _read(self) -> None:
         # The calls watched when the read begins: one watched later is not answered by it
         # (its session may have been resumed since its status was read).
-        reading = {key: set(calls) for key, calls in self._calls.items()}
+        reading = {key: dict(calls) for key, calls in self._calls.items()}
         try:
             found = await statuses(list(reading))
         except Exception:
             logger.warning("Could not read the statuses of calls in flight", exc_info=True)
             return
         for key, calls in reading.items():
-            status = found.get(key)
-            if status not in STOPPING and status is not None:
-                continue
-            for stopped in calls:
-                if not stopped.done():
+            status, holder = found.get(key, (None, None))
+            for stopped, worker_id in calls.items():
+                if stopped.done():
+                    continue
+                if status is None or status in STOPPING:
                     stopped.set_result(status)
+                elif worker_id is not None and holder != worker_id:
+                    stopped.set_result(TAKEN)
 
 
 _watchers = PerLoop(_Watcher)
@@ -112,14 +126,15 @@ async def watched[T](
     *,
     session_id: uuid.UUID,
     meter: Lap | None = None,
+    worker_id: str | None = None,
 ) -> T:
     """Await `call` (a model call) while its session's status is watched (`_Watcher`,
     every DEEPTHINK_INTERRUPT_POLL_SECONDS). Raises `Interrupted` as soon as the session is
     paused, cancelled or deleted, after cancelling the call and dropping its time from
-    `meter`."""
+    `meter`; `LeaseLost` once a worker other than `worker_id` (when given) holds it."""
     task = asyncio.ensure_future(call)
     watcher = _watchers.get()
-    stopped = watcher.watch(session_id)
+    stopped = watcher.watch(session_id, worker_id)
     try:
         either: set[asyncio.Future[Any]] = {task, stopped}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -128,6 +143,8 @@ async def watched[T](
         status = stopped.result()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        if status == TAKEN:
+            raise LeaseLost(session_id)
         if meter is not None:
             meter.lap()  # the unfinished step is not thinking time
         raise Interrupted(session_id, status or "deleted")

@@ -137,16 +137,17 @@ def _opened(
 
 @dataclasses.dataclass
 class _Ahead:
-    """What the step that stored a cycle, its sub-questions or a re-ranking read and entered
-    for the step after it (`_enter_next`), in its own transaction."""
+    """What the step that stored a cycle, its sub-questions, a re-ranking or a synthesis's
+    verdicts read and entered for the step after it (`_enter_next`), in its own
+    transaction."""
 
     counts: tuple[int, int] | None = None  # the re-ranking's (open questions, sources)
     rerank: dict[str, Any] | None = None  # a re-ranking's material, its stage entered
     focus: Focus | None = None  # the next cycle's, its stage entered
     planning: bool = False  # that stage is the focus's research's planning
-    cycle: Opened | None = None  # that cycle's reads, once made (`_store_reranked`)
+    cycle: Opened | None = None  # that cycle's reads, once made (`_reads_ahead`)
     synthesis: bool = False  # a periodic synthesis is due: its stage entered
-    written: Written | None = None  # that synthesis's reads, once made (`_store_reranked`)
+    written: Written | None = None  # that synthesis's reads, once made (`_reads_ahead`)
 
 
 def _enter_next(
@@ -155,7 +156,7 @@ def _enter_next(
     """`Step.then`'s hook for the store of a cycle's thoughts, its sub-questions, a
     re-ranking or a periodic synthesis's citation check (`after`): what comes next is
     decided in the same transaction, in the order the loop decides it after the commit, and
-    its stage is entered there. Nothing when the session is pausing, cancelled or ending,
+    its stage is entered there. Nothing when the session is paused, cancelled or ending,
     nor when sub-questions are due (after thoughts): the loop goes on as before. Else, after
     thoughts or sub-questions, a re-ranking when one is due (its material read); else,
     except after a check (a synthesis is followed by a cycle), a periodic synthesis when
@@ -398,6 +399,14 @@ def _written_reads(session: ThinkingSession, ahead: _Ahead, *, run: Run) -> Writ
     return (False, run.log.read(session), None) if ahead.synthesis else None
 
 
+def _reads_ahead(session: ThinkingSession, ahead: _Ahead, *, run: Run) -> None:
+    """After a re-ranking's or a synthesis's verdicts' commit, in the same hop: the reads of
+    the step their step entered (into `ahead.cycle`, or `ahead.written`), if any."""
+    if ahead.focus is not None:
+        ahead.cycle = _cycle_reads(session, ahead, run=run)
+    ahead.written = _written_reads(session, ahead, run=run)
+
+
 def _store_reranked(
     session_id: uuid.UUID,
     rankings: Sequence[parsing.ParsedRanking],
@@ -422,10 +431,8 @@ def _store_reranked(
         meter=meter,
         then=_enter_next(ahead, after="rerank"),
     )
-    if stored is not None and ahead.focus is not None:
-        ahead.cycle = _cycle_reads(stored, ahead, run=run)
     if stored is not None:
-        ahead.written = _written_reads(stored, ahead, run=run)
+        _reads_ahead(stored, ahead, run=run)
     return stored
 
 
@@ -436,7 +443,7 @@ def _store_checked(
     session_id: uuid.UUID,
     synthesis_id: int,
     claims: list[citations.Claim],
-    checked: citations.CheckRun,
+    judged: citations.CheckRun,
     worker_id: str,
     *,
     run: Run,
@@ -450,12 +457,11 @@ def _store_checked(
         session_id,
         synthesis_id,
         claims,
-        checked,
+        judged,
         worker_id,
         then=_enter_next(ahead, after="check"),
     )
-    if ahead.focus is not None:
-        ahead.cycle = _cycle_reads(stored, ahead, run=run)
+    _reads_ahead(stored, ahead, run=run)
     return stored, ahead.focus is not None
 
 

@@ -326,6 +326,7 @@ async def maybe_rerank(
             ),
             session_id=session.pk,
             meter=run.meter,
+            worker_id=run.worker_id,
         )
         rankings = parsing.parse_rankings(reply.text, known=[q.id for q in open_questions])
     except LLMError as error:

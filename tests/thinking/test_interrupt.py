@@ -23,7 +23,7 @@ async def test_calls_in_flight_are_watched_with_one_read_a_poll_and_a_pause_stop
     reads: list[int] = []
     read = interrupt.statuses
 
-    async def counted(session_ids: list[Any]) -> dict[Any, str]:
+    async def counted(session_ids: list[Any]) -> dict[Any, tuple[str, str]]:
         reads.append(len(session_ids))
         return await read(session_ids)
 
@@ -80,7 +80,7 @@ async def test_a_failed_read_is_made_again_and_the_call_goes_on(
     read = interrupt.statuses
     failures = [RuntimeError("the database went away")] * 2
 
-    async def blinking(session_ids: list[Any]) -> dict[Any, str]:
+    async def blinking(session_ids: list[Any]) -> dict[Any, tuple[str, str]]:
         if failures:
             raise failures.pop()
         return await read(session_ids)
@@ -95,3 +95,40 @@ async def test_a_failed_read_is_made_again_and_the_call_goes_on(
     with pytest.raises(interrupt.Interrupted) as stopped:
         await asyncio.wait_for(call, timeout=2)
     assert stopped.value.status == Status.CANCELLED
+
+
+async def test_a_call_whose_session_another_worker_took_stops_with_the_lease_lost(
+    make_session: Any, settings: Any
+):
+    """Issue 17: a step's store enters the next step, so a takeover right after it is first
+    seen by the watch of the next call: that call stops within a poll, as a cancel does
+    (its reply would be refused at its store), and says the lease is lost. A call watched
+    for no worker in particular goes on; one of the worker that holds the session too."""
+    from thinking.models import LeaseLost
+
+    settings.DEEPTHINK_INTERRUPT_POLL_SECONDS = 0.05
+    session = await sync_to_async(make_session)()
+    await ThinkingSession.objects.filter(pk=session.pk).aupdate(worker_id="this-worker")
+    finished = asyncio.Event()
+
+    async def call() -> str:
+        await finished.wait()
+        return "reply"
+
+    def watch(worker_id: str | None) -> asyncio.Future[str]:
+        watched = interrupt.watched(call(), session_id=session.pk, worker_id=worker_id)
+        return asyncio.ensure_future(watched)
+
+    ours, anyone, theirs = watch("this-worker"), watch(None), watch("another-worker")
+    await asyncio.sleep(0.2)
+    assert not ours.done() and not anyone.done()  # this worker holds it
+    with pytest.raises(LeaseLost):
+        await asyncio.wait_for(theirs, timeout=2)  # a worker that does not hold it: stopped
+
+    await ThinkingSession.objects.filter(pk=session.pk).aupdate(worker_id="another-worker")
+    with pytest.raises(LeaseLost):
+        await asyncio.wait_for(ours, timeout=2)
+    await asyncio.sleep(0.15)
+    assert not anyone.done()
+    finished.set()
+    assert await anyone == "reply"

@@ -434,6 +434,29 @@ async def test_a_cancel_after_another_worker_took_the_session_is_left_to_that_wo
     assert session.worker_id == "another-worker" and session.active_seconds == 0
 
 
+async def test_a_call_in_flight_when_another_worker_takes_the_session_is_stopped(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    """Issue 17: the watch on a call in flight stops it once another worker holds the
+    session (its reply would be refused at its store): the worker lets go at once rather
+    than waiting out a long call, and writes nothing."""
+    settings.DEEPTHINK_INTERRUPT_POLL_SECONDS = 0.02
+    session = await make_session_async(make_session, budget_seconds=30, interval=60)
+
+    def taken_over(body: dict) -> Reply:
+        set_fields(worker_id="another-worker")(session.pk)
+        return Reply(text="THOUGHT: too late\nTYPE: insight\nCONFIDENCE: 0.6", delay=60)
+
+    fake_claude.responder = taken_over
+    events: list[SessionEvent] = []
+    status = await asyncio.wait_for(run(session, events), timeout=20)  # not the call's 60 s
+
+    await session.arefresh_from_db()
+    assert status is None and not any(e.finished for e in events)
+    assert session.worker_id == "another-worker" and session.active_seconds == 0
+    assert not await session.thoughts.aexists()
+
+
 async def test_a_worker_that_lost_its_lease_writes_nothing(
     fake_claude: Any, make_session: Any, caplog: Any
 ):
@@ -486,6 +509,33 @@ def planned_with_a_source(make_session: Any) -> ThinkingSession:
         session=session, number=1, kind="web", title="Reef", snippet="Coral bleaches.", key="r"
     )
     return session
+
+
+async def test_a_failure_of_the_hop_that_stores_a_checks_verdicts_fails_the_session(
+    fake_claude: Any, make_session: Any, monkeypatch: Any
+):
+    """Issue 17: the hop that stores a periodic synthesis's verdicts also enters the next
+    cycle; a failure there (after its commit, maybe) is that step's, as any store's: the
+    session fails in words and keeps what was stored, rather than the check's failure being
+    logged and the next cycle entered a second time."""
+    session = await sync_to_async(planned_with_a_source)(make_session)
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(loop, "store_checked", broken)
+    frozen = FrozenClock()
+    each_call_takes(fake_claude, frozen, 1.0)
+    status = await run(session, clock=frozen.clock)
+
+    await session.arefresh_from_db()
+    assert status == Status.FAILED
+    assert (
+        session.error_message
+        == "Deep Think hit an internal error; the details are in the server log."
+    )
+    assert await session.syntheses.acount() == 1  # the synthesis checked, kept
+    assert await session.thoughts.aexists()
 
 
 async def test_a_worker_that_lost_its_lease_while_checking_a_synthesis_stores_no_verdicts(

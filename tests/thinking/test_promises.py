@@ -693,6 +693,28 @@ async def test_no_synthesis_is_begun_once_another_worker_took_the_session(
     assert not await session.syntheses.aexists()
 
 
+async def test_a_synthesis_begun_as_another_worker_takes_the_session_stores_nothing(
+    fake_claude: Any, make_session: Any, settings: Any
+):
+    """Taken over the moment the thoughts before a synthesis are stored (their store entered
+    the synthesis's stage while this worker held the lease, issue 17): the synthesis's one
+    call may be begun, and nothing of it is stored; the session is the other worker's."""
+    settings.DEEPTHINK_QUESTIONS_EVERY = 100
+    session = await new_session(make_session, budget_seconds=60, synthesis_interval_seconds=0.01)
+    fake_claude.delay = 0.02  # the first cycle's thinking makes a synthesis due
+    fake_claude.responder = without_tools(fake_claude)
+    events = TakenOverWhen(session.pk, lambda event: bool(event.thoughts))
+
+    status = await run(session, events)
+
+    await session.arefresh_from_db()
+    assert status is None and events.taken and session.worker_id == "another-worker"
+    begun = [r for r in fake_claude.requests if "Now synthesize" in json.dumps(r["body"])]
+    assert len(begun) <= 1
+    assert not await session.syntheses.aexists()
+    assert not [e for e in events if e.synthesis is not None]
+
+
 async def test_no_final_answer_is_begun_once_another_worker_took_the_session(
     fake_claude: Any, make_session: Any, settings: Any
 ):

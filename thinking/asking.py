@@ -77,7 +77,8 @@ async def ask(
         )
         await live.start()
         try:
-            # A person's pause or cancel stops the stream in flight (thinking.interrupt).
+            # A person's pause or cancel, or another worker taking the session, stops the
+            # stream in flight (thinking.interrupt).
             reply = await interrupt.watched(
                 run.llm.stream(
                     messages or [prompt_message(prompt)],

@@ -131,7 +131,8 @@ async def watched[T](
     """Await `call` (a model call) while its session's status is watched (`_Watcher`,
     every DEEPTHINK_INTERRUPT_POLL_SECONDS). Raises `Interrupted` as soon as the session is
     paused, cancelled or deleted, after cancelling the call and dropping its time from
-    `meter`; `LeaseLost` once a worker other than `worker_id` (when given) holds it."""
+    `meter`. Raises `LeaseLost` once a worker other than `worker_id` (when given) holds it,
+    after cancelling the call (its time is no longer this worker's to count)."""
     task = asyncio.ensure_future(call)
     watcher = _watchers.get()
     stopped = watcher.watch(session_id, worker_id)

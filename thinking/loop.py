@@ -451,8 +451,8 @@ def _store_checked(
 ) -> tuple[ThinkingSession, bool]:
     """A periodic synthesis's verdicts stored (`citations._store`) with the next cycle
     entered in their step when the session goes on (`_enter_next`), and that cycle's reads
-    made in the same hop (into `ahead.cycle`); whether its stage was entered (shown with
-    the verdicts)."""
+    made in the same hop (`_reads_ahead`, into `ahead.cycle`: a check enters no synthesis);
+    whether its stage was entered (shown with the verdicts)."""
     stored = citations._store(
         session_id,
         synthesis_id,

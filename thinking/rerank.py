@@ -316,7 +316,8 @@ async def maybe_rerank(
     )
     reply: Reply | None = None
     try:
-        # Utility work: the fast model, thinking off; a pause or cancel stops it in flight.
+        # Utility work: the fast model, thinking off; a pause or cancel (or a takeover)
+        # stops it in flight.
         reply = await interrupt.watched(
             run.llm.utility(
                 [prompt_message(prompt)],

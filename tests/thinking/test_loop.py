@@ -608,7 +608,7 @@ async def test_a_session_taken_over_once_started_stores_no_plan(
 
 def hops_and_calls(monkeypatch: Any) -> list[str]:
     """The loop's database hops (by function name) and model calls ("ask:<purpose>"), in
-    the order they start. The pause-and-cancel watch's reads run beside the calls in flight,
+    the order they start. The interrupt watch's reads run beside the calls in flight,
     on a clock of their own, not on the loop's path: they are left out."""
     from asgiref.sync import SyncToAsync
 

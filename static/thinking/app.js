@@ -258,6 +258,10 @@
         var fragment = document.createDocumentFragment();
         items.forEach(function (li) { if (!have[li.dataset.seq]) fragment.appendChild(li); });
         list.prepend(fragment);
+        // Thoughts copied in live while this loaded may be older than some it brought.
+        Array.prototype.slice.call(list.children)
+          .sort(function (a, b) { return a.dataset.seq - b.dataset.seq; })
+          .forEach(function (li) { list.appendChild(li); });
         list.removeAttribute("aria-busy");
         syncFilter();
       })
@@ -478,6 +482,15 @@
   // Thoughts appended live fade in; a page load or a catch-up (a whole new list) does not.
   function markArrivals(records) {
     records.forEach(function (record) {
+      record.addedNodes.forEach(function (node) {
+        // A catch-up after a long disconnect starts the stream over with its newest page:
+        // under a filter the new list stays hidden, and the filtered list is loaded again
+        // (the thoughts it missed on the sub-question are not all on that page).
+        if (node.id === "thought-list" && filter.focus) {
+          node.hidden = true;
+          setFilter(filter.focus, filter.label);
+        }
+      });
       if (record.target.id !== "thought-list") return;
       record.addedNodes.forEach(function (node) {
         if (node.nodeType !== 1 || !node.id) return;

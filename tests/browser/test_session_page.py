@@ -335,6 +335,77 @@ def test_selecting_a_sub_question_filters_the_stream_as_thoughts_arrive(page: An
     cancel(page)
 
 
+def test_a_filter_holds_through_a_catch_up_that_starts_the_stream_over(page: Any, app: AppServer):
+    """A page away for more than a page of thoughts gets the stream's newest page in a new list;
+    under a sub-question filter that list stays hidden and the filtered list is complete."""
+    holding: list[Any] = []  # while set, a reconnecting page gets a socket that says nothing
+    sockets: list[Any] = []
+
+    def route(ws: Any) -> None:
+        if holding:
+            holding.append(ws)
+            return
+        ws.connect_to_server()
+        sockets.append(ws)
+
+    page.route_web_socket(re.compile(r"/ws/sessions/"), route)
+    delay = app.claude.delay
+    app.claude.delay = 0.005  # a fast model: a page of thoughts in seconds
+    try:
+        url = start_session(page, "Why did the Bronze Age collapse?", minutes=5)
+        session_id = url.rstrip("/").rsplit("/", 1)[1]
+        page.wait_for_function(
+            f"[...document.querySelectorAll('{THOUGHTS}')].some(t => t.dataset.focus)",
+            timeout=30_000,
+        )
+        focus = page.eval_on_selector(
+            f"{THOUGHTS}[data-focus]:not([data-focus=''])", "t => t.dataset.focus"
+        )
+        # The list moves as fast as the model re-ranks it: chosen with the keyboard.
+        page.locator(f'.subq-text[data-filter-focus="{focus}"]').focus()
+        page.keyboard.press("Enter")
+        focused = page.locator("#focus-list > li")
+        expect(focused.first).to_be_visible()
+        seen = set(focused.evaluate_all("ts => ts.map(t => +t.dataset.seq)"))
+
+        holding.append(None)
+        last = max(sequences(thought_ids(page)))
+        sockets[-1].close(code=1012, reason="service restart")
+        missed = 0
+        for _ in range(180):  # until the server stored more than a page since the page's last
+            rows = page.request.get(
+                f"/api/sessions/{session_id}/thoughts", params={"after": last, "limit": 1000}
+            ).json()
+            missed = sum(1 for r in rows if r["type"] != "scratchpad")
+            if missed > 60:
+                break
+            page.wait_for_timeout(500)
+        assert missed > 60, missed
+        held = [ws for ws in holding if ws is not None]
+        holding.clear()
+        held[-1].close(code=1012, reason="service restart")
+
+        # The catch-up started the stream over (its newest page, earlier ones on demand).
+        expect(page.locator("#thought-list > #thought-earlier")).to_be_attached(timeout=20_000)
+        expect(page.locator("#focus-list")).not_to_have_attribute("aria-busy", "true")
+        expect(page.locator("#thought-list")).to_be_hidden()
+        expect(page.locator("#stream-filter")).to_be_visible()
+        shown = page.eval_on_selector_all(
+            "#thought-list > li.thought, #focus-list > li.thought",
+            "ts => ts.filter(t => t.checkVisibility()).map(t => [t.dataset.focus, +t.dataset.seq])",
+        )
+        assert {f for f, _ in shown} == {focus}
+        seqs = [n for _, n in shown]
+        assert seqs == sorted(set(seqs)), "in order, none twice"
+        on_page = page.eval_on_selector_all(
+            f'{THOUGHTS}[data-focus="{focus}"]', "ts => ts.map(t => +t.id.slice(8))"
+        )
+        assert seen | set(on_page) <= set(seqs), "nothing on the sub-question left out"
+    finally:
+        app.claude.delay = delay
+    cancel(page)
+
+
 def test_the_sessions_list_searches_and_filters_in_place(page: Any, screenshot: Any):
     start_session(page, "Why are flamingos pink?", minutes=1)
     cancel(page)

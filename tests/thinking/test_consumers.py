@@ -809,6 +809,7 @@ async def test_a_long_stage_history_shows_its_newest_twenty_live_as_on_a_reload(
     [part] = message["parts"]
     html = part["html"]
     assert "Stages so far (25; the latest 20 here, all of them in the JSON export)" in html
+    assert "{#" not in html and "#}" not in html, "no template comment shows as text"
     history = html[html.index('class="stage-history"') :]
     shown = re.findall(r"Entry (\d\d) of the loop", history)
     assert shown == [f"{n:02d}" for n in range(23, 4, -1)]  # 19 of the loop's, newest first

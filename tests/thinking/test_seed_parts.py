@@ -383,6 +383,7 @@ def test_the_stage_history_keeps_its_newest_entries_a_row_each(
     client.force_login(alice)
     page = client.get(session.get_absolute_url()).content.decode()
     assert "Stages so far (25; the latest 20 here, the latest 22 in the JSON export)" in page
+    assert "{#" not in page and "#}" not in page, "no template comment shows as text"
 
     ThinkingSession.objects.filter(pk=session.pk).update(status=Status.COMPLETED)
     assert not stages.record_sync(session.pk, stages.entry("note", "Too late"))

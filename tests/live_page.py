@@ -80,6 +80,7 @@ class Page:
         self.revision = 0
         self.status = ""
         self.ids = set(REGIONS)
+        self.replaced: list[str] = []  # the regions swapped whole, in order
         self.errors: list[str] = []
         self.largest = 0
         self.frames = 0
@@ -113,6 +114,8 @@ class Page:
             if target not in self.ids:
                 self.errors.append(f"no target for {swap!r} ({element['id']})")
                 continue
+            if swap == "true":
+                self.replaced.append(target)
             if swap == "true" and target == "thought-list":
                 self.thoughts = []
             for kind, number in element["rows"]:

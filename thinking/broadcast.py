@@ -545,11 +545,15 @@ def catch_up(
     visible = session.thoughts.exclude(type=ThoughtType.SCRATCHPAD)
 
     def regions() -> list[str]:
+        # The steering card only once the session has ended: sent while it can be used, it
+        # would wipe what the person was typing (the page hides the form on its own when
+        # the header says the session ended).
+        ended = [_render("_steer.html", steer_context(session))] if session.is_finished else []
         return [
             _render("_live.html", base),
             _render("_plan.html", {**base, **plan_context(session)}),
             _render("_answer.html", base),
-            _render("_steer.html", steer_context(session)),
+            *ended,
             _render("_confidence.html", {"oob": True, **chart_context(session)}),
         ]
 

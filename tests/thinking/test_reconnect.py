@@ -135,6 +135,24 @@ async def test_a_page_that_missed_a_few_rows_gets_only_those(make_session: Any, 
     assert page.sources == rows["sources"] and sorted(page.questions) == rows["questions"]
 
 
+@pytest.mark.parametrize("status", [Status.THINKING, Status.PAUSED, Status.COMPLETED])
+async def test_a_catch_up_leaves_the_steering_form_alone_while_it_can_be_used(
+    make_session: Any, alice: Any, status: str
+):
+    """A reconnect keeps what the person was typing in the steering box (and its focus): the
+    card is sent again only once the session has ended, to say so."""
+    session = await sync_to_async(make_session)(status=status)
+    await ThinkingSession.objects.filter(pk=session.pk).aupdate(revision=5)
+    page = Page()
+    comm = communicator(session.pk, await login(alice), rev=1, marks=page.marks())
+    assert (await comm.connect())[0]
+    await drain(comm, page)
+    await comm.disconnect()
+
+    assert page.errors == [] and "session-header" in page.replaced  # it did catch up
+    assert ("steer" in page.replaced) == (status == Status.COMPLETED)
+
+
 async def test_a_catch_up_that_fails_is_logged_once_and_tells_the_page_to_reload(
     make_session: Any, alice: Any, monkeypatch: Any, caplog: Any
 ):

@@ -223,7 +223,8 @@
   // The page holds only the newest thoughts, so the filter asks the server for every thought
   // on the sub-question and shows them in their own list; thoughts that arrive later on the
   // same sub-question are copied into it. Sub-question ids are integers; anything else is ignored.
-  var filter = { focus: "", label: "", request: 0 };
+  // opener: the control that set the filter, where "Show all thoughts" puts focus back.
+  var filter = { focus: "", label: "", request: 0, opener: null };
 
   function focusList() {
     return document.getElementById("focus-list");
@@ -332,6 +333,7 @@
         setFilter("");
       } else {
         setFilter(focus, button.textContent.replace(/^on:\s*/, "").trim());
+        filter.opener = button;
         var stream = document.getElementById("thoughts-title");
         // On a narrow screen the stream is far from the sub-question list: bring it in view.
         if (stream && window.matchMedia("(max-width: 860px)").matches) {
@@ -341,9 +343,14 @@
       return;
     }
     if (event.target.closest("#stream-filter [data-role=show-all]")) {
+      // Back to where the person chose the filter (a thought's "on: …" in the stream, or the
+      // sub-question), not always to the sub-question list: on a phone that is far away.
       var previous = filter.focus;
+      var opener = filter.opener;
       setFilter("");
-      var back = document.querySelector('.subq-text[data-filter-focus="' + previous + '"]');
+      var back = opener && opener.isConnected && opener.checkVisibility()
+        ? opener
+        : document.querySelector('.subq-text[data-filter-focus="' + previous + '"]');
       if (back) back.focus();
     }
   });
@@ -361,6 +368,8 @@
   document.addEventListener("click", function (event) {
     if (event.target.closest && event.target.closest("#thought-earlier button")) {
       stream.expanded = true;
+      // The button is swapped out with the thoughts it loads: keep a keyboard's place.
+      stream.refocus = document.activeElement === event.target.closest("button");
     }
   });
 
@@ -407,6 +416,15 @@
   });
   // Pause / resume / cancel swap the header through a normal htmx request.
   document.addEventListener("htmx:afterSettle", afterUpdate);
+  // Earlier thoughts loaded from the keyboard: focus goes to the next "Show earlier" (Enter
+  // again loads more), or to the stream once it starts at the first thought.
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var info = event.detail && event.detail.pathInfo;
+    if (!stream.refocus || !info || !/[?&]before=/.test(info.requestPath || "")) return;
+    stream.refocus = false;
+    var next = document.querySelector("#thought-earlier button") || document.getElementById("thought-list");
+    if (next) next.focus({ preventScroll: true });
+  });
 
   // ---- The clock ticks between server updates ---------------------------------------------
 

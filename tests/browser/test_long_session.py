@@ -128,10 +128,15 @@ def test_a_long_session_stays_live_on_a_page_open_throughout_and_one_opened_late
     questions = {p: p.locator("li.subq").count() for p in (page, late)}
     assert len(set(questions.values())) == 1
 
-    # Earlier thoughts load on demand on the late page.
+    # Earlier thoughts load on demand on the late page, from the keyboard too: focus stays
+    # on "Show earlier", so Enter again loads the page before.
     before = len(shown(late))
-    late.locator("#thought-earlier button").click()
+    late.locator("#thought-earlier button").focus()
+    late.keyboard.press("Enter")
     expect(late.locator(STREAM)).to_have_count(before + 50)
+    expect(late.locator("#thought-earlier button")).to_be_focused()
+    late.keyboard.press("Enter")
+    expect(late.locator(STREAM)).to_have_count(before + 100)
     ids = shown(late)
     assert ids == stored[-len(ids) :]
 

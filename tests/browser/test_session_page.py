@@ -327,8 +327,18 @@ def test_selecting_a_sub_question_filters_the_stream_as_thoughts_arrive(page: An
     )
     assert shown == held > total
 
-    # A thought's "on: …" link filters too, and Escape clears the filter.
-    page.locator(f'{THOUGHTS} button.on[data-filter-focus="{focus}"]').first.click()
+    # A thought's "on: …" link filters too; "Show all" brings the person back to that
+    # thought in the stream (not to the sub-question list), and Escape clears the filter.
+    page.locator(f'{THOUGHTS} button.on[data-filter-focus="{focus}"]').last.evaluate(
+        "b => b.dataset.opener = '1'"
+    )
+    on = page.locator(f'{THOUGHTS} button.on[data-opener="1"]')  # the same one, as more arrive
+    on.click()
+    expect(banner).to_be_visible()
+    banner.get_by_role("button", name="Show all thoughts").click()
+    expect(banner).to_be_hidden()
+    assert page.evaluate("document.activeElement.dataset.opener") == "1"
+    on.click()
     expect(banner).to_be_visible()
     page.keyboard.press("Escape")
     expect(banner).to_be_hidden()

@@ -112,7 +112,7 @@ async def model_requests(url: str) -> None:
         tokens = HOLD if hold else 256
         stream = await client.messages.create(stream=True, max_tokens=tokens, **request)
         async with stream:
-            await streaming.collect(streaming.api_events(stream.response))
+            await streaming.collect(streaming.api_events(stream))
 
     async def opened(client: anthropic.AsyncAnthropic, index: int) -> None:
         await asyncio.sleep(index * 0.01)  # the fake's listen queue is short

@@ -92,7 +92,7 @@ async def main(calls: int) -> None:
     async def json_events(on: anthropic.AsyncAnthropic = client) -> None:
         stream = await on.messages.create(stream=True, **REQUEST)
         async with stream:
-            events = streaming.api_events(stream.response)
+            events = streaming.api_events(stream)
             await streaming.collect(events, on_text=shown, on_thinking=shown)
 
     async def json_events_aiohttp() -> None:

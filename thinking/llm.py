@@ -442,7 +442,7 @@ class LLM:
         # `stream=True` returns the event stream; with **params mypy cannot pick the overload.
         stream = cast("AsyncStream[RawMessageStreamEvent]", created)
         async with stream:
-            events = streaming.api_events(stream.response)
+            events = streaming.api_events(stream)
             final = await streaming.collect(events, on_text=on_text, on_thinking=on_thinking)
         usage, content = final.usage, final.content
         return Reply(

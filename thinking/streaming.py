@@ -16,12 +16,9 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anthropic
-
-if TYPE_CHECKING:
-    import httpx2  # the SDK's HTTP client
 
 TextCallback = Callable[[str], Awaitable[None]]
 # Called before a call is made again, so what was handed on can start over.
@@ -39,11 +36,12 @@ class StreamedMessage:
     usage: dict[str, int] = field(default_factory=dict)
 
 
-async def api_events(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
+async def api_events(stream: anthropic.AsyncStream[Any]) -> AsyncIterator[dict[str, Any]]:
     """The events of a streamed reply, each the JSON object the API sent, as the SDK's own
     stream reads them (pings and nameless events skipped) but without a typed object per
-    event. An `error` event mid-stream raises the SDK's `APIStatusError` (status 200, the
-    error's `type` from its body), as iterating the SDK's stream does."""
+    event. An `error` event mid-stream raises the error the SDK's stream raises for it (its
+    client makes it: the class and the words follow the SDK's version)."""
+    response = stream.response
     async for sse in anthropic.AsyncStream.raw_events(response):
         if sse.event is None or sse.event == "ping":
             continue
@@ -54,7 +52,7 @@ async def api_events(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]
                 message = f"{body}"
             except ValueError:
                 message = sse.data or f"Error code: {response.status_code}"
-            raise anthropic.APIStatusError(message, response=response, body=body)
+            raise stream._client._make_status_error(message, body=body, response=response)
         if sse.data:
             yield json.loads(sse.data)
 

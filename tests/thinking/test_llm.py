@@ -266,7 +266,7 @@ async def test_the_streams_events_read_as_json_give_what_the_sdks_typed_stream_g
         async with await sdk.messages.create(stream=True, **request) as typed:
             expected = await typed_reading(typed)
         async with await sdk.messages.create(stream=True, **request) as raw:
-            read = await streaming.collect(streaming.api_events(raw.response))
+            read = await streaming.collect(streaming.api_events(raw))
         # The fake signs (and redacts) each call anew: the opaque values differ, not their kind.
         assert masked(read.content) == masked(expected["content"])
         assert read.stop_reason == expected["stop"]
@@ -285,7 +285,7 @@ async def test_the_streams_events_read_as_json_give_what_the_sdks_typed_stream_g
                 if reader == "typed":
                     await typed_reading(stream)
                 else:
-                    await streaming.collect(streaming.api_events(stream.response))
+                    await streaming.collect(streaming.api_events(stream))
         error = caught.value
         said = re.sub(r"req_fake_\d+", "req", str(error))  # each call has its own request id
         errors.append((type(error), error.status_code, error.type, error.api_message, said))

@@ -367,3 +367,20 @@ def in_fresh_python(
         text=True,
         timeout=timeout,
     )
+
+
+def stored_thoughts(page: Any, session_id: str, *, notes: bool = False) -> list[int]:
+    """Every stored, visible thought (or scratchpad note), from the API (the page's login
+    works for GETs)."""
+    sequences: list[int] = []
+    after = -1
+    while True:
+        response = page.request.get(
+            f"/api/sessions/{session_id}/thoughts", params={"after": after, "limit": 1000}
+        )
+        assert response.ok
+        rows = response.json()
+        if not rows:
+            return sequences
+        sequences += [r["sequence"] for r in rows if (r["type"] == "scratchpad") == notes]
+        after = rows[-1]["sequence"]

@@ -490,7 +490,12 @@ def focus_thoughts(session: ThinkingSession, focus: int) -> dict[str, Any]:
 def notes_context(session: ThinkingSession) -> dict[str, Any]:
     notes = session.thoughts.filter(type=ThoughtType.SCRATCHPAD)
     shown = list(reversed(notes.order_by("-sequence")[:NOTE_PAGE]))
-    return {"scratchpad": shown, "note_count": notes.count(), "note_shown": len(shown)}
+    return {
+        "scratchpad": shown,
+        "note_count": notes.count(),
+        "note_shown": len(shown),
+        "note_page": NOTE_PAGE,  # the page keeps this many as live notes arrive (app.js)
+    }
 
 
 def notes_summary_context(session: ThinkingSession) -> dict[str, Any]:

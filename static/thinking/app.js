@@ -400,10 +400,21 @@
     htmx.process(earlier);
   }
 
+  // The scratchpad keeps its newest notes, as a fresh page shows them and its summary says:
+  // live notes and a catch-up's (the newest of those missed) are appended after the others.
+  function trimNotes() {
+    var list = document.getElementById("scratchpad-list");
+    var keep = list ? parseInt(list.dataset.keep || "", 10) : NaN;
+    if (!(keep > 0)) return;
+    var items = list.querySelectorAll(":scope > li[id^='thought-']");
+    for (var i = 0; i < items.length - keep; i++) items[i].remove();
+  }
+
   function afterUpdate() {
     restoreDetails();
     followReasoning();
     trimStream();
+    trimNotes();
     followStream();
     syncFilter();
     announceChanges();

@@ -12,6 +12,7 @@ import pytest
 
 from tests.browser.app_server import PASSWORD, USERNAME, AppServer
 from tests.browser.test_session_page import SESSION_URL
+from tests.helpers import stored_thoughts
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
@@ -45,22 +46,6 @@ class Frames:
 def shown(page: Any) -> list[int]:
     ids = page.eval_on_selector_all(STREAM, "items => items.map(item => item.id)")
     return [int(i.removeprefix("thought-")) for i in ids]
-
-
-def stored_thoughts(page: Any, session_id: str) -> list[int]:
-    """Every stored, visible thought, from the API (the page's login works for GETs)."""
-    sequences: list[int] = []
-    after = -1
-    while True:
-        response = page.request.get(
-            f"/api/sessions/{session_id}/thoughts", params={"after": after, "limit": 1000}
-        )
-        assert response.ok
-        rows = response.json()
-        if not rows:
-            return sequences
-        sequences += [r["sequence"] for r in rows if r["type"] != "scratchpad"]
-        after = rows[-1]["sequence"]
 
 
 def test_a_long_session_stays_live_on_a_page_open_throughout_and_one_opened_late(
@@ -116,6 +101,17 @@ def test_a_long_session_stays_live_on_a_page_open_throughout_and_one_opened_late
         # The DOM stays bounded whatever the session's length.
         assert each.locator("#thought-list > li").count() <= 200
     assert page.evaluate("window.__sameDocument") is True, "the first page never reloaded"
+    # The scratchpad keeps the newest notes, as its summary says, however they arrived.
+    notes = stored_thoughts(page, session_id, notes=True)
+    assert len(notes) > 50, f"{len(notes)} notes"
+    for each in (page, late):
+        kept = each.eval_on_selector_all(
+            "#scratchpad-list > li", "items => items.map(item => +item.id.slice(8))"
+        )
+        assert kept == notes[-50:], (kept[:3], notes[-50:][:3], len(kept))
+        summary = each.locator("#scratchpad-summary")
+        expect(summary).to_contain_text(f"({len(notes)} notes")
+        expect(summary).to_contain_text("the newest 50 shown")
     # Every page shows the same sub-questions and sources the server stored.
     stored_sources = [
         s["number"] for s in page.request.get(f"/api/sessions/{session_id}/sources").json()

@@ -13,7 +13,7 @@ import pytest
 
 from tests.browser.app_server import AppServer
 from tests.fakes.anthropic_server import Reply
-from tests.helpers import DESKTOP, PHONE
+from tests.helpers import DESKTOP, PHONE, stored_thoughts
 
 pytestmark = pytest.mark.browser
 
@@ -411,6 +411,14 @@ def test_a_filter_holds_through_a_catch_up_that_starts_the_stream_over(page: Any
             f'{THOUGHTS}[data-focus="{focus}"]', "ts => ts.map(t => +t.id.slice(8))"
         )
         assert seen | set(on_page) <= set(seqs), "nothing on the sub-question left out"
+        # The scratchpad too holds a run of the newest notes, with no hole where it was away.
+        kept = page.eval_on_selector_all(
+            "#scratchpad-list > li", "items => items.map(item => +item.id.slice(8))"
+        )
+        notes = stored_thoughts(page, session_id, notes=True)
+        assert kept and len(kept) <= 50
+        start = notes.index(kept[0])
+        assert kept == notes[start : start + len(kept)], "no note missing between others"
     finally:
         app.claude.delay = delay
     cancel(page)

@@ -239,6 +239,13 @@
     if (stream) stream.hidden = !!filter.focus;
     if (list) list.hidden = !filter.focus;
     syncFilter();
+    loadFilter();
+  }
+
+  // Every thought on the chosen sub-question, from the server, merged into what the filtered
+  // list holds (thoughts copied in live meanwhile, or loaded before a catch-up).
+  function loadFilter() {
+    var list = focusList();
     if (!filter.focus || !list) return;
     var live = document.getElementById("live");
     var base = live ? live.dataset.thoughtsUrl : "";
@@ -260,13 +267,16 @@
         items.forEach(function (li) { if (!have[li.dataset.seq]) fragment.appendChild(li); });
         list.prepend(fragment);
         // Thoughts copied in live while this loaded may be older than some it brought.
-        Array.prototype.slice.call(list.children)
-          .sort(function (a, b) { return a.dataset.seq - b.dataset.seq; })
-          .forEach(function (li) { list.appendChild(li); });
+        var rows = Array.prototype.slice.call(list.children);
+        var sorted = rows.slice().sort(function (a, b) { return a.dataset.seq - b.dataset.seq; });
+        if (sorted.some(function (li, i) { return li !== rows[i]; })) {
+          sorted.forEach(function (li) { list.appendChild(li); });
+        }
         list.removeAttribute("aria-busy");
         syncFilter();
       })
       .catch(function () {
+        if (request !== filter.request) return;
         list.removeAttribute("aria-busy");
         var bar = document.getElementById("stream-filter");
         if (bar) bar.querySelector("[data-role=count]").textContent = "(could not load them: try again)";
@@ -348,7 +358,7 @@
       var previous = filter.focus;
       var opener = filter.opener;
       setFilter("");
-      var back = opener && opener.isConnected && opener.checkVisibility()
+      var back = opener && opener.isConnected && opener.getClientRects().length
         ? opener
         : document.querySelector('.subq-text[data-filter-focus="' + previous + '"]');
       if (back) back.focus();
@@ -368,7 +378,8 @@
   document.addEventListener("click", function (event) {
     if (event.target.closest && event.target.closest("#thought-earlier button")) {
       stream.expanded = true;
-      // The button is swapped out with the thoughts it loads: keep a keyboard's place.
+      // The button is swapped out with the thoughts it loads: keep the focus's place (a
+      // click focuses it too in most browsers; a keyboard needs it).
       stream.refocus = document.activeElement === event.target.closest("button");
     }
   });
@@ -402,7 +413,10 @@
 
   // The scratchpad keeps its newest notes, as a fresh page shows them and its summary says:
   // live notes and a catch-up's (the newest of those missed) are appended after the others.
+  // Not while it is open: a note the person is reading does not vanish under them.
   function trimNotes() {
+    var box = document.getElementById("scratchpad");
+    if (box && box.open) return; // being read: trimmed once closed, at the next update
     var list = document.getElementById("scratchpad-list");
     var keep = list ? parseInt(list.dataset.keep || "", 10) : NaN;
     if (!(keep > 0)) return;
@@ -427,8 +441,8 @@
   });
   // Pause / resume / cancel swap the header through a normal htmx request.
   document.addEventListener("htmx:afterSettle", afterUpdate);
-  // Earlier thoughts loaded from the keyboard: focus goes to the next "Show earlier" (Enter
-  // again loads more), or to the stream once it starts at the first thought.
+  // Earlier thoughts loaded with the button focused: focus goes to the next "Show earlier"
+  // (Enter again loads more), or to the stream once it starts at the first thought.
   document.addEventListener("htmx:afterSettle", function (event) {
     var info = event.detail && event.detail.pathInfo;
     if (!stream.refocus || !info || !/[?&]before=/.test(info.requestPath || "")) return;
@@ -514,10 +528,11 @@
       record.addedNodes.forEach(function (node) {
         // A catch-up after a long disconnect starts the stream over with its newest page:
         // under a filter the new list stays hidden, and the filtered list is loaded again
-        // (the thoughts it missed on the sub-question are not all on that page).
+        // (the thoughts it missed on the sub-question are not all on that page), merged
+        // into what it shows, so a failed load loses nothing.
         if (node.id === "thought-list" && filter.focus) {
           node.hidden = true;
-          setFilter(filter.focus, filter.label);
+          loadFilter();
         }
       });
       if (record.target.id !== "thought-list") return;

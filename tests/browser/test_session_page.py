@@ -400,16 +400,21 @@ def test_a_filter_holds_through_a_catch_up_that_starts_the_stream_over(page: Any
         expect(page.locator("#focus-list")).not_to_have_attribute("aria-busy", "true")
         expect(page.locator("#thought-list")).to_be_hidden()
         expect(page.locator("#stream-filter")).to_be_visible()
-        shown = page.eval_on_selector_all(
-            "#thought-list > li.thought, #focus-list > li.thought",
-            "ts => ts.filter(t => t.checkVisibility()).map(t => [t.dataset.focus, +t.dataset.seq])",
+        # Read in one evaluation: thoughts keep arriving.
+        shown, on_page = page.evaluate(
+            """focus => {
+              const all = [...document.querySelectorAll(
+                "#thought-list > li.thought, #focus-list > li.thought")];
+              return [
+                all.filter(t => t.checkVisibility()).map(t => [t.dataset.focus, +t.dataset.seq]),
+                all.filter(t => t.id && t.dataset.focus === focus).map(t => +t.id.slice(8)),
+              ];
+            }""",
+            focus,
         )
         assert {f for f, _ in shown} == {focus}
         seqs = [n for _, n in shown]
         assert seqs == sorted(set(seqs)), "in order, none twice"
-        on_page = page.eval_on_selector_all(
-            f'{THOUGHTS}[data-focus="{focus}"]', "ts => ts.map(t => +t.id.slice(8))"
-        )
         assert seen | set(on_page) <= set(seqs), "nothing on the sub-question left out"
         # The scratchpad too holds a run of the newest notes, with no hole where it was away.
         kept = page.eval_on_selector_all(

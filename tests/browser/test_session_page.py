@@ -383,10 +383,7 @@ def test_a_filter_holds_through_a_catch_up_that_starts_the_stream_over(page: Any
         sockets[-1].close(code=1012, reason="service restart")
         missed = 0
         for _ in range(180):  # until the server stored more than a page since the page's last
-            rows = page.request.get(
-                f"/api/sessions/{session_id}/thoughts", params={"after": last, "limit": 1000}
-            ).json()
-            missed = sum(1 for r in rows if r["type"] != "scratchpad")
+            missed = sum(1 for n in stored_thoughts(page, session_id) if n > last)
             if missed > 60:
                 break
             page.wait_for_timeout(500)

@@ -168,10 +168,6 @@ TEMPLATES = [
 DATABASE_URL = env_str("DATABASE_URL")
 _DATABASE = dj_database_url.parse(DATABASE_URL, conn_max_age=0) if DATABASE_URL else None
 _SQLITE = _DATABASE is None or _DATABASE["ENGINE"] == "django.db.backends.sqlite3"
-# PostgreSQL prepares the compiled statements every step runs, once per connection
-# (thinking/row_reads.py). On by default, though Django prepares none of its own: turn it
-# off behind a pooler that cannot keep prepared statements.
-DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
 # Database hops of the thinking worker run on a bounded thread pool of this size, so
 # different sessions' hops run side by side (config/hops.py). SQLite takes one writer at a
 # time, so there one thread serialises the hops instead of making writers wait on the lock.

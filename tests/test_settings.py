@@ -47,22 +47,6 @@ def test_no_environment_at_all_gives_the_embedded_defaults():
     assert result.stdout.strip() == "True"
 
 
-@pytest.mark.parametrize(("value", "prepared"), [(None, "True"), ("0", "False"), ("1", "True")])
-def test_postgresql_prepares_statements_unless_turned_off(value: str | None, prepared: str):
-    """On by default; off for a pooler that cannot keep them. Only the compiled statements'
-    cursor prepares (thinking/row_reads.py): the connections keep Django's threshold, off."""
-    env = {"DATABASE_URL": "postgres://someone@db.invalid:5432/deepthink"}
-    if value is not None:
-        env["DATABASE_PREPARED_STATEMENTS"] = value
-    show = (
-        "settings.DATABASE_PREPARED_STATEMENTS, "
-        "settings.DATABASES['default']['OPTIONS'].get('prepare_threshold')"
-    )
-    result = load_settings(show, **env)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [prepared, "None"]
-
-
 @pytest.mark.parametrize(
     ("url", "value", "children"),
     [

@@ -17,9 +17,9 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
@@ -28,8 +28,6 @@ from config.hops import db_hop
 from .events import Publish, SessionEvent
 from .live import publish_safely
 from .llm import LLM, LLMError, Reply
-from .row_reads import values_by
-from .row_writes import insert_rows
 
 if TYPE_CHECKING:
     from .models import CitationCheck, Synthesis, ThinkingSession
@@ -304,8 +302,7 @@ async def judge(
 
 @dataclass(frozen=True)
 class Loaded:
-    """What a check needs of a stored synthesis (`loaded`): given by the step that stored
-    it, or read in one hop (`load`)."""
+    """What a check needs of a stored synthesis, read in one hop (`load`)."""
 
     synthesis_id: int
     sequence: int
@@ -317,8 +314,7 @@ class Loaded:
 
 def load(**lookup: object) -> Loaded:
     """The synthesis (by `pk`, or by `session_id` and `sequence`), its session's model and
-    the sources it cites. (The loop's own syntheses need none: the step that stores one also
-    gives what its check reads, `steps.store_synthesis`.)"""
+    the sources it cites."""
     from .models import Source, Synthesis
 
     synthesis_id, sequence, session_id, text, model = Synthesis.objects.values_list(
@@ -345,17 +341,10 @@ def loaded(
 
 
 def _store(
-    session_id: uuid.UUID,
-    synthesis_id: int,
-    claims: list[Claim],
-    run: CheckRun,
-    worker_id: str,
-    *,
-    then: Callable[[ThinkingSession], dict[str, Any]] | None = None,
+    session_id: uuid.UUID, synthesis_id: int, claims: list[Claim], run: CheckRun, worker_id: str
 ) -> ThinkingSession:
     """The verdicts, the check's calls and their tokens, in one step of the session: only
-    while `worker_id` holds the lease (else LeaseLost) and the session is not cancelled.
-    `then`: `Step.then`'s hook (the loop's next cycle entered with it)."""
+    while `worker_id` holds the lease (else LeaseLost) and the session is not cancelled."""
     from . import steps
     from .models import CitationCheck, Status, ThinkingSession
 
@@ -368,42 +357,28 @@ def _store(
             why = f"Not checked: more than {limit} claims." if index >= limit else failure
             verdict = Verdict(UNCHECKED, why)
         rows.append(
-            {
-                "synthesis_id": synthesis_id,
-                "number": claim.number,
-                "occurrence": claim.occurrence,
-                "claim": claim.sentence,
-                "verdict": verdict.verdict,
-                "why": verdict.why,
-            }
+            CitationCheck(
+                synthesis_id=synthesis_id,
+                number=claim.number,
+                occurrence=claim.occurrence,
+                claim=claim.sentence,
+                verdict=verdict.verdict,
+                why=verdict.why,
+            )
         )
     # The final answer completes the session and lets go of the lease; no worker can claim
     # a completed session, so the answer's own check writes without one.
-    completed = values_by(ThinkingSession, "id", session_id, "status") == [(Status.COMPLETED,)]
-    holder = None if completed else worker_id
+    status = ThinkingSession.objects.values_list("status", flat=True).filter(pk=session_id).first()
+    holder = None if status == Status.COMPLETED else worker_id
     with ThinkingSession.step(session_id, worker_id=holder) as step:
         CitationCheck.objects.filter(synthesis_id=synthesis_id).delete()
-        insert_rows(CitationCheck, rows)
+        CitationCheck.objects.bulk_create(rows)
         # The check's tokens count toward the session like any other call's.
         steps.record_calls(step, "check", run.replies)
-        if then is not None:
-            step.then(then)
     return step.session
 
 
-# The hop that stores a check's verdicts, called with `_store`'s positional arguments: the
-# session as stored, and whether the plan region changed with them (a stage its `then`
-# entered). The loop passes its own, which enters the next cycle too (`loop.store_checked`).
-StoreVerdicts = Callable[
-    [uuid.UUID, int, list[Claim], CheckRun, str], Awaitable[tuple["ThinkingSession", bool]]
-]
-
-
-def _store_alone(
-    session_id: uuid.UUID, synthesis_id: int, claims: list[Claim], run: CheckRun, worker_id: str
-) -> tuple[ThinkingSession, bool]:
-    """The verdicts in a hop of their own (`_store`): nothing else entered with them."""
-    return _store(session_id, synthesis_id, claims, run, worker_id), False
+store = db_hop(_store)
 
 
 async def _judged(loaded: Loaded, *, llm: LLM) -> CheckRun | None:
@@ -421,47 +396,33 @@ async def check_synthesis_citations(
     publish: Publish,
     *,
     worker_id: str,
-    loaded: Loaded | None = None,
-    stored_by: StoreVerdicts | None = None,
 ) -> ThinkingSession:
-    """The loop's hook after a synthesis is stored (`synthesis`: the row, or its sequence;
-    `loaded`: what its check reads, when the step that stored it gave it already;
-    `stored_by`: the hop that stores the verdicts, when not one of their own). Returns the
-    session re-read (its usage now includes the check). A failed check raises nothing; a
-    lost lease or a cancel (LeaseLost / Stopped) stops the loop as any step does, and so
-    does any failure of `stored_by`'s hop (it enters the loop's next step too)."""
+    """After a synthesis is stored (`synthesis`: the row, or its sequence): read its claims
+    and the passages they cite, ask the checker, store the verdicts. Returns the session as
+    stored (its usage now includes the check). A failed check raises nothing; a lost lease
+    or a cancel (LeaseLost / Stopped) stops the loop as any step does."""
     from .models import LeaseLost, Stopped, Synthesis
 
     if not settings.DEEPTHINK_CITATION_CHECK or synthesis is None:
         return session
+    if isinstance(synthesis, Synthesis):
+        lookup: dict[str, object] = {"pk": synthesis.pk}
+    else:
+        lookup = {"session_id": session.pk, "sequence": synthesis}
     try:
-        if loaded is None:
-            if isinstance(synthesis, Synthesis):
-                lookup: dict[str, object] = {"pk": synthesis.pk}
-            else:
-                lookup = {"session_id": session.pk, "sequence": synthesis}
-            loaded = await db_hop(load)(**lookup)
+        loaded = await db_hop(load)(**lookup)
         judged = await _judged(loaded, llm=llm)
-    except (LeaseLost, Stopped):
-        raise
-    except Exception:
-        logger.exception("Citation check failed for session %s", session.pk)
-        return session
-    if judged is None:
-        return session
-    store = stored_by or db_hop(_store_alone)
-    try:
-        stored, plan = await store(
+        if judged is None:
+            return session
+        stored = await store(
             loaded.session_id, loaded.synthesis_id, loaded.claims, judged, worker_id
         )
     except (LeaseLost, Stopped):
         raise
     except Exception:
-        if stored_by is not None:
-            raise  # committed, maybe, with the next step entered: that step's failure
         logger.exception("Citation check failed for session %s", session.pk)
         return session
-    await publish_safely(publish, SessionEvent(session.pk, checked=loaded.sequence, plan=plan))
+    await publish_safely(publish, SessionEvent(session.pk, checked=loaded.sequence))
     return stored
 
 

@@ -23,8 +23,6 @@ from research.memory import MemoryResult, asearch_memory
 from research.web import NOT_CONFIGURED, ResearchError, WebResult, WebSearch, is_web_url
 
 from .models import Source, SourceKind, ThinkingSession
-from .row_reads import values_by
-from .row_writes import inserted_rows
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +121,7 @@ def _store_found(
     sources. Only while `worker_id` holds the session's lease and it is not cancelled (else
     LeaseLost / Stopped)."""
     created: list[Source] = []
-    rows: list[dict[str, object]] = []
+    rows: list[Source] = []
     known_again: list[int] = []
     searched = [item for item in found if not item.note]
     # The step's row lock serialises numbering between the session's stores.
@@ -137,7 +135,9 @@ def _store_found(
             changes["research_notes"] = noted[-20:]
         if searched:
             # One read for the numbers taken and the keys already found.
-            taken = values_by(Source, "session_id", session_id, "kind", "key", "number")
+            taken = list(
+                Source.objects.filter(session_id=session_id).values_list("kind", "key", "number")
+            )
             existing = {(kind, key): n for kind, key, n in taken}
             number = max((n for _, _, n in taken), default=0) + 1
             tally = dict(step.session.search_tally or {})
@@ -158,26 +158,25 @@ def _store_found(
                         continue
                     existing[item.kind, key] = number
                     rows.append(
-                        {
-                            "session_id": session_id,
-                            "number": number,
-                            "kind": item.kind,
-                            "title": _clip(title or url or "Untitled", 500),
-                            "url": url[:2000],
-                            "snippet": _clip(passage, MAX_SNIPPET_CHARS),
-                            "score": float(score),
-                            "query": item.query[:1000],
-                            "key": key,
-                            "found_by": found_by,
-                        }
+                        Source(
+                            session_id=session_id,
+                            number=number,
+                            kind=item.kind,
+                            title=_clip(title or url or "Untitled", 500),
+                            url=url[:2000],
+                            snippet=_clip(passage, MAX_SNIPPET_CHARS),
+                            score=float(score),
+                            query=item.query[:1000],
+                            key=key,
+                            found_by=found_by,
+                        )
                     )
                     number += 1
                 row["searches"] += 1
                 row["new"] += number - first_new
                 row["known"] += len(query_again)
                 known_again.extend(n for n in query_again if n not in known_again)
-            # One INSERT for the new sources, returning their keys.
-            created = inserted_rows(Source, rows)
+            created = Source.objects.bulk_create(rows)
             tally[found_by] = row
             changes["search_tally"] = tally
         if changes:

@@ -7,7 +7,6 @@ workers never count; `running_since` lets a page show the clock ticking in betwe
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,8 +26,6 @@ from . import pricing
 from .capabilities import ThinkingSettings
 from .events import SessionEvent
 from .parsing import question_digest
-from .row_reads import Param, compiled_values, read_by_pk
-from .row_writes import addend, update_by_pk
 
 
 class Status(models.TextChoices):
@@ -108,21 +105,9 @@ class Step:
     session: ThinkingSession
     changes: dict[str, Any] = field(default_factory=dict)
     events: list[SessionEvent] = field(default_factory=list)
-    # Run last, on the row as this step's UPDATE will leave it: more changes for the same
-    # UPDATE (a next stage entered in this transaction, not one of its own: `then`).
-    hook: Callable[[ThinkingSession], dict[str, Any]] | None = None
 
     def update(self, **changes: Any) -> None:
         self.changes.update(changes)
-
-    def then(self, hook: Callable[[ThinkingSession], dict[str, Any]]) -> None:
-        """Once the body has run, call `hook` with a copy of the row as it will be stored
-        (the step's changes applied, its checkpoint included), still in the transaction;
-        its changes join the step's UPDATE, applied after the step's own (`_after`). Not
-        called when a change cannot be applied to the copy without the database (an
-        expression other than `F(name) + n`, a relation): the caller then decides after
-        the commit, as without a hook. One hook a step: a second replaces the first."""
-        self.hook = hook
 
     def add_usage(
         self,
@@ -145,61 +130,6 @@ class Step:
         self.events.append(event)
 
 
-def _apply_locally(session: ThinkingSession, changes: dict[str, Any]) -> bool:
-    """Apply an UPDATE's changes to the row read under its lock, instead of reading it back:
-    the lock means `F(name) + n` is the value read plus n. False (read it back) for any
-    expression other than that."""
-    values: dict[str, Any] = {}
-    for name, value in changes.items():
-        if hasattr(value, "resolve_expression"):
-            added = addend(name, value)
-            if added is None:
-                return False
-            values[name] = getattr(session, name) + added.value
-        else:
-            # A name that is no field never gets here: the UPDATE before refused it.
-            model_field = session._meta.get_field(name)
-            if model_field.is_relation or not isinstance(model_field, models.Field):
-                return False
-            values[name] = model_field.to_python(value)
-    for name, value in values.items():
-        setattr(session, name, value)
-    return True
-
-
-def _hooked(
-    hook: Callable[[ThinkingSession], dict[str, Any]],
-    session: ThinkingSession,
-    changes: dict[str, Any],
-) -> dict[str, Any]:
-    """`Step.then`'s changes, decided on a copy of the locked row with `changes` applied,
-    composed with them (`_after`)."""
-    projected = copy.copy(session)
-    if not _apply_locally(projected, changes):
-        return {}
-    return {name: _after(name, changes, value) for name, value in hook(projected).items()}
-
-
-def _after(name: str, changes: dict[str, Any], value: Any) -> Any:
-    """A hook's change to `name` applied after the step's own: a value replaces the step's;
-    `F(name) + n` adds n to what the step leaves (its own count bumped twice, say, is
-    bumped by both). Any other expression on a name the step changes is refused."""
-    if name not in changes:
-        return value
-    added = addend(name, value)
-    if added is None:
-        if hasattr(value, "resolve_expression"):
-            raise ValueError(f"A step's hook cannot compose an expression with its {name}")
-        return value
-    earlier = changes[name]
-    before = addend(name, earlier)
-    if before is not None:
-        return F(name) + (before.value + added.value)
-    if hasattr(earlier, "resolve_expression"):
-        raise ValueError(f"A step's hook cannot compose an expression with its {name}")
-    return earlier + added.value
-
-
 def _open_step(
     cls: type[ThinkingSession],
     pk: uuid.UUID | str,
@@ -209,10 +139,9 @@ def _open_step(
     stop_on_cancel: bool,
     on_commit: Callable[[SessionEvent], None] | None,
 ) -> Iterator[Step]:
-    """`ThinkingSession.step`'s body, a plain generator (mutation testing skips decorated
-    methods, and this is the one door every write goes through)."""
+    """`ThinkingSession.step`'s body: the one door every write goes through."""
     with transaction.atomic():
-        session = read_by_pk(cls, pk, for_update=True)
+        session = cls.objects.select_for_update().get(pk=pk)
         if worker_id is not None and session.worker_id != worker_id:
             raise LeaseLost(pk)
         if stop_on_cancel and session.status == Status.CANCELLED:
@@ -226,11 +155,8 @@ def _open_step(
         if meter is not None:
             changes.update(active_seconds=F("active_seconds") + meter.lap(), running_since=now)
         changes.update(step.changes)
-        if step.hook is not None:
-            changes.update(_hooked(step.hook, session, changes))
-        update_by_pk(cls, pk, **changes)
-        if not _apply_locally(session, changes):
-            session.refresh_from_db()
+        cls.objects.filter(pk=pk).update(**changes)
+        session.refresh_from_db()
         if on_commit is not None:
             for event in step.events:
                 transaction.on_commit(partial(on_commit, event))
@@ -351,9 +277,6 @@ class ThinkingSession(models.Model):
     search_tally = models.JSONField(default=dict, blank=True)
     # Bumped on every stored change, so a reconnecting page knows whether it missed anything.
     revision = models.PositiveIntegerField(default=0)
-    # Bumped when a stored thought, synthesis, source or sub-question is edited (the admin):
-    # a worker keeps each session's log and otherwise reads only the rows added since.
-    log_edits = models.PositiveIntegerField(default=0, editable=False)
 
     confidence_evolution = models.JSONField(default=list, blank=True)
     final_answer = models.TextField(blank=True)
@@ -633,9 +556,10 @@ class ThinkingSession(models.Model):
         )
 
     def next_thought_sequence(self) -> int:
-        # Every stored cycle asks: a compiled read (row_reads.py) of the top of the index.
-        top = compiled_values("top thought", _top_thought, session=self.pk)
-        return top[0][0] + 1 if top else 0
+        """The number the next thought takes: thoughts are numbered 0..n-1 under the
+        session's row lock, so this is also their count."""
+        top = self.thoughts.aggregate(top=models.Max("sequence"))["top"]
+        return 0 if top is None else top + 1
 
     STEERABLE = (Status.CREATED, Status.THINKING, Status.PAUSED)
 
@@ -685,8 +609,9 @@ class ThinkingSession(models.Model):
         return thought
 
 
-# A session's key as a compiled read's named parameter (thinking/row_reads.py): the session
-# log, a live update's thoughts and the re-ranking counts are read by it.
+# TEMPORARY until the live page stops using compiled reads (removed with row_reads.py).
+from .row_reads import Param  # noqa: E402
+
 SESSION_KEY = Param("session", ThinkingSession._meta.pk)
 
 
@@ -702,30 +627,6 @@ class ThoughtType(models.TextChoices):
     QUESTION = "question", "Your question"
 
 
-def _top_thought() -> models.QuerySet:
-    return (
-        Thought.objects.filter(session_id=SESSION_KEY)
-        .order_by("-sequence")
-        .values_list("sequence")[:1]
-    )
-
-
-class LoggedRow(models.Model):
-    """A row the session log (transcript.py) shows. The loop only ever adds such rows; an
-    edit of one (in the admin) bumps its session's `log_edits`, so a worker's kept log is
-    read anew instead of showing the old text."""
-
-    class Meta:
-        abstract = True
-
-    def save(self, **kwargs: Any) -> None:
-        edited = not self._state.adding
-        super().save(**kwargs)
-        if edited:
-            sessions = ThinkingSession.objects.filter(pk=self.session_id)  # type: ignore[attr-defined]
-            sessions.update(log_edits=F("log_edits") + 1)
-
-
 class ThoughtQuerySet(models.QuerySet["Thought"]):
     def for_session(self, session: ThinkingSession) -> ThoughtQuerySet:
         return self.filter(session=session)
@@ -734,7 +635,7 @@ class ThoughtQuerySet(models.QuerySet["Thought"]):
         return self.filter(sequence__gt=sequence)
 
 
-class Thought(LoggedRow):
+class Thought(models.Model):
     session = models.ForeignKey(ThinkingSession, on_delete=models.CASCADE, related_name="thoughts")
     sequence = models.PositiveIntegerField()
     cycle = models.PositiveIntegerField(default=0, help_text="The loop cycle that produced it.")
@@ -763,9 +664,7 @@ class Thought(LoggedRow):
         # The session log reads an epoch's thoughts and the last cycle on every model call
         # (transcript.py): by cycle, so its cost does not grow with the session. Every
         # thought cycle reads the newest hints (transcript.recent_hints), by type: without this
-        # index it walked every thought of the session to find few or none. (Not a partial
-        # index of hints: a prepared statement's generic plan, whose type is a parameter,
-        # cannot use one.)
+        # index it walked every thought of the session to find few or none.
         indexes = [
             models.Index(fields=["session", "cycle"], name="thought_session_cycle"),
             models.Index(fields=["session", "type", "sequence"], name="thought_session_type"),
@@ -775,7 +674,7 @@ class Thought(LoggedRow):
         return f"#{self.sequence} {self.type}: {self.text[:60]}"
 
 
-class SubQuestion(LoggedRow):
+class SubQuestion(models.Model):
     session = models.ForeignKey(
         ThinkingSession, on_delete=models.CASCADE, related_name="sub_questions"
     )
@@ -843,7 +742,7 @@ class Stage(models.Model):
         return f"#{self.sequence} {entry.get('stage', '')}: {str(entry.get('message', ''))[:60]}"
 
 
-class Synthesis(LoggedRow):
+class Synthesis(models.Model):
     session = models.ForeignKey(ThinkingSession, on_delete=models.CASCADE, related_name="syntheses")
     sequence = models.PositiveIntegerField()
     text = models.TextField()
@@ -901,7 +800,7 @@ class SourceKind(models.TextChoices):
     MEMORY = "memory", "Knowledge base"
 
 
-class Source(LoggedRow):
+class Source(models.Model):
     """Evidence a session found, cited as [number] in its syntheses and answer."""
 
     session = models.ForeignKey(ThinkingSession, on_delete=models.CASCADE, related_name="sources")

@@ -19,7 +19,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Func, Subquery
@@ -93,70 +92,7 @@ def _kept_runner(connection: BaseDatabaseWrapper) -> Callable[[str, Sequence[Any
 
 
 def _statement_runner(connection: BaseDatabaseWrapper) -> Callable[[str, Sequence[Any]], Any]:
-    """A cursor's `execute` for the compiled statements. On PostgreSQL, unless
-    `DATABASE_PREPARED_STATEMENTS` is off (for a pooler that cannot keep them), a cursor
-    that binds its parameters on the server and prepares each statement on its first run:
-    PostgreSQL then parses and plans it once per connection instead of on every run
-    (0.56-0.85 x the wall time of a step's statements: bench/README.md, "Compiled statements
-    prepared on the server"). These are compiled once per connection because they run on
-    every step. Django's own cursors bind on the client and never prepare. Made by Django's
-    `create_cursor`, so its time-zone handling stays. A statement the server dropped, or
-    must plan anew since a migration changed its columns' types, is prepared again and run:
-    at once outside a transaction and as the first of one; later in a transaction, after
-    that transaction fails."""
-    if connection.vendor != "postgresql" or not settings.DATABASE_PREPARED_STATEMENTS:
-        return connection.create_cursor().execute
-    from django.db.backends.postgresql.base import ServerBindingCursor
-    from psycopg import Error
-    from psycopg.pq import TransactionStatus
-
-    raw = connection.connection
-    factory, raw.cursor_factory = raw.cursor_factory, ServerBindingCursor
-    try:
-        cursor = connection.create_cursor()
-    finally:
-        raw.cursor_factory = factory
-
-    def prepared(sql: str, params: Sequence[Any]) -> Any:
-        # The driver prepares only while a connection has a threshold (0: on a statement's
-        # first run), which stays as it was (off, as Django leaves it) between these runs:
-        # with it on, psycopg would keep count of every ORM statement as well, its values
-        # written into its SQL (a knowledge item's whole text), to prepare none of them.
-        threshold, raw.prepare_threshold = raw.prepare_threshold, 0
-        try:
-            return cursor.execute(_text_placeholders(sql), params)
-        finally:
-            raw.prepare_threshold = threshold
-
-    def execute(sql: str, params: Sequence[Any]) -> Any:
-        # Nothing ran before it in its transaction, if it is in one (Django's `atomic`
-        # begins it with its first statement).
-        opening = raw.info.transaction_status == TransactionStatus.IDLE
-        try:
-            return prepared(sql, params)
-        except Error as failed:
-            stale = failed.sqlstate in _STALE_STATEMENT
-            outside = raw.info.transaction_status == TransactionStatus.IDLE
-            if not (outside or (opening and stale)):
-                raise  # its transaction's rollback makes the driver forget them
-            # Outside a transaction no rollback follows to make the driver and the server
-            # forget what the connection prepared: a statement refused on its first run
-            # stays prepared on the server (the driver forgot its name), and one the server
-            # dropped or must plan anew (a pooler's DEALLOCATE ALL, a column's type changed
-            # by a migration) would fail on every run after. A stale one that opened its
-            # transaction (a step's locked read) left nothing else in it to roll back.
-            # The driver forgets what it prepared on a rollback, its one public way to;
-            # DEALLOCATE ALL drops the server's, those the driver lost track of too (sent
-            # through Django's cursors, which never prepare).
-            if outside:
-                raw.execute("BEGIN")
-                raw.execute("DEALLOCATE ALL")
-            raw.rollback()
-            if not stale:
-                raise
-        return prepared(sql, params)  # it did not run: prepared anew
-
-    return execute
+    return connection.create_cursor().execute  # TEMPORARY: this module is being removed
 
 
 # A prepared statement the server no longer has (26000), or whose columns' types changed

@@ -17,7 +17,6 @@ from .events import Publish
 if TYPE_CHECKING:
     from .evidence import Research
     from .llm import LLM
-    from .transcript import KeptLog
 
 
 @dataclass(frozen=True)
@@ -46,12 +45,6 @@ class Meter:
         return elapsed
 
 
-def _kept_log() -> KeptLog:
-    from .transcript import KeptLog  # the log reads the models; the clock here must not
-
-    return KeptLog()
-
-
 @dataclass
 class Run:
     """The collaborators of one run of one session, handed to every step. The meter runs
@@ -63,5 +56,3 @@ class Run:
     worker_id: str
     meter: Meter
     clock: Clock = field(default_factory=Clock)
-    # The session log as this run last read it: each read then takes only the rows added.
-    log: KeptLog = field(default_factory=_kept_log)

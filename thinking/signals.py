@@ -9,13 +9,16 @@ own take it, instead of the default.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from . import parsing, tags
-from .models import ThinkingSession
+from .models import FormatMode, ThinkingSession
+
+logger = logging.getLogger(__name__)
 
 MAX_CYCLES_KEPT = 200
 MAX_ERRORS_PER_CYCLE = 10
@@ -68,3 +71,23 @@ def changes_for(session: ThinkingSession, reading: parsing.ThoughtReply) -> dict
         return {}
     entry = {"cycle": session.cycles, "route": reading.route, "errors": problems}
     return {"format_errors": [*session.format_errors, entry][-MAX_CYCLES_KEPT:]}
+
+
+def custom_spec(session: ThinkingSession) -> tuple[tags.TagSpec, ...] | None:
+    """The session's custom tag spec; it was validated when the session was created."""
+    if session.format_mode != FormatMode.CUSTOM or not session.format_spec:
+        return None
+    try:
+        return tags.spec_from_json(session.format_spec)
+    except tags.SpecError:
+        logger.warning("Session %s has an invalid custom spec; reading lines", session.pk)
+        return None
+
+
+def reading_mode(session: ThinkingSession) -> tuple[str, tuple[tags.TagSpec, ...] | None]:
+    """How the session's replies are read: its format, and its custom spec when valid (an
+    invalid one is read as the enhanced format)."""
+    spec = custom_spec(session)
+    if session.format_mode == FormatMode.CUSTOM and spec is None:
+        return FormatMode.ENHANCED, None
+    return session.format_mode, spec

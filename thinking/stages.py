@@ -13,7 +13,6 @@ older ones are deleted PRUNE_EVERY at a time) and the latest is also
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
 from typing import Any, cast
 
 from django.db.models import F
@@ -23,8 +22,7 @@ from config.hops import db_hop
 
 from .events import Publish, SessionEvent
 from .live import publish_safely
-from .models import Stage, Status, Stopped, ThinkingSession
-from .row_writes import insert_rows
+from .models import Stage, ThinkingSession
 from .state import StageEntry
 
 STAGES = ("planning", "research", "analysis", "synthesis", "reflection", "note")
@@ -100,11 +98,9 @@ def record(session: ThinkingSession, *items: StageEntry) -> dict[str, Any]:
     reported, the plan checklist."""
     first = session.stage_count + 1
     last = first + len(items) - 1
-    rows = [
-        {"session_id": session.pk, "sequence": first + n, "entry": item}
-        for n, item in enumerate(items)
-    ]
-    insert_rows(Stage, rows)
+    Stage.objects.bulk_create(
+        Stage(session_id=session.pk, sequence=first + n, entry=item) for n, item in enumerate(items)
+    )
     # Pruned whenever the count passes a multiple of PRUNE_EVERY.
     if last > MAX_STAGES and last // PRUNE_EVERY != (first - 1) // PRUNE_EVERY:
         kept_from = last - MAX_STAGES + 1
@@ -120,46 +116,21 @@ def record(session: ThinkingSession, *items: StageEntry) -> dict[str, Any]:
 
 
 class _Finished(Exception):
-    """The session already ended, or is stopping: nothing is stored (rolls the step back)."""
+    """The session already ended: nothing is stored (rolls the step back)."""
 
 
 def record_sync(session_id: uuid.UUID, *items: StageEntry, worker_id: str | None = None) -> bool:
     """Store `items` through the session's step, in one transaction. With `worker_id`, only
     while that worker holds the lease (LeaseLost otherwise; Stopped once cancelled, as every
     writer). Never on a finished session: False then, True if stored."""
-    return _record_in_step(session_id, items, worker_id=worker_id)[1]
-
-
-def record_unless(
-    session_id: uuid.UUID, item: StageEntry, *, worker_id: str, stopping: Collection[str]
-) -> tuple[str, bool]:
-    """`record_sync` for a thought cycle's first stage, which also reads the status a person
-    may have changed, from the row its step locks (a read of its own cost every cycle a
-    statement): that status, and whether `item` was stored. Nothing is stored while the
-    status is one of `stopping`, nor once the session is cancelled or finished."""
-    try:
-        return _record_in_step(session_id, (item,), worker_id=worker_id, stopping=stopping)
-    except Stopped:  # cancelled: every writer's step refuses it
-        return Status.CANCELLED, False
-
-
-def _record_in_step(
-    session_id: uuid.UUID,
-    items: Sequence[StageEntry],
-    *,
-    worker_id: str | None,
-    stopping: Collection[str] = (),
-) -> tuple[str, bool]:
-    status = ""
     try:
         with ThinkingSession.step(session_id, worker_id=worker_id) as step:
-            status = step.session.status
-            if step.session.is_finished or status in stopping:
+            if step.session.is_finished:
                 raise _Finished
             step.update(**record(step.session, *items))
     except _Finished:
-        return status, False
-    return status, True
+        return False
+    return True
 
 
 _record = db_hop(record_sync)

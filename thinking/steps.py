@@ -8,12 +8,11 @@ call produced, so a worker that lost its lease, or a cancelled session, stores n
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from django.db import models
-from django.db.models import F
+from django.db.models import F, Max
 from django.utils import timezone
 
 from config.hops import db_hop
@@ -24,7 +23,6 @@ from . import citations, notify, parsing, signals, stages
 from .events import SessionEvent
 from .llm import Reply, Usage
 from .models import (
-    SESSION_KEY,
     IllegalTransition,
     LeaseLost,
     ModelCall,
@@ -37,8 +35,6 @@ from .models import (
     Thought,
     ThoughtType,
 )
-from .row_reads import compiled_values, values_among, values_by
-from .row_writes import insert_rows, inserted_rows, update_by_pk
 from .run import Meter
 
 if TYPE_CHECKING:
@@ -55,6 +51,21 @@ class Focus:
     priority: int = 0
 
 
+def select_focus(session: ThinkingSession) -> Focus:
+    """The highest-priority unexplored sub-question, else the original question: a person's
+    question first (they asked for it now), then by priority, oldest first."""
+    found = (
+        SubQuestion.objects.filter(session=session, explored=False)
+        .order_by(F("added_by").desc(nulls_last=True), "-priority", "created_at")
+        .values_list("pk", "text", "priority")
+        .first()
+    )
+    if found is None:
+        return Focus(text=session.question)
+    pk, text, priority = found
+    return Focus(text=text, sub_question_id=pk, priority=priority)
+
+
 def reasoning_text(reply: Reply) -> str:
     """The model's thinking as shown to people: redacted blocks become a placeholder."""
     parts = [reply.thinking] if reply.thinking else []
@@ -67,25 +78,22 @@ def reasoning_text(reply: Reply) -> str:
 def record_calls(step: Step, purpose: str, replies: Sequence[Reply]) -> None:
     """Each model call as a row, and its tokens on the session's counters."""
     session = step.session
-    insert_rows(
-        ModelCall,
-        [
-            {
-                "session_id": session.pk,
-                "purpose": purpose,
-                "model": call.model or session.model_id,
-                "thinking_mode": call.thinking_mode,
-                "stop_reason": call.stop_reason or "",
-                "duration_ms": call.duration_ms,
-                "input_tokens": call.usage.input_tokens,
-                "output_tokens": call.usage.output_tokens,
-                "cache_read_tokens": call.usage.cache_read_tokens,
-                "cache_write_tokens": call.usage.cache_write_tokens,
-                "content": call.content,
-            }
-            for reply in replies
-            for call in reply.attempts  # a cut-off attempt was spent too
-        ],
+    ModelCall.objects.bulk_create(
+        ModelCall(
+            session_id=session.pk,
+            purpose=purpose,
+            model=call.model or session.model_id,
+            thinking_mode=call.thinking_mode,
+            stop_reason=call.stop_reason or "",
+            duration_ms=call.duration_ms,
+            input_tokens=call.usage.input_tokens,
+            output_tokens=call.usage.output_tokens,
+            cache_read_tokens=call.usage.cache_read_tokens,
+            cache_write_tokens=call.usage.cache_write_tokens,
+            content=call.content,
+        )
+        for reply in replies
+        for call in reply.attempts  # a cut-off attempt was spent too
     )
     if replies:
         usage = sum((reply.total_usage for reply in replies), Usage())
@@ -125,17 +133,6 @@ def begin_sync(
     except (IllegalTransition, Stopped, LeaseLost):
         return None
     return step.session
-
-
-def lease_status(session_id: uuid.UUID, *, worker_id: str) -> str:
-    """The status a person may have changed; raises LeaseLost if the lease went elsewhere.
-    Read at the start of the cycle that ends the session (loop.open_cycle; every other
-    cycle reads it in the step that enters its stage, its own or the store's before it): a
-    compiled read."""
-    ((status, owner),) = values_by(ThinkingSession, "id", session_id, "status", "worker_id")
-    if owner != worker_id:
-        raise LeaseLost(session_id)
-    return status
 
 
 def _stop_running(session_id: uuid.UUID, *, worker_id: str, meter: Meter) -> ThinkingSession:
@@ -221,55 +218,46 @@ def _store_thoughts(
     *,
     worker_id: str,
     meter: Meter,
-    then: Callable[[ThinkingSession], dict[str, Any]] | None = None,
 ) -> tuple[ThinkingSession, SessionEvent]:
     """A cycle's thoughts (and its scratchpad notes) stored, with its model calls; the
-    sub-question it was on explored. `then`: `Step.then`'s hook, which sees the cycle's
-    thoughts counted (`thought_count`)."""
+    sub-question it was on explored. The session comes back with its thoughts counted
+    (`thought_count`), which decides whether sub-questions are due."""
     with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
         session = step.session
-        offset = session.active_seconds
         begin = session.next_thought_sequence()
         reasoning = "\n\n".join(filter(None, (reasoning_text(r) for r in replies)))
-        # The scratchpad notes first, then the thoughts, numbered on: one INSERT (the notes
-        # give every column the thoughts give, so the rows share one statement).
-        notes: list[dict[str, Any]] = [
-            {
-                "session_id": session.pk,
-                "sequence": begin + index,
-                "cycle": session.cycles,
-                "text": text,
-                "type": ThoughtType.SCRATCHPAD,
-                "confidence": 0.0,
-                "parts": {},
-                "reasoning": "",
-                "truncated": False,
-                "time_offset_seconds": round(offset, 2),
-                "sub_question_id": focus.sub_question_id,
-            }
-            for index, text in enumerate(t for t in scratch if t)
+        common = {
+            "session_id": session.pk,
+            "cycle": session.cycles,
+            "time_offset_seconds": round(session.active_seconds, 2),
+            "sub_question_id": focus.sub_question_id,
+        }
+        # The scratchpad notes first, then the thoughts, numbered on.
+        notes = [
+            Thought(text=text, type=ThoughtType.SCRATCHPAD, confidence=0.0, **common)
+            for text in scratch
+            if text
         ]
-        first = begin + len(notes)
         thoughts = [
-            {
-                "session_id": session.pk,
-                "sequence": first + index,
-                "cycle": session.cycles,
-                "text": thought.text,
-                "type": thought.type,
-                "confidence": thought.confidence,
-                "parts": reading.parts,
-                "reasoning": reasoning if index == 0 else "",
-                "truncated": replies[-1].truncated,
-                "time_offset_seconds": round(offset, 2),
-                "sub_question_id": focus.sub_question_id,
-            }
+            Thought(
+                text=thought.text,
+                type=thought.type,
+                confidence=thought.confidence,
+                parts=reading.parts,
+                reasoning=reasoning if index == 0 else "",
+                truncated=replies[-1].truncated,
+                **common,
+            )
             for index, thought in enumerate(reading.thoughts)
         ]
-        end = begin + insert_rows(Thought, [*notes, *thoughts])
+        rows = [*notes, *thoughts]
+        for sequence, row in enumerate(rows, start=begin):
+            row.sequence = sequence
+        Thought.objects.bulk_create(rows)
+        end = begin + len(rows)
         record_calls(step, "thoughts", replies)
         # Thoughts cite too: their unknown numbers are counted like the syntheses'.
-        _sources_cited(
+        _count_unknown_citations(
             step, [n for thought in reading.thoughts for n in citations.cited_numbers(thought.text)]
         )
         routes = dict(session.parse_routes)
@@ -279,30 +267,22 @@ def _store_thoughts(
         # A stop signal counts only once the session has consolidated at least once.
         if reading.stop_signal and session.syntheses.filter(is_final=False).exists():
             step.update(stop_requested=True, completion_note=_stop_note(session, reading))
-        parsed = reading.thoughts
-        questions_changed = False
         if focus.sub_question_id is not None:
-            best = max(parsed, key=lambda t: t.confidence, default=None)
-            update_by_pk(
-                SubQuestion,
-                focus.sub_question_id,
+            best = max(reading.thoughts, key=lambda t: t.confidence, default=None)
+            SubQuestion.objects.filter(pk=focus.sub_question_id).update(
                 explored=True,
                 explored_at=timezone.now(),
                 answer=best.text[:MAX_ANSWER_CHARS] if best else "",
             )
-            questions_changed = True
         step.update(cycles=F("cycles") + 1, focus=focus.text)
-        # Thoughts are numbered 0..n-1 under the row lock, so this is their count: the loop
-        # decides whether sub-questions are due without another hop to count them.
-        session.thought_count = end
-        if then is not None:
-            step.then(then)
+    session = step.session
+    session.thought_count = end  # numbered 0..n-1 under the row lock: their count
     event = SessionEvent(
         session_id,
         thoughts=tuple(range(begin, end)),
-        questions=questions_changed,
+        questions=focus.sub_question_id is not None,
     )
-    return step.session, event
+    return session, event
 
 
 store_thoughts = db_hop(_store_thoughts)
@@ -316,62 +296,51 @@ def _store_questions(
     *,
     worker_id: str,
     meter: Meter,
-    then: Callable[[ThinkingSession], dict[str, Any]] | None = None,
 ) -> tuple[ThinkingSession, SessionEvent]:
-    """New sub-questions stored (those already asked left out), with the model call.
-    `then`: `Step.then`'s hook."""
+    """New sub-questions stored (those already asked left out), with the model call."""
     with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
         session = step.session
         asked = [(question, parsing.question_digest(question.text)) for question in parsed]
-        # Only the rows that would be duplicates are read, by their index (`text_key`):
-        # reading every row's text cost more the longer the session ran.
+        # Only the rows that would be duplicates are read, by their index (`text_key`).
         wanted = {key for _, key in asked if key}
-        found = values_among(SubQuestion, "session_id", session.pk, "text_key", wanted, "text_key")
-        seen = {parsing.question_digest(session.question), *(key for (key,) in found)}
+        found = session.sub_questions.filter(text_key__in=wanted).values_list("text_key", flat=True)
+        seen = {parsing.question_digest(session.question), *found}
         new = []
         for question, key in asked:
             if not key or key in seen:
                 continue
             seen.add(key)
             new.append(
-                {
-                    "session_id": session.pk,
-                    "text": question.text,
-                    "priority": question.priority,
-                    "why": question.why,
-                    "parent_id": focus.sub_question_id,
-                    "text_key": key,
-                }
+                SubQuestion(
+                    session_id=session.pk,
+                    text=question.text,
+                    priority=question.priority,
+                    why=question.why,
+                    parent_id=focus.sub_question_id,
+                    text_key=key,
+                )
             )
-        insert_rows(SubQuestion, new)
+        SubQuestion.objects.bulk_create(new)
         record_calls(step, "questions", [reply])
         # Thoughts are numbered 0..n-1 under the row lock: the next number is their count.
         step.update(thoughts_at_last_questions=session.next_thought_sequence())
-        if then is not None:
-            step.then(then)
     return step.session, SessionEvent(session_id, questions=bool(new))
 
 
 store_questions = db_hop(_store_questions)
 
 
-def _sources_cited(step: Step, cited: list[int], *columns: str) -> list[tuple[Any, ...]]:
-    """The rows (the number, then `columns`) of the session's sources among the numbers
-    `cited`; each citation of a number the session has no source for is counted on the
-    session. Only the numbers cited are looked up, none when nothing is: a session's sources
-    grow with it, a step's citations do not."""
-    session_id = step.session.pk
-    rows = values_among(Source, "session_id", session_id, "number", cited, "number", *columns)
-    known = {row[0] for row in rows}
+def _count_unknown_citations(step: Step, cited: list[int]) -> None:
+    """Count on the session each citation of a number it has no source for. Only the
+    numbers cited are looked up: a session's sources grow with it, a step's citations do
+    not."""
+    if not cited:
+        return
+    rows = Source.objects.filter(session_id=step.session.pk, number__in=set(cited))
+    known = set(rows.values_list("number", flat=True))
     unknown = sum(1 for n in cited if n not in known)
     if unknown:
         step.update(unknown_citations=F("unknown_citations") + unknown)
-    return rows
-
-
-def _newest_synthesis() -> models.QuerySet:
-    rows = Synthesis.objects.filter(session_id=SESSION_KEY).order_by("-sequence")
-    return rows.values_list("sequence")[:1]
 
 
 def _store_synthesis(
@@ -383,38 +352,27 @@ def _store_synthesis(
     meter: Meter,
     final: bool,
     reason: str,
-    check: bool = False,
-) -> tuple[ThinkingSession, SessionEvent, citations.Loaded | None]:
-    """A periodic synthesis, or the final answer that completes the session. With `check`
-    (citation checks on), also what its check reads (`citations.Loaded`): the text as
-    stored and the passages of the session's sources, from the step's own read of them, so
-    nothing is read back after the commit; else None."""
+) -> tuple[ThinkingSession, SessionEvent]:
+    """A periodic synthesis, or the final answer that completes the session."""
     with ThinkingSession.step(session_id, worker_id=worker_id, meter=meter) as step:
         session = step.session
-        newest = compiled_values("steps:newest-synthesis", _newest_synthesis, session=session.pk)
-        [synthesis] = inserted_rows(
-            Synthesis,
-            [
-                {
-                    "session_id": session.pk,
-                    "sequence": newest[0][0] + 1 if newest else 0,
-                    "text": parsed.text,
-                    "key_insights": parsed.key_insights,
-                    "confidence": parsed.confidence,
-                    "remaining_questions": parsed.remaining_questions,
-                    # The time of the last stored step; this step's own lap is added on commit.
-                    "time_offset_seconds": round(session.active_seconds, 2),
-                    "is_final": final,
-                    "reasoning": reasoning_text(reply),
-                    "truncated": reply.truncated,
-                }
-            ],
+        newest = session.syntheses.aggregate(newest=Max("sequence"))["newest"]
+        synthesis = Synthesis.objects.create(
+            session_id=session.pk,
+            sequence=0 if newest is None else newest + 1,
+            text=parsed.text,
+            key_insights=parsed.key_insights,
+            confidence=parsed.confidence,
+            remaining_questions=parsed.remaining_questions,
+            # The time of the last stored step; this step's own lap is added on commit.
+            time_offset_seconds=round(session.active_seconds, 2),
+            is_final=final,
+            reasoning=reasoning_text(reply),
+            truncated=reply.truncated,
         )
         record_calls(step, "final" if final else "synthesis", [reply])
         step.update(confidence_evolution=[*session.confidence_evolution, parsed.confidence])
-        # With their passages for the check.
-        columns = ("title", "snippet") if check else ()
-        sources = _sources_cited(step, citations.cited_numbers(parsed.text), *columns)
+        _count_unknown_citations(step, citations.cited_numbers(parsed.text))
         if final:
             # Later sessions learn from this one: the answer joins the owner's knowledge base.
             knowledge.add_item(
@@ -439,12 +397,7 @@ def _store_synthesis(
                 next_synthesis_at=session.active_seconds + session.synthesis_interval_seconds
             )
     event = SessionEvent(session_id, synthesis=synthesis.sequence, finished=final)
-    if not check:
-        return step.session, event, None
-    loaded = citations.loaded(
-        synthesis.pk, synthesis.sequence, session_id, parsed.text, session.model_id, sources
-    )
-    return step.session, event, loaded
+    return step.session, event
 
 
 store_synthesis = db_hop(_store_synthesis)

@@ -6,15 +6,25 @@ Tool inputs come from the model and are untrusted: every field is checked and cl
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from config.hops import db_hop
 
 from . import evidence, stages
-from .models import Source, SourceKind
+from .asking import ask
+from .events import SessionEvent
+from .live import publish_safely
+from .llm import Reply, prompt_message
+from .models import Source, SourceKind, ThinkingSession
+from .prompts import Prompt
+from .run import Run
 from .stages import clip_text
 from .state import StageEntry
 
@@ -190,3 +200,101 @@ save_progress = db_hop(_save_progress)
 
 
 ToolRunner = Callable[[str, object], Awaitable[ToolOutcome]]
+
+
+def offered(session: ThinkingSession, research: evidence.Research) -> list[dict]:
+    """The tools a session's thought cycles offer the model (none when tools are off)."""
+    if not (settings.DEEPTHINK_TOOLS and session.tools_enabled):
+        return []
+    think = settings.DEEPTHINK_THINK_TOOL and session.think_tool
+    web = research.web is not None
+    return definitions(web=web, think=think, search=session.research_enabled)
+
+
+async def ask_with_tools(
+    session: ThinkingSession, prompt: Prompt, offered: list[dict], *, run: Run
+) -> tuple[list[Reply], list[str]]:
+    """A thought cycle's calls: the model may search and use its scratchpad for up to
+    DEEPTHINK_MAX_TOOL_ROUNDS rounds, each round's results sent back with its turn, before it
+    writes its thoughts. Returns every reply (the last holds the thoughts) and the
+    scratchpad notes."""
+    messages = [prompt_message(prompt)]
+    replies: list[Reply] = []
+    scratch: list[str] = []
+    findings: list[str] = []
+    for _round in range(settings.DEEPTHINK_MAX_TOOL_ROUNDS):
+        reply = await ask(
+            session=session,
+            messages=messages,
+            tools=offered or None,
+            purpose="thoughts",
+            run=run,
+        )
+        replies.append(reply)
+        uses = reply.tool_uses
+        if not uses or not offered:
+            break
+        results = await asyncio.gather(
+            *(
+                run_tool(
+                    use.get("name", ""),
+                    use.get("input"),
+                    session_id=session.pk,
+                    research=run.research,
+                    worker_id=run.worker_id,
+                )
+                for use in uses
+            ),
+            return_exceptions=True,
+        )
+        # Every call finishes (each write is refused on its own if the lease went), then the
+        # first failure ends the step.
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        outcomes = [r for r in results if isinstance(r, ToolOutcome)]
+        for outcome in outcomes:
+            if outcome.sources or outcome.progress:
+                await publish_safely(
+                    run.publish,
+                    SessionEvent(
+                        session.pk, sources=bool(outcome.sources), plan=bool(outcome.progress)
+                    ),
+                )
+            if outcome.scratchpad:
+                scratch.append(outcome.scratchpad)
+            if outcome.sources:
+                findings.append(outcome.content)
+        # The assistant turn goes back exactly as streamed (thinking blocks and signatures
+        # included), followed by one result per tool call.
+        messages = [
+            *messages,
+            {"role": "assistant", "content": reply.content},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": use.get("id", ""),
+                        "content": outcome.content,
+                        **({"is_error": True} if outcome.is_error else {}),
+                    }
+                    for use, outcome in zip(uses, outcomes, strict=True)
+                ],
+            },
+        ]
+    if offered and not replies[-1].text.strip():
+        # The tool loop ended without thoughts: one pass without tools writes them.
+        extra = "\n\n".join(findings)[-6000:] or "(no new sources)"
+        retry = dataclasses.replace(
+            prompt, variable=f"{prompt.variable}\n\nWhat your searches found this cycle:\n{extra}"
+        )
+        replies.append(
+            await ask(
+                session=session,
+                prompt=retry,
+                purpose="thoughts",
+                run=run,
+            )
+        )
+    return replies, scratch

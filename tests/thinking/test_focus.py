@@ -1,4 +1,4 @@
-"""Which question the next thought cycle works on (loop.select_focus): a person's own
+"""Which question the next thought cycle works on (steps.select_focus): a person's own
 sub-question first, then the highest priority, then the oldest (issue 16: mutants of the
 ordering that no session test noticed)."""
 
@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from thinking import loop
+from thinking import steps
 from thinking.models import SubQuestion
 
 pytestmark = pytest.mark.django_db
 
 
 def focus_of(session: Any) -> str:
-    return loop.select_focus(session=session).text
+    return steps.select_focus(session=session).text
 
 
 def check_a_persons_question_comes_first(session: Any, person: Any) -> None:
@@ -61,7 +61,7 @@ def test_with_every_sub_question_explored_the_session_returns_to_its_question(
 ):
     session = make_session(question="Why is the sky blue?")
     SubQuestion.objects.create(session=session, text="Done", priority=9, explored=True)
-    focus = loop.select_focus(session=session)
+    focus = steps.select_focus(session=session)
     assert (focus.text, focus.sub_question_id) == ("Why is the sky blue?", None)
 
 

@@ -156,34 +156,13 @@ async def test_open_sub_questions_are_re_ranked_but_a_persons_keeps_its_place(
     assert history[-1]["message"] == "Re-ranked the open sub-questions: 1 moved"
 
 
-def hops_seen(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the functions every database hop runs from now on, in order, but the
-    interrupt watch's reads (beside a call in flight, on a clock of their own)."""
-    from asgiref.sync import SyncToAsync
-
-    from thinking import interrupt
-
-    hops: list[str] = []
-    hop = SyncToAsync.__call__
-
-    async def hop_seen(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.func is not interrupt._statuses:
-            hops.append(getattr(self.func, "__name__", "?"))
-        return await hop(self, *args, **kwargs)
-
-    monkeypatch.setattr(SyncToAsync, "__call__", hop_seen)
-    return hops
-
-
-async def test_a_due_re_ranking_reads_and_enters_its_stage_in_one_hop_and_stores_in_another(
-    fake_claude: Any, make_session: Any, monkeypatch: pytest.MonkeyPatch
+async def test_a_due_re_ranking_shows_its_stage_before_the_call_and_the_moves_after(
+    fake_claude: Any, make_session: Any
 ):
-    """Issue 17: the counts, the material and the stage before the call in one database hop;
-    the moves, the call and the stage after it in one step; and the page is told of the
-    first stage, then of the second with the moved questions, in one update."""
+    """The page is told of the re-ranking's stage before its call, then of the stage that
+    says how many moved, with the moved questions, in one update."""
     from thinking import rerank
 
-    hops = hops_seen(monkeypatch)
     session = await sync_to_async(make_session)(cycles=5, status=Status.THINKING)
     for n, priority in ((1, 3), (2, 4), (3, 5)):
         await SubQuestion.objects.acreate(session=session, text=f"Q{n}?", priority=priority)
@@ -196,12 +175,10 @@ async def test_a_due_re_ranking_reads_and_enters_its_stage_in_one_hop_and_stores
     llm = LLM.from_settings()
     run_ = Run(llm=llm, research=None, publish=publish, worker_id=WORKER, meter=Meter())
     try:
-        hops.clear()
         stored = await rerank.maybe_rerank(session=session, run=run_)
     finally:
         await llm.close()
 
-    assert hops == ["open_reranking", "_store"]
     assert len(fake_claude.requests) == 1
     history = await stage_history(session)
     assert [s["message"] for s in history] == [
@@ -449,9 +426,9 @@ def test_rankings_move_only_open_questions_of_the_models_on_postgresql(
     needs_postgresql()
     with CaptureQueriesContext(connection) as queries:
         check_rankings_move_only_open_questions_of_the_models(make_session, alice)
-    # The rows it moves are read by key (twenty, then four; three; three), locked as it reads.
+    # The rows it moves are read by key, once per re-ranking, locked as it reads.
     ranked = [q["sql"] for q in queries if "priority_changes" in q["sql"] and " IN (" in q["sql"]]
-    assert len(ranked) == 4
+    assert len(ranked) == 3
     assert all(sql.startswith("SELECT") and sql.endswith("FOR UPDATE") for sql in ranked)
 
 
@@ -464,14 +441,14 @@ async def three_open_questions(make_session: Any, **fields: Any) -> ThinkingSess
 
 
 async def rerank_with(
-    session: ThinkingSession, meter: Meter, opened: Any = None, publish: Any = publish_nothing
+    session: ThinkingSession, meter: Meter, publish: Any = publish_nothing
 ) -> ThinkingSession:
     from thinking import rerank
 
     llm = LLM.from_settings()
     run_ = Run(llm=llm, research=None, publish=publish, worker_id=WORKER, meter=meter)
     try:
-        return await rerank.maybe_rerank(session=session, run=run_, opened=opened)
+        return await rerank.maybe_rerank(session=session, run=run_)
     finally:
         await llm.close()
 
@@ -585,35 +562,6 @@ async def test_a_worker_that_lost_its_lease_before_a_re_ranking_neither_enters_n
 
     assert fake_claude.requests == []
     assert await stage_history(session) == []
-
-
-async def test_a_re_ranking_the_cycle_opened_is_not_read_again(
-    fake_claude: Any, make_session: Any, monkeypatch: pytest.MonkeyPatch
-):
-    """The hop that stored the cycle read whether one is due, and its material, and entered
-    its stage, which that store's update shows: no hop, and no update, before the call."""
-    from thinking import rerank
-
-    session = await three_open_questions(make_session)
-    opened = await sync_to_async(rerank.open_reranking)(session, worker_id=WORKER)
-    hops = hops_seen(monkeypatch)
-    events: list[SessionEvent] = []
-
-    async def publish(event: SessionEvent) -> None:
-        events.append(event)
-
-    shown_before: list[int] = []
-
-    def answered(body: dict) -> Reply:
-        shown_before.append(len(events))
-        return fake_claude.scripted_mind(body)
-
-    fake_claude.responder = answered
-    await rerank_with(session, Meter(), opened, publish)
-
-    assert hops == ["_store"]
-    assert shown_before == [0]  # nothing shown before the call
-    assert [(e.plan, e.questions) for e in events] == [(True, True)]
 
 
 async def test_a_pause_stops_a_re_ranking_in_flight_and_its_time_is_not_counted(

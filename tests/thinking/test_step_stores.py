@@ -11,7 +11,6 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.apps import apps as django_apps
 from django.db import connection
-from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -157,67 +156,6 @@ def asked_then(
     )
 
 
-def test_a_stores_hook_decides_on_the_row_as_stored_and_its_changes_join_the_same_update(
-    make_session: Any,
-):
-    """Issue 17: the next cycle's stage is entered by the step that stored the one before
-    (`Step.then`), deciding on the row as that step leaves it: its time, its counts."""
-    session = held(make_session, active_seconds=10.0, thoughts_at_last_questions=0)
-    seen: list[tuple[float, int, int]] = []
-
-    def hook(row: ThinkingSession) -> dict[str, Any]:
-        seen.append((row.active_seconds, row.revision, row.output_tokens))
-        return {"focus": "What comes next"}
-
-    with CaptureQueriesContext(connection) as queries:
-        stored, _ = asked_then(session, hook, Usage(7, 40))
-    assert seen == [(12.5, session.revision + 1, session.output_tokens + 40)]
-    updates = [q for q in queries if q["sql"].startswith('UPDATE "thinking_thinkingsession"')]
-    assert len(updates) == 1, updates
-    session.refresh_from_db()
-    assert (session.focus, stored.focus) == ("What comes next", "What comes next")
-    assert session.active_seconds == stored.active_seconds == pytest.approx(12.5)
-
-
-def test_a_hooks_changes_apply_after_the_steps_own(make_session: Any):
-    """A re-ranking's store enters its own stage and the next cycle's (issue 17): a count
-    both bump is bumped by both, a value the hook sets replaces the step's, and a count
-    the hook bumps is bumped from the value the step set."""
-    session = held(make_session, active_seconds=10.0, thoughts_at_last_questions=7)
-
-    def after(row: ThinkingSession) -> dict[str, Any]:
-        assert row.output_tokens == session.output_tokens + 40
-        return {
-            "output_tokens": F("output_tokens") + 5,  # the step adds 40
-            # The step sets it to the thoughts' count, 0 (from 7): 2, not 9.
-            "thoughts_at_last_questions": F("thoughts_at_last_questions") + 2,
-            "active_seconds": 99.0,  # the step adds its lap
-        }
-
-    stored, _ = asked_then(session, after, Usage(7, 40))
-    before = session.output_tokens
-    session.refresh_from_db()
-    assert session.output_tokens == stored.output_tokens == before + 45
-    assert session.thoughts_at_last_questions == stored.thoughts_at_last_questions == 2
-    assert session.active_seconds == stored.active_seconds == 99.0
-
-
-def test_a_hook_that_cannot_be_composed_with_the_steps_change_stores_nothing(
-    make_session: Any,
-):
-    session = held(make_session, active_seconds=10.0)
-
-    def muddled(row: ThinkingSession) -> dict[str, Any]:
-        return {"active_seconds": F("active_seconds") * 2}
-
-    with pytest.raises(ValueError, match="active_seconds"):
-        asked_then(session, muddled)
-    session.refresh_from_db()
-    assert session.active_seconds == 10.0
-    assert not SubQuestion.objects.filter(session=session).exists()
-    assert not ModelCall.objects.filter(session=session).exists()
-
-
 def test_a_question_a_person_asked_or_an_edited_one_is_not_asked_again(make_session: Any):
     """Duplicates are found by each row's kept key: one a person asked from the page, one
     whose text was changed in the admin (its old wording is new again), and ones stored
@@ -348,12 +286,12 @@ def test_a_worker_that_lost_the_session_stores_no_synthesis(make_session: Any):
     assert not session.syntheses.exists()
 
 
-def test_a_synthesis_is_numbered_after_the_newest_and_gives_its_check_what_it_stored(
+def test_a_synthesis_is_numbered_after_the_newest_and_its_check_reads_what_it_cites(
     make_session: Any,
 ):
-    """With checks on, the step that stores a synthesis also gives what its check reads:
-    the text as stored, the session's model and the passages of the sources it cites, with
-    no read of its own (one read of the cited sources, none of the synthesis)."""
+    """A synthesis takes the number after the newest (a deleted one leaves its gap); its
+    check reads the text as stored, the session's model and the passages of the sources
+    it cites, and no other session's."""
     session = held(make_session, model_id="claude-opus-4-5")
     for sequence in (0, 2):  # a person deleted synthesis 1 in the admin
         Synthesis.objects.create(
@@ -379,22 +317,14 @@ def test_a_synthesis_is_numbered_after_the_newest_and_gives_its_check_what_it_st
     parsed = parsing.ParsedSynthesis(text, confidence=0.6)
     reply = Reply(text=text, model="claude-test")
 
-    with CaptureQueriesContext(connection) as queries:
-        stored, event, loaded = async_to_sync(steps.store_synthesis)(
-            session.pk,
-            parsed,
-            reply,
-            worker_id=WORKER,
-            meter=FixedLap(),
-            final=False,
-            reason="",
-            check=True,
-        )
+    stored, event = async_to_sync(steps.store_synthesis)(
+        session.pk, parsed, reply, worker_id=WORKER, meter=FixedLap(), final=False, reason=""
+    )
 
     [synthesis] = session.syntheses.filter(sequence=3)
     assert (event.synthesis, synthesis.text) == (3, text)
     assert stored.unknown_citations == 1  # [3] is another session's source
-    assert loaded == citations.Loaded(
+    assert citations.load(pk=synthesis.pk) == citations.Loaded(
         synthesis.pk,
         3,
         session.pk,
@@ -402,19 +332,16 @@ def test_a_synthesis_is_numbered_after_the_newest_and_gives_its_check_what_it_st
         [citations.Claim("Light scatters.", 1, 0), citations.Claim("Blue scatters most.", 2, 0)],
         {1: ("Optics", "Optics page."), 2: ("Rayleigh", "Rayleigh page.")},  # not [4]
     )
-    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
-    assert len([sql for sql in reads if '"thinking_source"' in sql]) == 1
-    assert not [sql for sql in reads if '"thinking_synthesis"."text"' in sql]
 
 
-def test_a_synthesis_without_checks_reads_only_its_sources_numbers(make_session: Any):
+def test_a_synthesis_reads_only_the_numbers_of_the_sources_it_cites(make_session: Any):
     session = held(make_session)
     Source.objects.create(
         session=session, number=1, kind="web", title="Optics", snippet="A page.", key="o"
     )
     with CaptureQueriesContext(connection) as queries:
-        stored, event, loaded = synthesise(session, Reply(text="…", model="claude-test"))
-    assert loaded is None and event.synthesis == 0  # the session's first
+        stored, event = synthesise(session, Reply(text="…", model="claude-test"))
+    assert event.synthesis == 0  # the session's first
     assert stored.unknown_citations == 0  # it cites [1], which exists
     [read] = [q["sql"] for q in queries.captured_queries if '"thinking_source"' in q["sql"]]
     assert '"thinking_source"."number"' in read and "snippet" not in read
@@ -433,7 +360,7 @@ def test_a_shared_sessions_answer_joins_its_teams_knowledge_once(make_session: A
     question = "Why is the sky blue? " + "Explain it carefully. " * 20
     session = held(make_session, team=team, question=question)
     before = timezone.now()
-    stored, event, _ = final_answer(session, "Rayleigh scattering [1].")
+    stored, event = final_answer(session, "Rayleigh scattering [1].")
     assert event.finished and stored.status == Status.COMPLETED
     assert stored.finished_at is not None and stored.finished_at >= before
 

@@ -207,7 +207,7 @@ async def test_an_invalid_stored_custom_spec_reads_plain_lines_and_says_so_in_th
     assert status == Status.COMPLETED
     first = await session.thoughts.order_by("sequence").afirst()
     assert first.text == "read as a line"
-    warnings = {r.getMessage() for r in caplog.records if r.name == "thinking.loop"}
+    warnings = {r.getMessage() for r in caplog.records if r.name == "thinking.signals"}
     assert warnings == {f"Session {session.pk} has an invalid custom spec; reading lines"}
 
 

@@ -134,9 +134,10 @@ async def test_a_synthesis_step_counts_exactly_the_time_the_call_took(
 
     fake_claude.responder = seven_seconds
     try:
-        s, event, _ = await loop.synthesise(session=s, run=run)
+        s = await loop.synthesise(session=s, run=run)
     finally:
         await run.llm.close()
+    event = next(e for e in events if e.synthesis is not None)
 
     assert s.active_seconds == 7.0
     assert s.next_synthesis_at == 15.0, "the next one is an interval after this one began"

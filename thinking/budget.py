@@ -18,13 +18,19 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.forms import ValidationError
+from django.utils import timezone
 
 from accounts.models import Team
 
-from .limits import month_start
 from .models import FINISHED, ThinkingSession
 
 CENT = Decimal("0.0001")
+
+
+def month_start() -> Any:
+    """The start of this calendar month: team budgets count from here."""
+    now = timezone.now()
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
 class BudgetExhausted(ValidationError):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.db.models import Count
 
 from config.hops import db_hop
 
@@ -345,7 +346,6 @@ def _store(
 ) -> ThinkingSession:
     """The verdicts, the check's calls and their tokens, in one step of the session: only
     while `worker_id` holds the lease (else LeaseLost) and the session is not cancelled."""
-    from . import steps
     from .models import CitationCheck, Status, ThinkingSession
 
     limit = settings.DEEPTHINK_CHECK_MAX_CLAIMS
@@ -374,7 +374,7 @@ def _store(
         CitationCheck.objects.filter(synthesis_id=synthesis_id).delete()
         CitationCheck.objects.bulk_create(rows)
         # The check's tokens count toward the session like any other call's.
-        steps.record_calls(step, "check", run.replies)
+        step.record_calls("check", run.replies)
     return step.session
 
 
@@ -451,12 +451,13 @@ def check_rows(synthesis: Synthesis) -> list[dict[str, object]]:
 
 
 def session_counts(session: ThinkingSession) -> dict[str, int]:
-    """Verdicts over the whole session, by kind (zeros included): the header's counts
-    (`presenters.header_counts`, one statement), for the JSON and the export."""
-    from .presenters import header_counts
+    """Verdicts over the whole session, by kind (zeros included), for the JSON and the
+    export."""
+    from .models import CitationCheck
 
-    counts = header_counts(session)
-    return {verdict: counts[verdict] for verdict in MARKS}
+    rows = CitationCheck.objects.filter(synthesis__session=session).values_list("verdict")
+    found = dict(rows.annotate(n=Count("id")).order_by())
+    return {verdict: found.get(verdict, 0) for verdict in MARKS}
 
 
 def unsupported_in_answer(session: ThinkingSession) -> list[CitationCheck]:

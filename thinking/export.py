@@ -13,8 +13,8 @@ from urllib.parse import quote, urlsplit
 
 from . import stages
 from .citations import MARKS, check_rows, find_citations, session_counts
+from .formatting import duration, percent
 from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought, ThoughtType
-from .templatetags.thinking_extras import duration, percent
 
 MODEL_CALL_COLUMNS = (
     "purpose",

@@ -177,22 +177,3 @@ def links(session: ThinkingSession, viewer: Any) -> dict[str, Any]:
         "parent": _link(parent) if parent else None,
         "children": [_link(c) for c in children],
     }
-
-
-def page_context(session: ThinkingSession, viewer: Any) -> dict[str, Any]:
-    """The session page's follow-up part: links, earlier answers, and what the viewer may do."""
-    from .actions import may_extend
-    from .forms import ExtendForm, StartSessionForm
-
-    finished = session.is_finished
-    follow_up = None
-    if finished:
-        follow_up = StartSessionForm(user=viewer, initial={"parent": session.pk})
-    return {
-        **links(session, viewer),
-        "answer_versions": answer_versions(session),
-        "may_extend": is_extendable(session) and may_extend(session, viewer),
-        "extend_form": ExtendForm(),
-        "follow_up_form": follow_up,
-        "extensions": list(session.extensions.all()),
-    }

@@ -32,12 +32,8 @@ from django.utils import timezone
 
 from accounts.models import Team
 
+from .budget import month_start, refuse_team_start
 from .models import Extension, Status, ThinkingSession
-
-
-def month_start() -> Any:
-    now = timezone.now()
-    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
 def team_tokens_this_month(team: Team) -> int:
@@ -77,8 +73,6 @@ def refuse_start(user: Any, *, minutes: float, team: Team | None = None) -> str:
     if minutes > settings.DEEPTHINK_MAX_MINUTES:
         return f"The longest budget here is {settings.DEEPTHINK_MAX_MINUTES:g} minutes."
     # A team's budget counts running sessions at their reserved ceilings (see budget.py).
-    from .budget import refuse_team_start
-
     return refuse_team_start(team)
 
 

@@ -8,12 +8,12 @@ workers never count; `running_since` lets a page show the clock ticking in betwe
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -26,6 +26,9 @@ from . import pricing
 from .capabilities import ThinkingSettings
 from .events import SessionEvent
 from .parsing import question_digest
+
+if TYPE_CHECKING:
+    from .llm import Reply
 
 
 class Status(models.TextChoices):
@@ -108,6 +111,40 @@ class Step:
 
     def update(self, **changes: Any) -> None:
         self.changes.update(changes)
+
+    def record_calls(self, purpose: str, replies: Sequence[Reply]) -> None:
+        """Each model call of `replies` as a row (a cut-off attempt was spent too), and their
+        tokens on the session's counters."""
+        session = self.session
+        calls = [call for reply in replies for call in reply.attempts]
+        ModelCall.objects.bulk_create(
+            ModelCall(
+                session_id=session.pk,
+                purpose=purpose,
+                model=call.model or session.model_id,
+                thinking_mode=call.thinking_mode,
+                stop_reason=call.stop_reason or "",
+                duration_ms=call.duration_ms,
+                input_tokens=call.usage.input_tokens,
+                output_tokens=call.usage.output_tokens,
+                cache_read_tokens=call.usage.cache_read_tokens,
+                cache_write_tokens=call.usage.cache_write_tokens,
+                content=call.content,
+            )
+            for call in calls
+        )
+        if not replies:
+            return
+        usages = [reply.total_usage for reply in replies]
+        truncated = sum(1 for reply in replies if reply.truncated)
+        if truncated:
+            self.update(truncated_replies=F("truncated_replies") + truncated)
+        self.add_usage(
+            input_tokens=sum(u.input_tokens for u in usages),
+            output_tokens=sum(u.output_tokens for u in usages),
+            cache_read_tokens=sum(u.cache_read_tokens for u in usages),
+            cache_write_tokens=sum(u.cache_write_tokens for u in usages),
+        )
 
     def add_usage(
         self,

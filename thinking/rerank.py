@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from config.hops import db_hop
 
-from . import interrupt, parsing, prompts, stages, steps, transcript
+from . import interrupt, parsing, prompts, stages, transcript
 from .events import SessionEvent
 from .live import publish_safely
 from .llm import LLMError, Reply, prompt_message
@@ -185,7 +185,7 @@ def _store(
             moved = apply_rankings(session, rankings)
             step.update(cycles_at_last_rerank=session.cycles, sources_at_last_rerank=source_count)
             if reply is not None:
-                steps.record_calls(step, "rerank", [reply])
+                step.record_calls("rerank", [reply])
             message = (
                 f"Re-ranked the open sub-questions: {moved} moved"
                 if reply is not None

@@ -21,11 +21,10 @@ from research.models import KnowledgeSource
 
 from . import citations, notify, parsing, signals, stages
 from .events import SessionEvent
-from .llm import Reply, Usage
+from .llm import Reply
 from .models import (
     IllegalTransition,
     LeaseLost,
-    ModelCall,
     Source,
     Step,
     Stopped,
@@ -73,39 +72,6 @@ def reasoning_text(reply: Reply) -> str:
         n = reply.redacted_blocks
         parts.append(f"[{n} reasoning block{'s' if n > 1 else ''} redacted by the provider]")
     return "\n\n".join(parts)
-
-
-def record_calls(step: Step, purpose: str, replies: Sequence[Reply]) -> None:
-    """Each model call as a row, and its tokens on the session's counters."""
-    session = step.session
-    ModelCall.objects.bulk_create(
-        ModelCall(
-            session_id=session.pk,
-            purpose=purpose,
-            model=call.model or session.model_id,
-            thinking_mode=call.thinking_mode,
-            stop_reason=call.stop_reason or "",
-            duration_ms=call.duration_ms,
-            input_tokens=call.usage.input_tokens,
-            output_tokens=call.usage.output_tokens,
-            cache_read_tokens=call.usage.cache_read_tokens,
-            cache_write_tokens=call.usage.cache_write_tokens,
-            content=call.content,
-        )
-        for reply in replies
-        for call in reply.attempts  # a cut-off attempt was spent too
-    )
-    if replies:
-        usage = sum((reply.total_usage for reply in replies), Usage())
-        truncated = sum(1 for reply in replies if reply.truncated)
-        if truncated:
-            step.update(truncated_replies=F("truncated_replies") + truncated)
-        step.add_usage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-        )
 
 
 # --- the lifecycle ----------------------------------------------------------------------
@@ -255,7 +221,7 @@ def _store_thoughts(
             row.sequence = sequence
         Thought.objects.bulk_create(rows)
         end = begin + len(rows)
-        record_calls(step, "thoughts", replies)
+        step.record_calls("thoughts", replies)
         # Thoughts cite too: their unknown numbers are counted like the syntheses'.
         _count_unknown_citations(
             step, [n for thought in reading.thoughts for n in citations.cited_numbers(thought.text)]
@@ -321,7 +287,7 @@ def _store_questions(
                 )
             )
         SubQuestion.objects.bulk_create(new)
-        record_calls(step, "questions", [reply])
+        step.record_calls("questions", [reply])
         # Thoughts are numbered 0..n-1 under the row lock: the next number is their count.
         step.update(thoughts_at_last_questions=session.next_thought_sequence())
     return step.session, SessionEvent(session_id, questions=bool(new))
@@ -370,7 +336,7 @@ def _store_synthesis(
             reasoning=reasoning_text(reply),
             truncated=reply.truncated,
         )
-        record_calls(step, "final" if final else "synthesis", [reply])
+        step.record_calls("final" if final else "synthesis", [reply])
         step.update(confidence_evolution=[*session.confidence_evolution, parsed.confidence])
         _count_unknown_citations(step, citations.cited_numbers(parsed.text))
         if final:
@@ -427,7 +393,7 @@ def _save_plan(
             step.update(plan={**session.plan, "researched": researched})
         if plan.note and plan.note not in session.research_notes:
             step.update(research_notes=[*session.research_notes, plan.note][-20:])
-        record_calls(step, "plan", replies)
+        step.record_calls("plan", replies)
     return step.session
 
 

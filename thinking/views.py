@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -99,6 +100,22 @@ def session_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+def _follow_up_context(session: ThinkingSession, viewer: Any) -> dict[str, Any]:
+    """The session page's follow-up part: links, earlier answers, and what the viewer may do."""
+    finished = session.is_finished
+    follow_up = None
+    if finished:
+        follow_up = StartSessionForm(user=viewer, initial={"parent": session.pk})
+    return {
+        **followups.links(session, viewer),
+        "answer_versions": followups.answer_versions(session),
+        "may_extend": followups.is_extendable(session) and actions.may_extend(session, viewer),
+        "extend_form": ExtendForm(),
+        "follow_up_form": follow_up,
+        "extensions": list(session.extensions.all()),
+    }
+
+
 @login_required
 @require_GET
 def session_detail(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResponse:
@@ -106,7 +123,7 @@ def session_detail(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResp
     if request.htmx:
         return render(request, "thinking/_header.html", header_context(session, request.user))
     context = session_context(session, request.user)
-    context.update(followups.page_context(session, request.user))
+    context.update(_follow_up_context(session, request.user))
     return render(request, "thinking/session_detail.html", context)
 
 

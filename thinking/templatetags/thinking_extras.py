@@ -11,7 +11,7 @@ from markdown_it.renderer import RendererHTML
 from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
-from thinking import presenters
+from thinking import formatting, presenters
 from thinking.citations import (
     LABELS,
     MARKS,
@@ -19,29 +19,14 @@ from thinking.citations import (
     find_citations,
     unsupported_in_answer,
 )
+from thinking.export import reference_summary
 from thinking.models import SubQuestion
 
 register = template.Library()
 
 
-@register.filter
-def duration(seconds: float | None) -> str:
-    """1:05, 12:30, 1h 02m: how people read a clock."""
-    if seconds is None:
-        return ""
-    total = max(0, round(float(seconds)))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    return f"{minutes}:{secs:02d}"
-
-
-@register.filter
-def percent(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{round(float(value) * 100)}%"
+register.filter("duration", formatting.duration)
+register.filter("percent", formatting.percent)
 
 
 @register.filter
@@ -218,7 +203,6 @@ def final_synthesis(session: Any) -> Any:
 @register.simple_tag(name="reference_summary")
 def reference_summary_tag(session: Any) -> list[dict[str, Any]]:
     """Per search tool: searches, new sources and known ones found again (export.py)."""
-    from thinking.export import reference_summary
 
     return reference_summary(session)
 

@@ -57,11 +57,10 @@ EXECUTOR = HopExecutor()
 
 def db_hop[R](fn: Callable[..., R]) -> Callable[..., Awaitable[R]]:
     """`fn` as an awaitable database hop on the worker's hop threads. The thinking modules
-    wrap a plain function after it (`begin = db_hop(_begin)`) rather than decorating it:
-    mutmut skips decorated functions, and these hops carry the steps' promises (issue 16).
-    With one hop thread (SQLite's default) hops stay on asgiref's
-    thread-sensitive thread, as channels runs them: SQLite's shared in-memory test database
-    refuses a second connection's write while another reads."""
+    keep the plain function beside it (`fail = db_hop(_fail)`): another hop's synchronous
+    code and the tests call it directly. With one hop thread (SQLite's default) hops stay on
+    asgiref's thread-sensitive thread, as channels runs them: SQLite's shared in-memory test
+    database refuses a second connection's write while another reads."""
     parallel = DatabaseSyncToAsync(fn, thread_sensitive=False, executor=EXECUTOR)
     serial = DatabaseSyncToAsync(fn)
 

@@ -226,7 +226,7 @@ def test_sigterm_hands_sessions_over_at_once(fake_claude: Any, make_session: Any
     from thinking.worker import request_start
 
     fake_claude.delay = 0.05
-    session = make_session(budget_seconds=3, synthesis_interval_seconds=60)
+    session = make_session(budget_seconds=8, synthesis_interval_seconds=60)
     # A long lease: a takeover within seconds can only come from the handover, not staleness.
     lease = {"DEEPTHINK_LEASE_SECONDS": "60", "DEEPTHINK_SWEEP_SECONDS": "30"}
     workers = [start_worker(fake_claude.base_url, redis_layer, **lease) for _ in range(2)]

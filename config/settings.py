@@ -176,13 +176,6 @@ DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
 # different sessions' hops run side by side (config/hops.py). SQLite takes one writer at a
 # time, so there one thread serialises the hops instead of making writers wait on the lock.
 DEEPTHINK_DB_THREADS = env_int("DEEPTHINK_DB_THREADS", 1 if _SQLITE else 8, minimum=1)
-# Child processes that render a worker's live updates, so the templates do not hold the
-# worker's interpreter lock (thinking/render_process.py). 0 renders in the worker: with
-# SQLite (one process), or on one core, where a child only adds a process to share it.
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-DEEPTHINK_RENDER_PROCESSES = env_int(
-    "DEEPTHINK_RENDER_PROCESSES", 0 if _SQLITE or (_CORES or 1) < 2 else 1, minimum=0
-)
 if _DATABASE is not None and not _SQLITE:
     DATABASES = {"default": _DATABASE}
     # PostgreSQL through psycopg's pool: a hop borrows an open connection and gives it back

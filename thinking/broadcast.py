@@ -17,21 +17,16 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from importlib import import_module
-from pathlib import Path
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.db import models
-from django.template import Engine
-from django.template.loader import get_template, render_to_string
+from django.template.loader import render_to_string
 
 from config.hops import db_hop
 
-from . import render_process
 from .events import SessionEvent
 from .models import SESSION_KEY, Source, SubQuestion, ThinkingSession, Thought, ThoughtType
 from .presenters import (
@@ -67,23 +62,6 @@ def group_name(session_id: uuid.UUID | str) -> str:
 
 def _render(template: str, context: dict[str, Any]) -> str:
     return render_to_string(f"thinking/{template}", context)
-
-
-def warm() -> list[str]:
-    """Compile the live partials (`thinking/_*.html`) and load the URL configuration now,
-    rather than on the first update that needs them: the template engine's first use
-    loads every tag library, and the header's first `{% url %}` every view module (about
-    a second of CPU each in a fresh process), which a new render process's first updates
-    waited out. The partials' names."""
-    names = [
-        f"thinking/{path.name}"
-        for directory in Engine.get_default().dirs
-        for path in sorted(Path(directory, "thinking").glob("_*.html"))
-    ]
-    for name in names:
-        get_template(name)
-    import_module(settings.ROOT_URLCONF)  # its `include()`s import every view module
-    return names
 
 
 LIVE_LABELS = {
@@ -231,8 +209,7 @@ def _kept(session_id: uuid.UUID, rendered: tuple[UpdateMessage, Sent | None]) ->
 
 def render_step(event: SessionEvent, sent: Sent | None) -> tuple[UpdateMessage, Sent | None]:
     """A stored step's message, from what was last sent (`Sent`, None: nothing known), and
-    what will have been sent once it is. Reads and renders only: a render process runs it
-    with the worker's `Sent` (render_process.py)."""
+    what will have been sent once it is."""
     # The plan region is drawn on a stage entered (a plan event), new sources and the end.
     draws_plan = event.plan or event.sources or event.finished
     if not (event.header or event.finished or sent is None):
@@ -627,29 +604,22 @@ async def publish(event: SessionEvent) -> None:
     Most of a long session's steps have no page open: rendering them would be half of a
     step's CPU for nobody. A page that opens later catches up from the database. What this
     process last sent is forgotten: the next message takes the session as it is then for
-    its base, and a page that opened meanwhile reads what it lacks itself, once. With
-    render processes (render_process.py) a child renders a stored step, from what this
-    process last sent, and this process sends it."""
+    its base, and a page that opened meanwhile reads what it lacks itself, once.
+
+    A stored step is rendered in a database hop (its reads and templates off the event
+    loop). A step in flight reads nothing: it is drawn on the event loop itself, so the
+    reasoning streaming in does not wait behind the database (its hops, a stalled
+    connection)."""
     layer = get_channel_layer()
     group = group_name(event.session_id)
     if not await has_members(layer, group):
         _forget(event.session_id)
         return
-    await layer.group_send(group, await _rendered(event))
-
-
-async def _rendered(event: SessionEvent) -> UpdateMessage:
-    """A stored step rendered by a render process if one is ready, else here in a database
-    hop. A step in flight reads nothing: it is drawn on the event loop itself, where it
-    costs a fifth to a third of a hop's own CPU, and it does not wait behind the database (its
-    hops, a stalled connection) to show the reasoning streaming in."""
     if event.live is not None:
-        return render_event(event)
-    sent = _last_sent(event.session_id)
-    rendered = await render_process.run(event.session_id, render_step, event, sent)
-    if rendered is not None:
-        return _kept(event.session_id, rendered)
-    return await db_hop(render_event)(event)
+        message = render_live(event)
+    else:
+        message = await db_hop(render_event)(event)
+    await layer.group_send(group, message)
 
 
 def publish_sync(event: SessionEvent) -> None:

@@ -911,3 +911,64 @@ async def test_new_and_moved_sub_questions_reach_the_page_a_few_or_many_at_once(
         ("0:3", "1:3"),
     ]
     assert "Why 9?" in rows[5]["html"]
+
+
+async def test_a_big_cycle_reaches_the_page_in_messages_within_the_budget(
+    make_session: Any, alice: Any
+):
+    """A cycle of many long thoughts and many new sources is more than one WebSocket message
+    may carry: the page gets it split into several, each within the budget, every row once."""
+    from thinking.broadcast import MESSAGE_BUDGET, publish
+    from thinking.models import Source
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    comm = communicator(session.pk, await login(alice), rev=session.revision)
+    assert (await comm.connect())[0]
+    assert await comm.receive_nothing(timeout=0.3)  # up to date: no catch-up
+    await Source.objects.abulk_create(
+        Source(
+            session=session, number=n, kind="web", title=f"Source {n}: " + "a long title " * 8,
+            url=f"https://example.org/{n}", snippet="What the page says. " * 14, key=f"k{n}",
+        )
+        for n in range(1, 81)
+    )  # fmt: skip
+    await Thought.objects.abulk_create(
+        Thought(
+            session=session, sequence=n, cycle=0, type="insight", confidence=0.7,
+            time_offset_seconds=5, text=f"Thought {n} cites [{n + 1}]. " + "More reasoning. " * 150,
+        )
+        for n in range(40)
+    )  # fmt: skip
+
+    await publish(SessionEvent(session.pk, thoughts=tuple(range(40)), sources=True))
+
+    page = Page()
+    await drain(comm, page)
+    await comm.disconnect()
+    assert page.errors == []
+    assert page.frames > 3 and page.largest <= MESSAGE_BUDGET
+    assert page.thoughts == list(range(40)) and page.sources == list(range(1, 81))
+
+
+async def test_the_models_reasoning_reaches_an_open_page_escaped(make_session: Any, alice: Any):
+    """The live panel: what the model is thinking right now reaches the page (its newest
+    part, when long), as text."""
+    from thinking.broadcast import LIVE_TEXT_CHARS, publish
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    comm = communicator(session.pk, await login(alice), rev=session.revision)
+    assert (await comm.connect())[0]
+    assert await comm.receive_nothing(timeout=0.3)  # up to date: no catch-up
+
+    reasoning = "Early musing. " * 400 + "Now weighing <b>tides</b> & the moon's pull"
+    assert len(reasoning) > LIVE_TEXT_CHARS
+    await publish(SessionEvent(session.pk, live=LiveStep("synthesis", 1.0, reasoning)))
+    frame = await comm.receive_from()
+    await comm.disconnect()
+
+    page = Page()
+    page.apply(frame)
+    assert page.errors == [] and page.replaced == ["live-reasoning"]
+    assert "Now weighing &lt;b&gt;tides&lt;/b&gt; &amp; the moon&#x27;s pull" in frame
+    assert "<b>tides" not in frame and "a synthesis" in frame
+    assert frame.count("Early musing.") < reasoning.count("Early musing.")  # the newest part

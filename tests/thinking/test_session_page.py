@@ -495,3 +495,66 @@ def test_the_header_counts_this_sessions_rows_only(alice_client: Any, make_sessi
     empty = make_session(status=Status.THINKING)
     assert set(presenters.header_counts(empty).values()) == {0}
     assert "Citations checked" not in page_of(alice_client, empty)
+
+
+# -- what a page costs the database -------------------------------------------------------------
+
+# The statements a fresh session page's GET makes (the login's session and user, the
+# session's row, each region's bounded read). The same for 10 thoughts as for 200: a query
+# added per thought, source, sub-question or synthesis fails this.
+PAGE_QUERIES = 23
+
+
+def full_session(make_session: Any, thoughts: int) -> ThinkingSession:
+    """A finished session with `thoughts` thoughts (notes among them, cycles with parts, some
+    on sub-questions) and, growing with them, sub-questions, sources, syntheses with checked
+    citations, and stages."""
+    from thinking import stages
+    from thinking.models import CitationCheck, Source, Synthesis
+
+    session = make_session(status=Status.THINKING)
+    for n in range(3):
+        assert stages.record_sync(session.pk, stages.entry("analysis", f"Stage {n}"))
+    ThinkingSession.objects.filter(pk=session.pk).update(
+        status=Status.COMPLETED, final_answer="Tides follow the moon [1].", final_confidence=0.8
+    )
+    questions = [
+        SubQuestion.objects.create(session=session, text=f"Why {n}?", priority=5, explored=n % 2)
+        for n in range(2 + thoughts // 10)
+    ]
+    Source.objects.bulk_create(
+        Source(session=session, number=n, kind="web", title=f"S{n}", key=f"k{n}")
+        for n in range(1, 2 + thoughts // 4)
+    )
+    Thought.objects.bulk_create(
+        Thought(
+            session=session, sequence=n, cycle=n // 2, text=f"Thought {n} [1].",
+            type="scratchpad" if n % 7 == 0 else "insight", confidence=0.5,
+            time_offset_seconds=n, sub_question=questions[n % len(questions)],
+            parts={"analysis": "Again."} if n % 2 == 0 else {},
+        )
+        for n in range(thoughts)
+    )  # fmt: skip
+    for n in range(1 + thoughts // 50):
+        synthesis = Synthesis.objects.create(
+            session=session, sequence=n, text="So far [1].", confidence=0.5,
+            time_offset_seconds=n, is_final=n == thoughts // 50,
+        )  # fmt: skip
+        CitationCheck.objects.create(
+            synthesis=synthesis, claim="So far", number=1, verdict="unsupported"
+        )
+    return session
+
+
+def test_a_session_pages_queries_do_not_grow_with_the_session(alice_client: Any, make_session: Any):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    counts = []
+    for thoughts in (10, 200):
+        session = full_session(make_session, thoughts)
+        with CaptureQueriesContext(connection) as queries:
+            page = page_of(alice_client, session)
+        counts.append(len(queries.captured_queries))
+        assert f'id="thought-{thoughts - 1}"' in page and "Claims the sources do not back" in page
+    assert counts[0] == counts[1] <= PAGE_QUERIES, counts

@@ -185,14 +185,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _changed_questions(self, rows: QuestionRows) -> list[str]:
         """The message's rows for what the page lacks, if each starts from what the page
-        shows; else (it missed a message, or its catch-up read newer rows) the page reads
-        its own changes."""
+        shows and the page shows no row the message does not know of; else (it missed a
+        message, or its catch-up read newer rows) the page reads its own changes."""
         known = self.questions
         now = dict(rows["states"])
         lacking = {pk for pk, state in now.items() if known.get(pk) != state}
         drawn = [row for row in rows["rows"] if row["seq"] in lacking]
-        if len(drawn) == len(lacking) and all(
-            row.get("before") == known.get(row["seq"]) for row in drawn
+        if (
+            known.keys() <= now.keys()
+            and len(drawn) == len(lacking)
+            and all(row.get("before") == known.get(row["seq"]) for row in drawn)
         ):
             self.questions = now
             return [row["html"] for row in drawn]

@@ -385,6 +385,40 @@ async def test_every_open_page_gets_each_new_source_once_and_in_order(
         assert sorted(page.questions) == questions and page.thoughts == [thought]
 
 
+async def test_a_page_that_caught_up_past_a_message_shows_each_sub_question_once(
+    make_session: Any, alice: Any
+):
+    """A message rendered before a page opened reaches it after its catch-up, which already
+    read newer rows: the page shows each sub-question once, then and at the next message."""
+    from channels.layers import get_channel_layer
+
+    from thinking.broadcast import group_name, publish, render_event
+    from thinking.models import SubQuestion
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    root = await SubQuestion.objects.acreate(session=session, text="Why?", priority=5)
+    await sync_to_async(render_event)(SessionEvent(session.pk, questions=True))
+    await sync_to_async(store_step)(session, range(1, 2), explore=root)
+    thought = await session.thoughts.acount() - 1
+    earlier = await sync_to_async(render_event)(
+        SessionEvent(session.pk, thoughts=(thought,), questions=True)
+    )
+    late = await SubQuestion.objects.acreate(session=session, text="Late?", priority=4, parent=root)
+    [(comm, page)] = await open_pages(session, await login(alice), 1)
+
+    await get_channel_layer().group_send(group_name(session.pk), earlier)
+    await drain(comm, page)
+    follow_up = await SubQuestion.objects.exclude(pk__in=[root.pk, late.pk]).aget(parent=root)
+    await sync_to_async(store_step)(session, range(2, 3), explore=follow_up)
+    thought = await session.thoughts.acount() - 1
+    await publish(SessionEvent(session.pk, thoughts=(thought,), questions=True))
+    await drain(comm, page)
+    await comm.disconnect()
+
+    questions = sorted([pk async for pk in session.sub_questions.values_list("pk", flat=True)])
+    assert page.errors == [] and sorted(page.questions) == questions and len(questions) == 4
+
+
 async def test_steps_nobody_watches_are_not_rendered_and_a_page_opened_later_has_them(
     make_session: Any, alice: Any, renders_here: list[SessionEvent]
 ):

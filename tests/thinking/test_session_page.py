@@ -502,7 +502,7 @@ def test_the_header_counts_this_sessions_rows_only(alice_client: Any, make_sessi
 # The statements a fresh session page's GET makes (the login's session and user, the
 # session's row, each region's bounded read). The same for 10 thoughts as for 200: a query
 # added per thought, source, sub-question or synthesis fails this.
-PAGE_QUERIES = 23
+PAGE_QUERIES = 25
 
 
 def full_session(make_session: Any, thoughts: int) -> ThinkingSession:

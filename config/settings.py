@@ -466,9 +466,9 @@ DEEPTHINK_WS_RECHECK_SECONDS = env_float("DEEPTHINK_WS_RECHECK_SECONDS", 5.0, mi
 
 # Workers. On embedded defaults the web process runs the worker itself.
 DEEPTHINK_INPROCESS_WORKER = env_bool("DEEPTHINK_INPROCESS_WORKER", not REDIS_URL)
-# What a server's or render process's start-up made is frozen out of the garbage
-# collector's full passes, which otherwise walk it all while the process waits
-# (config/startup.py). The tests turn it off: they load the app partway through a run.
+# What a server's start-up made is frozen out of the garbage collector's full passes,
+# which otherwise walk it all while the process waits (config/startup.py). The tests turn
+# it off: they load the app partway through a run.
 DEEPTHINK_GC_FREEZE = env_bool("DEEPTHINK_GC_FREEZE", True)
 DEEPTHINK_WORKER_CAPACITY = env_int("DEEPTHINK_WORKER_CAPACITY", 8, minimum=1)
 DEEPTHINK_LEASE_SECONDS = env_float("DEEPTHINK_LEASE_SECONDS", 30.0, minimum=1.0)

@@ -209,7 +209,6 @@ def code_version() -> dict[str, Any]:
 def machine(setup: Setup) -> dict[str, Any]:
     from importlib.metadata import version
 
-    from django.conf import settings
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -237,8 +236,6 @@ def machine(setup: Setup) -> dict[str, Any]:
         "python": platform.python_version(),
         "database": database,
         "redis": redis,
-        # Live updates rendered in the worker (0) or in children (thinking/render_process.py).
-        "render_processes": settings.DEEPTHINK_RENDER_PROCESSES,
         "packages": {
             name: version(name)
             for name in ("Django", "channels", "channels_redis", "anthropic", "httpx", "exa-py")
@@ -347,7 +344,7 @@ async def run_supervised(
 async def _run_supervised(
     runs: list[SessionRun], *, publish: Any, timeout: float
 ) -> list[SessionRun]:
-    from thinking import broadcast, render_process
+    from thinking import broadcast
     from thinking.worker import Supervisor, new_worker_id
 
     supervisor = Supervisor(
@@ -359,8 +356,6 @@ async def _run_supervised(
     # A worker builds its model and web clients once in its life, not once a session (as
     # this harness's supervisor per run would): built before any session's clock starts.
     supervisor.open_clients()
-    # So are its render processes (started on its first watched update, once in its life).
-    await asyncio.to_thread(render_process.start)
     beat = asyncio.create_task(supervisor.run_forever())
 
     def finisher(run: SessionRun) -> Any:

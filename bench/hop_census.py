@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import collections
 import functools
-import os
 import resource
 import threading
 import time
@@ -64,8 +63,7 @@ class Census:
 
     def __init__(self) -> None:
         self.cpu: collections.Counter[str] = collections.Counter()
-        # Wall time: a render's CPU plus its waits on the database, which bound how many
-        # renders one render process makes a second (thinking/render_process.py).
+        # Wall time: a render's CPU plus its waits on the database.
         self.wall: collections.Counter[str] = collections.Counter()
         self.calls: collections.Counter[str] = collections.Counter()
         self._local = threading.local()
@@ -146,8 +144,6 @@ def main() -> None:
         "--no-page", action="store_true", help="no page open: the live renders are skipped"
     )
     args = parser.parse_args()
-    # Renders are counted here, so they run here (thinking/render_process.py).
-    os.environ["DEEPTHINK_RENDER_PROCESSES"] = "0"
     fakes = FakeHost().start()
     setup = harness.prepare(quick=False, fakes=fakes)
     try:

@@ -46,11 +46,10 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, tuple[float, float], tuple
     from django.db.models import F
     from django.test.utils import override_settings
     from django.utils import timezone
-
-    from thinking.broadcast import _state_items
-    from thinking.models import Source, ThinkingSession, Thought
     from thinking.row_reads import read_by_pk, values_among
     from thinking.row_writes import insert_rows, update_by_pk
+
+    from thinking.models import Source, ThinkingSession, Thought
     from thinking.transcript import KeptLog
 
     connection = connections[DEFAULT_DB_ALIAS]
@@ -86,7 +85,6 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, tuple[float, float], tuple
         ("the session row", lambda: read_by_pk(ThinkingSession, session_id)),
         ("the row locked, in its transaction", locked),
         ("the session log, nothing new", lambda: kept.read(session)),
-        ("the sub-questions' states", lambda: _state_items(session_id)),
         (
             "three cited sources' passages",
             lambda: values_among(Source, "session_id", session_id, "number", cited, "snippet"),

@@ -62,11 +62,10 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
     from django.db import DEFAULT_DB_ALIAS, connections, transaction
     from django.db.models import F
     from django.utils import timezone
-
-    from thinking.broadcast import _digest, _parsed, _state_items, states_digest
-    from thinking.models import ModelCall, Source, SubQuestion, ThinkingSession, Thought
     from thinking.row_reads import _all_rows, read_by_pk, run_statement, values_by
     from thinking.row_writes import insert_rows, inserted_rows, update_by_pk
+
+    from thinking.models import ModelCall, Source, SubQuestion, ThinkingSession, Thought
     from thinking.transcript import KeptLog, session_log
 
     progress = ThinkingSession.objects.get(pk=session_id).progress
@@ -176,15 +175,6 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
     session = ThinkingSession.objects.get(pk=session_id)
     kept = KeptLog()
 
-    def states_as_rows() -> str:
-        rows = values_by(SubQuestion, "session_id", session_id, "pk", "explored", "priority")
-        return states_digest({pk: f"{int(done)}:{priority}" for pk, done, priority in rows})
-
-    def states_as_text() -> str:
-        items = _state_items(session_id)
-        _parsed(items)
-        return _digest(items)
-
     # One small statement (the source numbers), run through a new cursor of Django's each
     # time (before 2026-11-26, twelfth sitting) against the connection's kept one.
     connection = connections[DEFAULT_DB_ALIAS]
@@ -219,14 +209,6 @@ def measure(session_id: uuid.UUID) -> list[tuple[str, float, float]]:
                 SubQuestion.objects.filter(session_id=session_id).order_by().values_list(*questions)
             ),
             lambda: values_by(SubQuestion, "session_id", session_id, *questions),
-        ),
-        # Not the ORM against compiled: a live update's sub-question states and their digest
-        # read as rows (before 2026-11-26, eleventh sitting) against one joined text, taken
-        # apart (as when a row moved; when none did, the text's digest is all it takes).
-        (
-            "question states + digest: rows | text",
-            states_as_rows,
-            states_as_text,
         ),
         # Not the ORM against compiled: the same statement on a new cursor and the kept one.
         ("a statement: a new cursor | kept", new_cursor, kept_cursor),

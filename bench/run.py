@@ -63,10 +63,6 @@ async def run_all(setup: Setup, only: list[str]) -> dict[str, Any]:
     return outcomes
 
 
-def _renders(children: int) -> str:
-    return f"in {children} child process{'es' * (children > 1)}" if children else "in the worker"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -120,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"Deep Think benchmarks ({results['mode']}, {results['seconds']:.0f} s): "
         f"{info['cores']} cores, {info['memory_gb']} GB, Python {info['python']}, "
-        f"{info['database']}, {info['redis']}, "
-        f"live updates rendered {_renders(info['render_processes'])}"
+        f"{info['database']}, {info['redis']}"
     )
     print()
     print(report.table(figures))

@@ -399,8 +399,6 @@ def _ratios(walls: list[float], baseline: float) -> dict[str, float]:
 
 async def concurrency(setup: Setup) -> dict[str, Any]:
     """1, 10, 50, 100 sessions at once on one Supervisor in this process."""
-    from thinking import render_process
-
     latency = 0.05 if setup.quick else 0.5
     cycles = 3 if setup.quick else 6
     counts = [1, 10] if setup.quick else [1, 10, 50, 100]
@@ -433,8 +431,6 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
         db_busy = sum(occupancy.busy.values())  # seconds, all executor threads
         stats = setup.fakes.stats()
         walls = [r.wall for r in runs]
-        # The render processes' memory is the worker's too (none: renders in the worker).
-        renderers = sum(rss_mb(pid) for pid in await asyncio.to_thread(render_process.pids))
         if count == 1:
             baselines[watched] = walls[0]
         calls = [len(_requests_of(stats, k)) for k in keys]
@@ -450,7 +446,6 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
             "rss_mb_before": round(memory.before, 1),
             "rss_mb_peak": round(memory.peak, 1),
             "rss_mb_per_session": round((memory.peak - memory.before) / count, 2),
-            "render_processes_rss_mb": round(renderers, 1),
             "fake_servers_cpu_share": round((stats["cpu_seconds"] - fake_cpu0) / span, 3),
             "machine_cpu_cores_busy": cpu_shares(machine0, machine_cpu_seconds(), span),
         }
@@ -463,8 +458,7 @@ async def concurrency(setup: Setup) -> dict[str, Any]:
                 row["max"],
                 f"p50 {row['p50']:.2f} / max {row['max']:.2f} x single; "
                 f"+{memory.peak - memory.before:.0f} MB resident at peak "
-                f"({row['rss_mb_per_session']:.2f} MB/session)"
-                + (f"; render process {renderers:.0f} MB" if renderers else ""),
+                f"({row['rss_mb_per_session']:.2f} MB/session)",
                 f"max <= {target}" if target else "",
                 row["max"] <= target if target else None,
             )

@@ -172,13 +172,6 @@ _SQLITE = _DATABASE is None or _DATABASE["ENGINE"] == "django.db.backends.sqlite
 # different sessions' hops run side by side (config/hops.py). SQLite takes one writer at a
 # time, so there one thread serialises the hops instead of making writers wait on the lock.
 DEEPTHINK_DB_THREADS = env_int("DEEPTHINK_DB_THREADS", 1 if _SQLITE else 8, minimum=1)
-# Child processes that render a worker's live updates, so the templates do not hold the
-# worker's interpreter lock (thinking/render_process.py). 0 renders in the worker: with
-# SQLite (one process), or on one core, where a child only adds a process to share it.
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-DEEPTHINK_RENDER_PROCESSES = env_int(
-    "DEEPTHINK_RENDER_PROCESSES", 0 if _SQLITE or (_CORES or 1) < 2 else 1, minimum=0
-)
 if _DATABASE is not None and not _SQLITE:
     DATABASES = {"default": _DATABASE}
     # PostgreSQL through psycopg's pool: a hop borrows an open connection and gives it back
@@ -469,9 +462,9 @@ DEEPTHINK_WS_RECHECK_SECONDS = env_float("DEEPTHINK_WS_RECHECK_SECONDS", 5.0, mi
 
 # Workers. On embedded defaults the web process runs the worker itself.
 DEEPTHINK_INPROCESS_WORKER = env_bool("DEEPTHINK_INPROCESS_WORKER", not REDIS_URL)
-# What a server's or render process's start-up made is frozen out of the garbage
-# collector's full passes, which otherwise walk it all while the process waits
-# (config/startup.py). The tests turn it off: they load the app partway through a run.
+# What a server's start-up made is frozen out of the garbage collector's full passes,
+# which otherwise walk it all while the process waits (config/startup.py). The tests turn
+# it off: they load the app partway through a run.
 DEEPTHINK_GC_FREEZE = env_bool("DEEPTHINK_GC_FREEZE", True)
 DEEPTHINK_WORKER_CAPACITY = env_int("DEEPTHINK_WORKER_CAPACITY", 8, minimum=1)
 DEEPTHINK_LEASE_SECONDS = env_float("DEEPTHINK_LEASE_SECONDS", 30.0, minimum=1.0)

@@ -1,5 +1,5 @@
-"""What a long-running process does once it has started: a server (config/asgi.py, which
-daphne and `runworker` load) and a render process (thinking/render_process.py)."""
+"""What a long-running server process does once it has started (config/asgi.py, which
+daphne and `runworker` load)."""
 
 from __future__ import annotations
 

@@ -21,16 +21,6 @@ def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str)
 
 
 @pytest.fixture(autouse=True)
-def _fresh_compiled_reads() -> None:
-    """Each test compiles its reads (thinking/row_reads.py) anew: one compiled by an earlier
-    test, or by the process mutmut forks each mutant's run from, would hide a mutant of the
-    query it was built from."""
-    from thinking.row_reads import forget_compiled
-
-    forget_compiled()
-
-
-@pytest.fixture(autouse=True)
 def _isolated_settings(settings: Any) -> None:
     # Never reach a real provider by accident; tests opt in to the fake server.
     settings.ANTHROPIC_API_KEY = ""
@@ -49,9 +39,6 @@ def _isolated_settings(settings: Any) -> None:
     # tests' garbage, and hide from the teardown below the connections it finds by the
     # collector (tests/test_asgi.py checks the freeze in a process of its own).
     settings.DEEPTHINK_GC_FREEZE = False
-    # Renders in the test's process: a child cannot see a test's uncommitted rows. The
-    # render-process tests opt in (tests/thinking/test_render_process.py).
-    settings.DEEPTHINK_RENDER_PROCESSES = 0
     from django.core.cache import cache
 
     cache.clear()  # login throttling counts must not leak between tests
@@ -97,9 +84,7 @@ def django_db_setup(django_db_setup: Any) -> Iterator[None]:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
     from config.hops import EXECUTOR
-    from thinking import render_process
 
-    render_process.stop()  # a render process's connections, too
     SyncToAsync.single_thread_executor.submit(connections.close_all).result()
     EXECUTOR.shutdown(wait=True)  # the hop threads end; the next use would make new ones
     # Connections whose thread has ended (a hop thread, an executor of a test's event loop

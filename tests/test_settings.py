@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -26,7 +25,7 @@ def run_on_database(code: str, url: str) -> subprocess.CompletedProcess[str]:
         ({"DEEPTHINK_WORKER_CAPACITY": "lots"}, "DEEPTHINK_WORKER_CAPACITY must be a whole number"),
         ({"DEEPTHINK_LEASE_SECONDS": "0.1"}, "DEEPTHINK_LEASE_SECONDS must be at least 1.0"),
         ({"DEBUG": "perhaps"}, "DEBUG must be a boolean"),
-        ({"DEEPTHINK_RENDER_PROCESSES": "-1"}, "DEEPTHINK_RENDER_PROCESSES must be at least 0"),
+        ({"DEEPTHINK_DB_THREADS": "0"}, "DEEPTHINK_DB_THREADS must be at least 1"),
         ({"DEBUG": "0"}, "SECRET_KEY must be set when DEBUG is off"),
         ({"DEEPTHINK_FORMAT": "fancy"}, "DEEPTHINK_FORMAT must be 'standard' or 'enhanced'"),
         (
@@ -45,29 +44,6 @@ def test_no_environment_at_all_gives_the_embedded_defaults():
     result = load_settings()
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
-
-
-@pytest.mark.parametrize(
-    ("url", "value", "children"),
-    [
-        ("", None, "0"),  # the embedded defaults: one process
-        ("postgres://someone@db.invalid:5432/deepthink", None, "1"),
-        ("postgres://someone@db.invalid:5432/deepthink", "0", "0"),
-        ("", "2", "2"),
-    ],
-)
-def test_live_updates_are_rendered_in_a_child_on_postgresql(
-    url: str, value: str | None, children: str
-):
-    """With two cores or more; thinking/render_process.py."""
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("one core: no render process by default")
-    env = {"DATABASE_URL": url} if url else {}
-    if value is not None:
-        env["DEEPTHINK_RENDER_PROCESSES"] = value
-    result = load_settings("settings.DEEPTHINK_RENDER_PROCESSES", **env)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == children
 
 
 def test_a_sqlite_database_url_is_the_embedded_database_at_that_path(tmp_path: Path):

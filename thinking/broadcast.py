@@ -10,41 +10,30 @@ row it shows, so a consumer drops what its page already has and never shows a ro
 from __future__ import annotations
 
 import collections
-import hashlib
 import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from importlib import import_module
-from pathlib import Path
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
-from django.db import models
-from django.template import Engine
-from django.template.loader import get_template, render_to_string
+from django.template.loader import render_to_string
 
 from config.hops import db_hop
 
-from . import render_process
 from .events import SessionEvent
-from .models import SESSION_KEY, Source, SubQuestion, ThinkingSession, Thought, ThoughtType
+from .models import Source, SubQuestion, ThinkingSession, Thought, ThoughtType
 from .presenters import (
     NOTE_PAGE,
     THOUGHT_PAGE,
-    Stages,
     chart_context,
     header_context,
     notes_summary_context,
     plan_context,
-    question_states,
-    read_planned_session,
-    read_tallied_session,
     source_numbers,
     sources_summary_context,
     steer_context,
@@ -52,7 +41,6 @@ from .presenters import (
     thought_page,
     thought_rows,
 )
-from .row_reads import Param, compiled_rows, compiled_values, rows_by_pks, values_by
 from .state import QuestionRows, SourceRows, UpdateMessage, UpdatePart
 from .watchers import has_members
 
@@ -67,23 +55,6 @@ def group_name(session_id: uuid.UUID | str) -> str:
 
 def _render(template: str, context: dict[str, Any]) -> str:
     return render_to_string(f"thinking/{template}", context)
-
-
-def warm() -> list[str]:
-    """Compile the live partials (`thinking/_*.html`) and load the URL configuration now,
-    rather than on the first update that needs them: the template engine's first use
-    loads every tag library, and the header's first `{% url %}` every view module (about
-    a second of CPU each in a fresh process), which a new render process's first updates
-    waited out. The partials' names."""
-    names = [
-        f"thinking/{path.name}"
-        for directory in Engine.get_default().dirs
-        for path in sorted(Path(directory, "thinking").glob("_*.html"))
-    ]
-    for name in names:
-        get_template(name)
-    import_module(settings.ROOT_URLCONF)  # its `include()`s import every view module
-    return names
 
 
 LIVE_LABELS = {
@@ -118,12 +89,11 @@ def _owner_of(session: ThinkingSession) -> Any:
 OWNER_ONLY = re.compile(r"<!--owner-only-->.*?<!--/owner-only-->", re.DOTALL)
 
 
-def render_header(session: ThinkingSession, counts: dict[str, int] | None = None) -> UpdatePart:
+def render_header(session: ThinkingSession) -> UpdatePart:
     """The header for each role: the owner's has Cancel, a teammate's does not. Rendered once
     (the header is the costliest partial of a step: counts and a dozen fields), and the
-    teammate's is the owner's without the owner-only controls. `counts`: its counts, when
-    the caller read them."""
-    context = header_context(session, _owner_of(session), counts)
+    teammate's is the owner's without the owner-only controls."""
+    context = header_context(session, _owner_of(session))
     html = _render("_header.html", {**context, "oob": True})
     return {"kind": "header", "html": html, "html_member": OWNER_ONLY.sub("", html)}
 
@@ -150,17 +120,12 @@ def _thought_part(
 
 
 def _regions(
-    session: ThinkingSession,
-    numbers: AbstractSet[int],
-    *,
-    plan: bool,
-    finished: bool,
-    newest: Stages | None = None,
+    session: ThinkingSession, numbers: AbstractSet[int], *, plan: bool, finished: bool = False
 ) -> list[UpdatePart]:
     base = {"session": session, "oob": True, "source_numbers": numbers}
     parts: list[UpdatePart] = []
     if plan:
-        html = _render("_plan.html", {**base, **plan_context(session, newest)})
+        html = _render("_plan.html", {**base, **plan_context(session)})
         parts.append({"kind": "replace", "html": html})
     if finished:
         parts.append({"kind": "replace", "html": _render("_answer.html", base)})
@@ -179,7 +144,6 @@ class Sent:
 
     source: int
     questions: dict[int, str]
-    questions_digest: str | None = None  # states_digest(questions), once worked out
 
 
 SENT_SESSIONS = 1024  # sessions remembered per process; a forgotten one starts over
@@ -218,45 +182,22 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     """
     if event.live is not None:
         return render_live(event)
-    return _kept(event.session_id, render_step(event, _last_sent(event.session_id)))
-
-
-def _kept(session_id: uuid.UUID, rendered: tuple[UpdateMessage, Sent | None]) -> UpdateMessage:
-    """The message, with what it sends kept for the session's next one."""
-    message, sent = rendered
-    if sent is not None:
-        _remember(session_id, sent)
-    return message
-
-
-def render_step(event: SessionEvent, sent: Sent | None) -> tuple[UpdateMessage, Sent | None]:
-    """A stored step's message, from what was last sent (`Sent`, None: nothing known), and
-    what will have been sent once it is. Reads and renders only: a render process runs it
-    with the worker's `Sent` (render_process.py)."""
-    # The plan region is drawn on a stage entered (a plan event), new sources and the end.
-    draws_plan = event.plan or event.sources or event.finished
-    if not (event.header or event.finished or sent is None):
-        # A stage entered: the plan region is all that changed (half of a cycle's events),
-        # unless the session has finished since (it is then read again, with its tallies).
-        session, newest = read_planned_session(event.session_id)
-        if not session.is_finished:
-            plan_only = _regions(session, set(), plan=True, finished=False, newest=newest)
-            return {"type": "session.update", "parts": plan_only}, sent
-    thoughts = _event_thoughts(event.session_id, event.thoughts)
+    sent = _last_sent(event.session_id)
+    session = ThinkingSession.objects.get(pk=event.session_id)
+    if not (event.header or event.finished or sent is None or session.is_finished):
+        # A stage entered: the plan region is all that changed (half of a cycle's events).
+        return {"type": "session.update", "parts": _regions(session, set(), plan=True)}
+    thoughts = _event_thoughts(session, event.thoughts)
     visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]
     # The sub-questions these thoughts were on may just have been explored.
     moves = event.questions or any(t.sub_question_id is not None for t in visible)
-    # The session's row, the header's counts, the sources' tally and, when sub-questions may
-    # have moved (or this process knows none of their states yet), their states: one read
-    # (a render process waits out each of its reads).
-    session, tallies = read_tallied_session(event.session_id, states=moves or sent is None)
     finished = event.finished or session.is_finished
-    numbers = source_numbers(session, tallies)
-    top = numbers.top
+    numbers = source_numbers(session)
+    states, parents = sub_questions_now(session.pk) if moves or sent is None else ({}, {})
     if sent is None:
         # New to this process: what pages have now is the base.
-        sent = Sent(top, _parsed(tallies.states or []))
-    parts: list[UpdatePart] = [render_header(session, tallies.counts)]
+        sent = Sent(numbers.top, states)
+    parts: list[UpdatePart] = [render_header(session)]
     # A cycle's parts show once, under its first thought (as on a reload); an event may carry
     # several cycles when the publisher sent steps that waited together as one.
     opens = {row["thought"].pk for row in thought_rows(visible) if row["show_parts"]}
@@ -280,47 +221,38 @@ def render_step(event: SessionEvent, sent: Sent | None) -> tuple[UpdateMessage, 
         synthesis = session.syntheses.get(sequence=event.checked)
         context = {"synthesis": synthesis, "replace_row": True, "source_numbers": numbers}
         parts.append({"kind": "replace", "html": _render("_synthesis.html", context)})
-    parts += _regions(session, numbers, plan=draws_plan or finished, finished=finished)
+    draws_plan = event.plan or event.sources or finished
+    parts += _regions(session, numbers, plan=draws_plan, finished=finished)
     message: UpdateMessage = {"type": "session.update", "parts": parts}
     if event.sources or event.synthesis is not None or finished:
-        message["sources"] = _source_rows(session, sent.source, top)
-        sent = replace(sent, source=top)
+        message["sources"] = _source_rows(session, sent.source, numbers.top)
+        sent = replace(sent, source=numbers.top)
     if moves:
-        delta, states = _question_rows(
-            session.pk, sent.questions, sent.questions_digest, tallies.states
-        )
-        message["questions"] = delta
-        sent = Sent(sent.source, states, delta["after"])
-    return message, sent
+        message["questions"] = _question_rows(sent.questions, states, parents)
+        sent = replace(sent, questions=states)
+    _remember(session.pk, sent)
+    return message
 
 
-_FIRST, _LAST = (Param(name, models.PositiveIntegerField()) for name in ("first", "last"))
-
-
-def _thoughts_between() -> models.QuerySet[Thought]:
-    rows = Thought.objects.filter(session_id=SESSION_KEY, sequence__gte=_FIRST, sequence__lte=_LAST)
-    return rows.select_related("sub_question").order_by("sequence")
-
-
-def _event_thoughts(session_id: uuid.UUID, sequences: Iterable[int]) -> list[Thought]:
-    """The thoughts an event names, in order, each with the sub-question it was on: one
-    compiled read (row_reads.py), since a step's update reads them every cycle. Most full
-    updates carry none (a synthesis, its check, sources, sub-questions): no query then."""
+def _event_thoughts(session: ThinkingSession, sequences: Iterable[int]) -> list[Thought]:
+    """The thoughts an event names, in order, each with the sub-question it was on. Most
+    full updates carry none (a synthesis, its check, sources, sub-questions): no query."""
     wanted = set(sequences)
     if not wanted:
         return []
-    # One range: an event's thoughts are one step's, or consecutive steps' merged.
-    rows = compiled_rows(
-        "live:thoughts", _thoughts_between, session=session_id, first=min(wanted), last=max(wanted)
-    )
-    return [thought for thought in rows if thought.sequence in wanted]
+    rows = session.thoughts.filter(sequence__in=wanted).select_related("sub_question")
+    return list(rows.order_by("sequence"))
+
+
+# A live message carries at most this many new sources (a research wave finds ~30); a page
+# further behind reads its own, as after a gap.
+LIVE_SOURCE_ROWS = 100
 
 
 def _source_rows(session: ThinkingSession, after: int, top: int) -> SourceRows:
     """Every source numbered above `after` (at most LIVE_SOURCE_ROWS, the newest: a page
     further behind reads its own), and the summary line if there are any."""
-    after = min(after, top)
-    after = max(after, top - LIVE_SOURCE_ROWS)
+    after = max(min(after, top), top - LIVE_SOURCE_ROWS)
     rows, summary = _sources_above(session, after)
     return {
         "after": after,
@@ -330,58 +262,31 @@ def _source_rows(session: ThinkingSession, after: int, top: int) -> SourceRows:
 
 
 def _question_rows(
-    session_id: uuid.UUID,
-    known: dict[int, str],
-    known_digest: str | None = None,
-    items: list[str] | None = None,
-) -> tuple[QuestionRows, dict[int, str]]:
-    """The sub-questions new or moved since the states `known` (whose digest the last
-    message gave, if any), and the states now (`items`, as `_state_items` gives them, when
-    the caller read them; else read here). Every row's state is read, so the cost grows
-    with the session: as one text, taken apart only if its digest says something moved;
-    the tree's links only for new rows."""
-    before = known_digest if known_digest is not None else states_digest(known)
-    if items is None:
-        items = _state_items(session_id)
-    after = _digest(items)
-    if after == before:
-        return {"before": before, "after": after, "rows": []}, known
-    states = _parsed(items)
+    known: dict[int, str], states: dict[int, str], parents: dict[int, int | None]
+) -> QuestionRows:
+    """The sub-questions new or moved since the states `known` (what the last message left
+    pages with), each with the state it moves from, and every row's state now."""
     new = sorted(pk for pk in states if pk not in known)
     moved = sorted(pk for pk in states if pk in known and known[pk] != states[pk])
-    wanted = rows_by_pks(SubQuestion, [*new, *moved])
-    parents = _tree_links(session_id) if new else {}
-    parts: list[UpdatePart] = [
-        {
-            "kind": "question",
-            "seq": pk,
-            "state": states[pk],
-            "html": _new_question_html(wanted[pk], parents),
-        }
+    wanted = SubQuestion.objects.in_bulk([*new, *moved]) if new or moved else {}
+    rows: list[UpdatePart] = [
+        {"kind": "question", "seq": pk, "html": _new_question_html(wanted[pk], parents)}
         for pk in new
+        if pk in wanted
     ]
-    parts += [
-        {"kind": "subq", "seq": pk, "state": states[pk], "html": _question_row_html(wanted[pk])}
+    rows += [
+        {"kind": "subq", "seq": pk, "before": known[pk], "html": _question_row_html(wanted[pk])}
         for pk in moved
+        if pk in wanted
     ]
-    return {"before": before, "after": after, "rows": parts}, states
+    return {"states": list(states.items()), "rows": rows}
 
 
 # --- per-page deltas: new sources, moved sub-questions ----------------------------------
 
 
-# A live message carries at most this many new sources (a research wave finds ~30); a page
-# further behind reads its own, as after a gap.
-LIVE_SOURCE_ROWS = 100
-
-
 def _source_html(source: Source) -> str:
     return _render("_source.html", {"s": source, "append_to": "source-list"})
-
-
-def _tree_links(session_id: uuid.UUID) -> dict[int, int | None]:
-    """Each sub-question's parent: what places a new row in the tree (read only for new rows)."""
-    return dict(values_by(SubQuestion, "session_id", session_id, "pk", "parent_id"))
 
 
 def _new_question_html(question: SubQuestion, parents: Mapping[int, int | None]) -> str:
@@ -394,18 +299,6 @@ def _question_row_html(question: SubQuestion) -> str:
     return _render("_sub_question_row.html", {"q": question, "oob": True})
 
 
-def states_digest(states: Mapping[int, str]) -> str:
-    """A short fingerprint of sub-question states: two pages with the same one show the
-    same rows in the same states. Stable across processes (not `hash`)."""
-    return _digest([f"{pk}:{state}" for pk, state in states.items()])
-
-
-def _digest(items: list[str]) -> str:
-    """The fingerprint of rows' states as "pk:state" items, in any order."""
-    text = ";".join(sorted(items))
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-
-
 def sources_after(session_id: uuid.UUID, number: int) -> tuple[list[str], int]:
     """Sources numbered above `number`, one appendable row each, and the summary line.
     Returns the HTML pieces and the highest number sent."""
@@ -414,43 +307,28 @@ def sources_after(session_id: uuid.UUID, number: int) -> tuple[list[str], int]:
     return pieces, max([number, *(s.number for s in rows)])
 
 
-def _numbered_after() -> models.QuerySet[Source]:
-    after = Param("after", Source._meta.get_field("number"))
-    return Source.objects.filter(session_id=SESSION_KEY, number__gt=after).order_by("number")
-
-
 def _sources_above(session: ThinkingSession, number: int) -> tuple[list[Source], str]:
     """The session's sources numbered above `number`, in order, and the summary line ("" when
-    there are none): what both the group's rows and a page's own gap read send. A compiled
-    read: every live update with new sources, a synthesis or the end makes it."""
-    rows = compiled_rows("live:sources-after", _numbered_after, session=session.pk, after=number)
+    there are none): what both the group's rows and a page's own gap read send."""
+    rows = list(session.sources.filter(number__gt=number).order_by("number"))
     if not rows:
         return rows, ""
     context = {**sources_summary_context(session), "oob": True}
     return rows, _render("_sources_summary.html", context)
 
 
-def sub_question_states(session_id: uuid.UUID) -> dict[int, str]:
-    """Each sub-question's id and its row's state: "explored:priority" (explored 0 or 1)."""
-    return _parsed(_state_items(session_id))
-
-
-def _states_text() -> models.QuerySet:
-    return question_states(SESSION_KEY).values_list("text")
-
-
-def _state_items(session_id: uuid.UUID) -> list[str]:
-    """Every sub-question's state as a "pk:state" item, in no order (`question_states`)."""
-    found = compiled_values("live:question-states", _states_text, session=session_id)
-    return found[0][0].split(";") if found else []
-
-
-def _parsed(items: list[str]) -> dict[int, str]:
+def sub_questions_now(session_id: uuid.UUID) -> tuple[dict[int, str], dict[int, int | None]]:
+    """Each sub-question's state, "explored:priority" (explored 0 or 1): what its row shows
+    that can change; and its parent, which places a new row in the tree. One read."""
+    rows = SubQuestion.objects.filter(session_id=session_id).order_by()
     states: dict[int, str] = {}
-    for item in items:
-        pk, _, state = item.partition(":")
-        states[int(pk)] = state
-    return states
+    parents: dict[int, int | None] = {}
+    for pk, explored, priority, parent in rows.values_list(
+        "pk", "explored", "priority", "parent_id"
+    ):
+        states[pk] = f"{int(explored)}:{priority}"
+        parents[pk] = parent
+    return states, parents
 
 
 def sub_question_changes(
@@ -459,7 +337,7 @@ def sub_question_changes(
     """Rows for sub-questions the page lacks (appended where the tree puts them, oldest
     first so a parent is always there before its follow-ups) and rows whose state moved
     (patched in place). Returns the HTML pieces and the states the page now has."""
-    states = sub_question_states(session_id)
+    states, parents = sub_questions_now(session_id)
     if all_new_above is not None:  # a catch-up: the page has ids up to this, maybe stale
         new = [pk for pk in states if pk > all_new_above]
         # Rows the page may show stale: explored, or re-ranked since they were added.
@@ -474,10 +352,9 @@ def sub_question_changes(
     else:
         new = [pk for pk in states if pk not in known]
         moved = [pk for pk in states if pk in known and known[pk] != states[pk]]
-    wanted = rows_by_pks(SubQuestion, [*new, *moved])
-    parents = _tree_links(session_id) if new else {}
-    pieces = [_new_question_html(wanted[pk], parents) for pk in sorted(new)]
-    pieces += [_question_row_html(wanted[pk]) for pk in sorted(moved)]
+    wanted = SubQuestion.objects.in_bulk([*new, *moved]) if new or moved else {}
+    pieces = [_new_question_html(wanted[pk], parents) for pk in sorted(new) if pk in wanted]
+    pieces += [_question_row_html(wanted[pk]) for pk in sorted(moved) if pk in wanted]
     return pieces, states
 
 
@@ -534,7 +411,7 @@ def catch_up(
         thoughts=set(session.thoughts.values_list("sequence", flat=True)),
         syntheses=set(session.syntheses.values_list("sequence", flat=True)),
         source=numbers.top,
-        questions=sub_question_states(session_id),
+        questions=sub_questions_now(session_id)[0],
     )
     # Read after the rows: if the revision still is the page's, so were the rows (a stored
     # change bumps the revision in its own transaction), and the page has them all.
@@ -603,7 +480,8 @@ def catch_up(
         return pieces
 
     def syntheses() -> list[str]:
-        missed = list(session.syntheses.filter(sequence__gt=marks.synthesis))
+        after = session.syntheses.filter(sequence__gt=marks.synthesis)
+        missed = list(after.prefetch_related("citation_checks"))
         result.syntheses.update(synthesis.sequence for synthesis in missed)
         return [
             _render(
@@ -627,29 +505,22 @@ async def publish(event: SessionEvent) -> None:
     Most of a long session's steps have no page open: rendering them would be half of a
     step's CPU for nobody. A page that opens later catches up from the database. What this
     process last sent is forgotten: the next message takes the session as it is then for
-    its base, and a page that opened meanwhile reads what it lacks itself, once. With
-    render processes (render_process.py) a child renders a stored step, from what this
-    process last sent, and this process sends it."""
+    its base, and a page that opened meanwhile reads what it lacks itself, once.
+
+    A stored step is rendered in a database hop (its reads and templates off the event
+    loop). A step in flight reads nothing: it is drawn on the event loop itself, so the
+    reasoning streaming in does not wait behind the database (its hops, a stalled
+    connection)."""
     layer = get_channel_layer()
     group = group_name(event.session_id)
     if not await has_members(layer, group):
         _forget(event.session_id)
         return
-    await layer.group_send(group, await _rendered(event))
-
-
-async def _rendered(event: SessionEvent) -> UpdateMessage:
-    """A stored step rendered by a render process if one is ready, else here in a database
-    hop. A step in flight reads nothing: it is drawn on the event loop itself, where it
-    costs a fifth to a third of a hop's own CPU, and it does not wait behind the database (its
-    hops, a stalled connection) to show the reasoning streaming in."""
     if event.live is not None:
-        return render_event(event)
-    sent = _last_sent(event.session_id)
-    rendered = await render_process.run(event.session_id, render_step, event, sent)
-    if rendered is not None:
-        return _kept(event.session_id, rendered)
-    return await db_hop(render_event)(event)
+        message = render_live(event)
+    else:
+        message = await db_hop(render_event)(event)
+    await layer.group_send(group, message)
 
 
 def publish_sync(event: SessionEvent) -> None:

@@ -23,7 +23,6 @@ from .broadcast import (
     group_name,
     header_for,
     sources_after,
-    states_digest,
     sub_question_changes,
 )
 from .models import ThinkingSession
@@ -91,7 +90,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.source = 0  # highest source number the page has
         # Sub-question id -> its row's state (explored, priority), as the page shows it.
         self.questions: dict[int, str] = {}
-        self.questions_digest = states_digest(self.questions)
         self.owner = False
 
     async def connect(self) -> None:
@@ -132,7 +130,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.seen = {"thought": plan.thoughts, "synthesis": plan.syntheses}
         self.source = plan.source
         self.questions = plan.questions
-        self.questions_digest = states_digest(plan.questions)
 
     async def disconnect(self, code: int) -> None:
         if self.group:
@@ -187,20 +184,22 @@ class SessionConsumer(AsyncWebsocketConsumer):
         return pieces
 
     async def _changed_questions(self, rows: QuestionRows) -> list[str]:
-        """The message's rows if the page is where they start; nothing if it is already where
-        they end (its catch-up read them); else the page reads its own changes."""
-        if self.questions_digest == rows["after"]:
-            return []
-        if self.questions_digest != rows["before"]:
-            changed, self.questions = await db_hop(sub_question_changes)(
-                self.session_id, self.questions
-            )
-            self.questions_digest = states_digest(self.questions)
-            return changed
-        for row in rows["rows"]:
-            self.questions[row["seq"]] = row["state"]
-        self.questions_digest = rows["after"]
-        return [row["html"] for row in rows["rows"]]
+        """The message's rows for what the page lacks, if each starts from what the page
+        shows and the page shows no row the message does not know of; else (it missed a
+        message, or its catch-up read newer rows) the page reads its own changes."""
+        known = self.questions
+        now = dict(rows["states"])
+        lacking = {pk for pk, state in now.items() if known.get(pk) != state}
+        drawn = [row for row in rows["rows"] if row["seq"] in lacking]
+        if (
+            known.keys() <= now.keys()
+            and len(drawn) == len(lacking)
+            and all(row.get("before") == known.get(row["seq"]) for row in drawn)
+        ):
+            self.questions = now
+            return [row["html"] for row in drawn]
+        changed, self.questions = await db_hop(sub_question_changes)(self.session_id, known)
+        return changed
 
 
 class RefusingConsumer(AsyncWebsocketConsumer):

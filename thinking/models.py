@@ -646,12 +646,6 @@ class ThinkingSession(models.Model):
         return thought
 
 
-# TEMPORARY until the live page stops using compiled reads (removed with row_reads.py).
-from .row_reads import Param  # noqa: E402
-
-SESSION_KEY = Param("session", ThinkingSession._meta.pk)
-
-
 class ThoughtType(models.TextChoices):
     EXPLORATION = "exploration", "Exploration"
     CRITIQUE = "critique", "Critique"

@@ -3,36 +3,25 @@ it, so a reload shows exactly what the stream showed."""
 
 from __future__ import annotations
 
-import functools
-import json
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from typing import Any
 
-from django.db import models
-from django.db.models import Count, OuterRef, StringAgg, Subquery, Value
-from django.db.models.functions import Cast, Concat
-from django.template.loader import render_to_string
+from django.db.models import Count, Max, Min
 from django.utils import timezone
 
 from . import stages, trend
 from .forms import SteerForm
 from .models import (
-    SESSION_KEY,
     CitationCheck,
-    Source,
     SourceKind,
-    Stage,
     Status,
     SubQuestion,
-    Synthesis,
     ThinkingSession,
     Thought,
     ThoughtType,
+    Verdict,
 )
-from .row_reads import aggregate, compiled_rows, compiled_values, values_by
 from .state import PlanState, PlanStep
 
 # WebSocket routes are not in Django's URLconf; routing.py builds its pattern from this.
@@ -246,118 +235,35 @@ def _step_states(steps: Iterable[str], current: int) -> list[PlanStep]:
     ]
 
 
-@functools.lru_cache(maxsize=1024)
-def _checklist_html(steps: tuple[str, ...], current: int, heuristic: bool) -> str:
-    """The plan's checklist, drawn once per plan and step reached: the plan region is re-sent
-    on every stage a session enters (half of a cycle's live updates), and its checklist (a
-    loop of conditions per step) changes only when a step is reported or the session
-    completes (bench/README, "A stage entered: the plan region from one statement")."""
-    context = {"plan_steps": _step_states(steps, current), "heuristic": heuristic}
-    return render_to_string("thinking/_plan_steps.html", context)
-
-
-def _checklist(session: ThinkingSession) -> str:
-    plan: PlanState = session.plan
-    steps = plan.get("steps") or []
-    if not steps:
-        return ""
-    # As text: the template draws each step's text as a string; the key must be hashable.
-    texts = tuple(str(text) for text in steps)
-    return _checklist_html(texts, _current_step(session, steps), plan.get("source") == "heuristic")
-
-
 STAGES_SHOWN = 20  # the plan region shows the newest stages only, so it never grows
 
+# Every key a stage line (_stage.html) reads: most entries lack the optional ones.
+STAGE_KEYS: dict[str, Any] = dict.fromkeys(
+    ("stage", "label", "message", "by", "plan_step", "total_steps", "confidence", "metadata")
+)
 
-def _stage_line(item: Any) -> dict[str, Any]:
-    """A stage entry with every key the stage line reads. Optional keys are absent from most
-    entries, and each absent key a template looks up fails the slow way (exceptions and a
-    `dir()`): ~120 of them in a plan region of 21 lines (bench/README, "The plan region")."""
+
+def _stage_line(entry: Any) -> dict[str, Any]:
+    return {**STAGE_KEYS, **(entry if isinstance(entry, dict) else {})}
+
+
+def plan_context(session: ThinkingSession) -> dict[str, Any]:
+    """The plan region: the checklist, the latest stage, and the newest stages before it.
+
+    The count and the latest stage come from the same read as the lines: the session row,
+    read before, may be a stage behind them. The newest entry's number is the count, and
+    the entry is the session's progress (stages.record keeps both)."""
+    entries = session.stage_entries.order_by("-sequence").values_list("sequence", "entry")
+    newest = list(entries[:STAGES_SHOWN])
+    count, progress = newest[0] if newest else (session.stage_count, session.progress)
+    plan: PlanState = session.plan
+    steps = [str(text) for text in plan.get("steps") or []]
     return {
-        "stage": "",
-        "label": "",
-        "message": "",
-        "by": "",
-        "plan_step": None,
-        "total_steps": None,
-        "confidence": "",
-        "metadata": None,
-        **(item if isinstance(item, dict) else {}),
-    }
-
-
-def _newest_stages() -> models.QuerySet:
-    # The entries as stored text: the key of their drawn lines (`_stage_html`).
-    rows = Stage.objects.filter(session_id=SESSION_KEY).order_by("-sequence")
-    return rows.values_list("sequence", Cast("entry", models.TextField()))[:STAGES_SHOWN]
-
-
-@functools.lru_cache(maxsize=4096)
-def _stage_html(stored: str, tag: str = "li") -> str:
-    """One line of the stage history (`tag` "li"), or the latest stage under the checklist
-    ("p"), drawn from its stored entry. An entry never changes once recorded and its line
-    depends on nothing else, so each is drawn once per process: the plan region is re-sent
-    on every stage a session enters, and its twenty lines were most of its cost
-    (bench/README, "Stage lines drawn once")."""
-    item = json.loads(stored)
-    return render_to_string("thinking/_stage.html", {"item": _stage_line(item), "tag": tag})
-
-
-# Between the stage items of `_planned_read`: a control character is never raw in JSON text.
-_STAGE_ITEMS = "\x1e"
-
-
-def _planned_read() -> models.QuerySet:
-    """The session's row with its newest stages as `_newest_stages` reads them, as one text
-    of "sequence:entry" items in no order (an annotation, `stage_items`). From one statement,
-    the row's stage count is its newest stage's number, so the newest are those above it
-    less STAGES_SHOWN (a session's numbers have no gaps: the oldest are pruned first)."""
-    session = OuterRef("pk")
-    item = Concat(
-        Cast("sequence", models.TextField()), Value(":"), Cast("entry", models.TextField()),
-        output_field=models.TextField(),
-    )  # fmt: skip
-    newest = Stage.objects.filter(
-        session_id=session, sequence__gt=OuterRef("stage_count") - STAGES_SHOWN
-    ).order_by()
-    joined = newest.values("session_id").annotate(text=StringAgg(item, Value(_STAGE_ITEMS)))
-    rows = ThinkingSession.objects.filter(pk=SESSION_KEY).order_by()
-    return rows.annotate(stage_items=Subquery(joined.values("text")))
-
-
-Stages = list[tuple[int, str]]  # a session's newest stages, newest first: (number, entry's text)
-
-
-def read_planned_session(session_id: uuid.UUID) -> tuple[ThinkingSession, Stages]:
-    """The session's row and its newest stages, in one statement (compiled once per
-    connection): a stage entered (half of a cycle's live updates) draws the plan region
-    from them, and a render process waits out each statement it runs. Raises
-    `ThinkingSession.DoesNotExist` for a deleted session, as its row's read does."""
-    session, annotated = _annotated_session("live:session+stages", _planned_read, session_id)
-    text = annotated["stage_items"]
-    items = (item.partition(":") for item in text.split(_STAGE_ITEMS)) if text else ()
-    return session, sorted(((int(number), entry) for number, _, entry in items), reverse=True)
-
-
-def plan_context(session: ThinkingSession, newest: Stages | None = None) -> dict[str, Any]:
-    """The plan region: the checklist, the latest stage, and the newest stages before it
-    (`newest`, when read with the session's row: `read_planned_session`; else a compiled
-    read here: it is drawn on every stage a session enters)."""
-    if newest is None:
-        newest = compiled_values("plan:stages", _newest_stages, session=session.pk)
-    # The count and the latest stage come from the same read as the lines: the session row,
-    # read before, may be a stage behind them. The newest entry's number is the count, and
-    # the entry is the session's progress (stages.record keeps both).
-    if newest:
-        (count, latest), progress = newest[0], json.loads(newest[0][1])
-    else:
-        count, progress = session.stage_count, session.progress
-        latest = json.dumps(progress) if progress.get("message") else ""
-    return {
-        "checklist": _checklist(session),
-        "progress_line": _stage_html(latest, "p") if progress.get("message") else None,
+        "plan_steps": _step_states(steps, _current_step(session, steps)),
+        "heuristic": plan.get("source") == "heuristic",
+        "progress": _stage_line(progress) if progress.get("message") else None,
         "stage_count": count,
-        "stage_history": [_stage_html(entry) for (_, entry) in newest],
+        "stage_history": [_stage_line(entry) for _, entry in newest],
         "stages_shown": STAGES_SHOWN,
         "stages_kept": stages.MAX_STAGES,
     }
@@ -398,30 +304,22 @@ class SourceNumbers(AbstractSet[int]):
         return frozenset(numbers)
 
 
-def source_numbers(session: ThinkingSession, tallies: Tallies | None = None) -> SourceNumbers:
-    """From the sources' count and their lowest and highest numbers (`tallies`, else read
-    here, alone); the numbers themselves only after a deletion. The numbers are distinct (a
-    constraint), so `count` of them from 1 up to `count` are all of 1..count."""
-    if tallies is None:
-        tally = compiled_values("sources:tally", _sources_read, session=session.pk)
-        count, low, top = _sources_tally(*tally[0]) if tally else (0, 1, 0)
-    else:
-        count, low, top = tallies.sources
-    if count == top and low >= 1:
+def source_numbers(session: ThinkingSession) -> SourceNumbers:
+    """From the sources' count and their lowest and highest number (one aggregate); the
+    numbers themselves only after a deletion. The numbers are distinct (a constraint), so
+    `count` of them from 1 up to `count` are all of 1..count."""
+    tally = session.sources.aggregate(count=Count("pk"), low=Min("number"), top=Max("number"))
+    count, low, top = tally["count"], tally["low"], tally["top"] or 0
+    if count == top and (low is None or low >= 1):
         return SourceNumbers(top)
-    present = frozenset(n for (n,) in values_by(Source, "session_id", session.pk, "number"))
+    present = frozenset(session.sources.values_list("number", flat=True))
     return SourceNumbers(max(present, default=0), present)
 
 
-def _sources_by_kind() -> models.QuerySet:
-    rows = Source.objects.filter(session_id=SESSION_KEY).order_by().values("kind")
-    return rows.annotate(n=Count("pk")).values_list("kind", "n")
-
-
 def sources_summary_context(session: ThinkingSession) -> dict[str, Any]:
-    """The sources' summary line (a compiled read: drawn on every live update with new
-    sources)."""
-    counts = dict(compiled_values("sources:kinds", _sources_by_kind, session=session.pk))
+    """The sources' summary line: how many, by kind."""
+    by_kind = session.sources.order_by().values_list("kind").annotate(Count("pk"))
+    counts = dict(by_kind)
     web, memory = counts.get(SourceKind.WEB, 0), counts.get(SourceKind.MEMORY, 0)
     return {
         "session": session,
@@ -505,139 +403,22 @@ def notes_summary_context(session: ThinkingSession) -> dict[str, Any]:
     return {"note_count": count, "note_shown": min(count, NOTE_PAGE)}
 
 
-def question_states(session: Any) -> models.QuerySet:
-    """Every sub-question's state of the session `session` names (a `Param`, an `OuterRef`)
-    as one text of "pk:explored:priority" items (explored 0 or 1), joined by ";" in no
-    order: a row's state is what follows its pk, what its row shows that can change
-    (explored, and its priority, re-ranked). A session's hundreds of rows cost one value
-    to fetch (every live update on sub-questions reads them all)."""
-    state = Concat(
-        Cast("pk", models.TextField()), Value(":"), Cast("explored", models.IntegerField()),
-        Value(":"), Cast("priority", models.TextField()), output_field=models.TextField(),
-    )  # fmt: skip
-    rows = SubQuestion.objects.filter(session_id=session).order_by().values("session_id")
-    return rows.annotate(text=StringAgg(state, Value(";"))).values("text")
-
-
-@dataclass(frozen=True)
-class Tallies:
-    """What a full live update counts, read with the session's row (`read_tallied_session`)."""
-
-    counts: dict[str, int]  # the header's: thoughts, sub-questions, syntheses, verdicts by kind
-    sources: tuple[int, int, int]  # the sources' count, lowest and highest number (1, 0: none)
-    states: list[str] | None = None  # every sub-question's "pk:state" item, when asked for
-
-
-@functools.cache
-def _marks() -> tuple[str, ...]:
-    from .citations import MARKS  # citations imports the live stream, which imports this
-
-    return tuple(MARKS)
-
-
-COUNTED = {"thoughts": Thought, "sub_questions": SubQuestion, "syntheses": Synthesis}
-
-
-@functools.cache
-def _counted() -> tuple[str, ...]:
-    """The header's counts by name: rows (`COUNTED`), then citation verdicts by kind."""
-    return (*COUNTED, *_marks())
-
-
-def _session_read(states: bool) -> models.QuerySet:
-    """The session's row with its tallies as annotations, each a subquery named `n_` and
-    what it counts (apart from the model's reverse relations): the header's counts
-    (`_counted`), the sources' count and lowest and highest number, and, if asked for,
-    every sub-question's state."""
-    session = OuterRef("pk")
-    checks = CitationCheck.objects.filter(synthesis__session_id=session)
-    sources = Source.objects.filter(session_id=session)
-    columns = {
-        # (a keyword spread: the type checker cannot resolve a field on a model variable)
-        f"n_{name}": aggregate(model._default_manager.filter(**{"session_id": session}), "COUNT")
-        for name, model in COUNTED.items()
-    }
-    columns |= {f"n_{mark}": aggregate(checks.filter(verdict=mark), "COUNT") for mark in _marks()}
-    columns |= {
-        "n_sources": aggregate(sources, "COUNT"),
-        "n_sources_low": aggregate(sources, "MIN", "number"),
-        "n_sources_top": aggregate(sources, "MAX", "number"),
-    }
-    if states:
-        columns["n_states"] = Subquery(question_states(session))
-    return ThinkingSession.objects.filter(pk=SESSION_KEY).order_by().annotate(**columns)
-
-
-# Some of the tallies alone: the subqueries not selected are left out of the SQL.
-def _counts_read() -> models.QuerySet:
-    return _session_read(False).values_list(*(f"n_{name}" for name in _counted()))
-
-
-_SOURCES = ("n_sources", "n_sources_low", "n_sources_top")
-
-
-def _sources_read() -> models.QuerySet:
-    return _session_read(False).values_list(*_SOURCES)
-
-
-def _sources_tally(count: int, low: int | None, top: int | None) -> tuple[int, int, int]:
-    """The sources' count, lowest and highest number (1 and 0 when there are none)."""
-    return count, 1 if low is None else low, top or 0
-
-
-# Each a compiled read's name and its one query (a name is refused another query).
-_SESSION_TALLIED = {
-    states: (f"live:session{'+states' * states}", functools.partial(_session_read, states))
-    for states in (False, True)
-}
-
-
-def _annotated_session(
-    kind: str, build: Callable[[], models.QuerySet], session_id: uuid.UUID
-) -> tuple[ThinkingSession, dict[str, Any]]:
-    """A compiled read of the session's row with annotations: the row, and its attributes
-    (the annotations among them, set on the instance as the ORM sets them). Raises
-    `ThinkingSession.DoesNotExist` for a deleted session, as its row's read does."""
-    found = compiled_rows(kind, build, session=session_id)
-    if not found:
-        raise ThinkingSession.DoesNotExist(f"No session {session_id}.")
-    (session,) = found
-    return session, vars(session)
-
-
-def read_tallied_session(
-    session_id: uuid.UUID, *, states: bool = False
-) -> tuple[ThinkingSession, Tallies]:
-    """The session's row with the header's counts, the sources' tally and, if asked, every
-    sub-question's state, in one statement (compiled once per connection): a full live
-    update read them in four, each a round trip a render process waits out (bench/README.md,
-    "A live update's counts in one read", "A thought cycle's update in two reads"). Raises
-    `ThinkingSession.DoesNotExist` for a deleted session, as its row's read does."""
-    kind, build = _SESSION_TALLIED[states]
-    session, tallied = _annotated_session(kind, build, session_id)
-    text = tallied.get("n_states")
-    return session, Tallies(
-        counts={name: tallied[f"n_{name}"] for name in _counted()},
-        sources=_sources_tally(*(tallied[name] for name in _SOURCES)),
-        states=(text.split(";") if text else []) if states else None,
-    )
-
-
 def header_counts(session: ThinkingSession) -> dict[str, int]:
-    """The header's counts (thoughts, sub-questions, syntheses, and citation verdicts by kind,
-    zeros included), in one read (the live update's, without the rest). Raises
-    `ThinkingSession.DoesNotExist` for a session deleted since its row was read."""
-    found = compiled_values("header:counts", _counts_read, session=session.pk)
-    if not found:
-        raise ThinkingSession.DoesNotExist(f"No session {session.pk}.")
-    return dict(zip(_counted(), found[0], strict=True))
+    """The header's counts: thoughts, sub-questions, syntheses, and citation verdicts by
+    kind, zeros included. Plain counts on the session's indexes: each is cheaper to build
+    than one statement of correlated subqueries."""
+    checks = CitationCheck.objects.filter(synthesis__session_id=session.pk).order_by()
+    verdicts = dict(checks.values_list("verdict").annotate(Count("pk")))
+    return {
+        "thoughts": session.thoughts.count(),
+        "sub_questions": session.sub_questions.count(),
+        "syntheses": session.syntheses.count(),
+        **{verdict: verdicts.get(verdict, 0) for verdict in Verdict.values},
+    }
 
 
-def header_context(
-    session: ThinkingSession, viewer: object, counts: dict[str, int] | None = None
-) -> dict[str, Any]:
-    """The header for one viewer: only the owner is offered Cancel. `counts`: the header's
-    counts, when the caller read them (`read_tallied_session`).
+def header_context(session: ThinkingSession, viewer: object) -> dict[str, Any]:
+    """The header for one viewer: only the owner is offered Cancel.
 
     The clock's figures are worked out once, at one instant, and its data attributes are
     formatted here: plain numbers for the page's clock script, never localized, and no
@@ -650,7 +431,7 @@ def header_context(
     cost = session.estimated_cost
     return {
         "session": session,
-        "counts": header_counts(session) if counts is None else counts,
+        "counts": header_counts(session),
         "user": viewer,
         "viewer_owns": session.is_owned_by(viewer),
         "clock_ticking": session.status == Status.THINKING
@@ -683,7 +464,7 @@ def session_context(session: ThinkingSession, viewer: object = None) -> dict[str
         **thought_page(session),
         **notes_context(session),
         "sub_questions": list(session.sub_questions.all()),
-        "syntheses": list(session.syntheses.all()),
+        "syntheses": list(session.syntheses.prefetch_related("citation_checks")),
         **plan_context(session),
         **steer_context(session),
         **sources_context(session),

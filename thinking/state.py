@@ -58,13 +58,14 @@ class StartMessage(TypedDict):
 class UpdatePart(TypedDict):
     """One piece of a live update. `kind` is "replace" (an out-of-band swap), "header" (with
     `html_member`, the teammate's variant), or a row kind ("thought", "synthesis", "source",
-    "question", "subq") with `seq`, which a page shows once (sub-questions: with `state`)."""
+    "question", "subq") with `seq`, which a page shows once. A moved sub-question ("subq")
+    says the state it moves from (`before`)."""
 
     kind: str
     html: str
     html_member: NotRequired[str]
     seq: NotRequired[int]
-    state: NotRequired[str]
+    before: NotRequired[str]
 
 
 class SourceRows(TypedDict):
@@ -77,12 +78,11 @@ class SourceRows(TypedDict):
 
 
 class QuestionRows(TypedDict):
-    """The sub-questions that changed, rendered once for every page: new ones (kind
-    "question") and moved ones (kind "subq"), each with `seq` = id and `state`. They take a
-    page whose states digest to `before` to the states that digest to `after`."""
+    """The sub-questions that changed since the last message, rendered once for every page:
+    new ones (kind "question") and moved ones (kind "subq", with the state they move from),
+    each with `seq` = id; and every sub-question's state now, as (id, state) pairs."""
 
-    before: str
-    after: str
+    states: list[tuple[int, str]]
     rows: list[UpdatePart]
 
 

@@ -29,7 +29,7 @@ from django.utils import timezone
 from config.hops import db_hop
 from research.web import SharedWebClient
 
-from . import broadcast, loop, notify, render_process, steps
+from . import broadcast, loop, notify, steps
 from .events import Publish, SessionEvent
 from .llm import LLMError, SharedModelClient
 from .models import ThinkingSession
@@ -336,9 +336,6 @@ class ThinkingWorker(Worker):
             await layer.close_pools()
         for session_id in stopped:
             await layer.send(CHANNEL, doorbell(session_id))
-        # The sessions' last updates are rendered (their runs ended with them): only now,
-        # so a slow render never holds up the handover.
-        await asyncio.to_thread(render_process.stop)
         if self.chain_signal:
             logger.info(
                 "Worker %s: sessions handed over, stopping the server", supervisor.worker_id

@@ -385,6 +385,40 @@ async def test_every_open_page_gets_each_new_source_once_and_in_order(
         assert sorted(page.questions) == questions and page.thoughts == [thought]
 
 
+async def test_a_page_that_caught_up_past_a_message_shows_each_sub_question_once(
+    make_session: Any, alice: Any
+):
+    """A message rendered before a page opened reaches it after its catch-up, which already
+    read newer rows: the page shows each sub-question once, then and at the next message."""
+    from channels.layers import get_channel_layer
+
+    from thinking.broadcast import group_name, publish, render_event
+    from thinking.models import SubQuestion
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    root = await SubQuestion.objects.acreate(session=session, text="Why?", priority=5)
+    await sync_to_async(render_event)(SessionEvent(session.pk, questions=True))
+    await sync_to_async(store_step)(session, range(1, 2), explore=root)
+    thought = await session.thoughts.acount() - 1
+    earlier = await sync_to_async(render_event)(
+        SessionEvent(session.pk, thoughts=(thought,), questions=True)
+    )
+    late = await SubQuestion.objects.acreate(session=session, text="Late?", priority=4, parent=root)
+    [(comm, page)] = await open_pages(session, await login(alice), 1)
+
+    await get_channel_layer().group_send(group_name(session.pk), earlier)
+    await drain(comm, page)
+    follow_up = await SubQuestion.objects.exclude(pk__in=[root.pk, late.pk]).aget(parent=root)
+    await sync_to_async(store_step)(session, range(2, 3), explore=follow_up)
+    thought = await session.thoughts.acount() - 1
+    await publish(SessionEvent(session.pk, thoughts=(thought,), questions=True))
+    await drain(comm, page)
+    await comm.disconnect()
+
+    questions = sorted([pk async for pk in session.sub_questions.values_list("pk", flat=True)])
+    assert page.errors == [] and sorted(page.questions) == questions and len(questions) == 4
+
+
 async def test_steps_nobody_watches_are_not_rendered_and_a_page_opened_later_has_them(
     make_session: Any, alice: Any, renders_here: list[SessionEvent]
 ):
@@ -495,9 +529,9 @@ def test_a_new_sub_question_joins_its_parents_list_live_as_on_a_reload(
 def test_each_message_starts_from_the_sub_questions_the_last_one_left_pages_with(
     make_session: Any,
 ):
-    """A page applies a message's rows only if its own states are the message's `before`:
-    after one message, that is the message's `after`, so the next must start from it."""
-    from thinking.broadcast import render_event, states_digest, sub_question_states
+    """A page applies a message's rows only if it shows what they move from: after one
+    message, that is the states the message left pages with, so the next starts from them."""
+    from thinking.broadcast import render_event, sub_questions_now
     from thinking.models import SubQuestion
 
     session = make_session(status=Status.THINKING)
@@ -511,19 +545,23 @@ def test_each_message_starts_from_the_sub_questions_the_last_one_left_pages_with
         thought = session.thoughts.count() - 1
         message = render_event(SessionEvent(session.pk, thoughts=(thought,), questions=True))
         deltas.append(message["questions"])
-        assert message["questions"]["after"] == states_digest(sub_question_states(session.pk))
-    assert deltas[1]["before"] == deltas[0]["after"] != deltas[1]["after"]
+        assert dict(message["questions"]["states"]) == sub_questions_now(session.pk)[0]
+    left = dict(deltas[0]["states"])
+    rows = {row["seq"]: row for row in deltas[1]["rows"]}
+    assert rows[second.pk]["kind"] == "subq" and rows[second.pk]["before"] == left[second.pk]
+    [follow_up] = [pk for pk, row in rows.items() if row["kind"] == "question"]
+    assert follow_up not in left and first.pk not in rows  # unchanged since: not drawn again
 
 
 def test_sub_question_states_are_each_rows_explored_and_priority(make_session: Any):
-    """The states a live update compares come from one text the database joins: each row
-    once, with its own explored flag and priority (two digits too), nothing from another
-    session, and none for a session without sub-questions."""
-    from thinking.broadcast import sub_question_states
+    """The states a live update compares: each row once, with its own explored flag and
+    priority (two digits too), nothing from another session, and none for a session without
+    sub-questions."""
+    from thinking.broadcast import sub_questions_now
     from thinking.models import SubQuestion
 
     session, other = make_session(), make_session()
-    assert sub_question_states(session.pk) == {}
+    assert sub_questions_now(session.pk) == ({}, {})
     rows = [
         SubQuestion.objects.create(session=session, text=f"Q{n}", priority=priority)
         for n, priority in enumerate((10, 1, 7))
@@ -531,7 +569,7 @@ def test_sub_question_states_are_each_rows_explored_and_priority(make_session: A
     SubQuestion.objects.filter(pk=rows[1].pk).update(explored=True)
     SubQuestion.objects.create(session=other, text="elsewhere", priority=3)
 
-    assert sub_question_states(session.pk) == {
+    assert sub_questions_now(session.pk)[0] == {
         rows[0].pk: "0:10",
         rows[1].pk: "1:1",
         rows[2].pk: "0:7",
@@ -539,83 +577,80 @@ def test_sub_question_states_are_each_rows_explored_and_priority(make_session: A
 
 
 def test_an_update_on_a_sub_question_already_explored_sends_no_rows(make_session: Any):
-    """A thought on a sub-question explored before changes no row: the update says so in
-    one statement for the sub-questions (their states' text), and reads no row."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    from thinking.broadcast import _question_rows, render_event, states_digest, sub_question_states
+    """A thought on a sub-question explored before changes no row: the update draws none.
+    Re-ranked since, the row is drawn again, from the state pages show."""
+    from thinking.broadcast import render_event
     from thinking.models import SubQuestion
 
     session = make_session(status=Status.THINKING)
     question = SubQuestion.objects.create(session=session, text="Why?", priority=5)
     store_step(session, range(1, 2), explore=question)
     render_event(SessionEvent(session.pk, questions=True))  # what pages have: it explored
-    thought = session.thoughts.count()  # a second cycle on it
-    Thought.objects.create(
-        session=session, sequence=thought, text="More on it.", type="insight",
-        confidence=0.8, time_offset_seconds=9, sub_question=question,
-    )  # fmt: skip
 
-    message = render_event(SessionEvent(session.pk, thoughts=(thought,)))
+    def cycle_on_it() -> Any:
+        thought = session.thoughts.count()
+        Thought.objects.create(
+            session=session, sequence=thought, text="More on it.", type="insight",
+            confidence=0.8, time_offset_seconds=9, sub_question=question,
+        )  # fmt: skip
+        return render_event(SessionEvent(session.pk, thoughts=(thought,)))["questions"]
 
-    delta = message["questions"]
-    assert delta["rows"] == [] and delta["before"] == delta["after"]
-    known = sub_question_states(session.pk)
-    with CaptureQueriesContext(connection) as queries:
-        again, states = _question_rows(session.pk, known, states_digest(known))
-    assert len(queries.captured_queries) == 1 and again == delta and states is known
-    # Re-ranked: the same read now finds the row moved, and draws it.
+    assert cycle_on_it()["rows"] == []
     SubQuestion.objects.filter(pk=question.pk).update(priority=9)
-    moved, states = _question_rows(session.pk, known, states_digest(known))
-    assert [row["seq"] for row in moved["rows"]] == [question.pk]
-    assert states[question.pk] == "1:9" and moved["after"] == states_digest(states)
+    moved = cycle_on_it()
+    assert [(row["seq"], row["before"]) for row in moved["rows"]] == [(question.pk, "1:5")]
+    assert dict(moved["states"])[question.pk] == "1:9"
 
 
-def test_a_thought_cycles_update_reads_the_session_and_its_thoughts_in_two_statements(
-    make_session: Any,
+# What rendering one thought cycle's live update may cost, in statements: the session's row,
+# the header's counts (thoughts, sub-questions, syntheses, citation verdicts by kind), the
+# sources' tally, the cycle's thoughts with their sub-questions, and the sub-questions'
+# states. Not one more per thought, per source or per sub-question: a query added to a
+# cycle's update fails this.
+LIVE_UPDATE_QUERIES = 8
+
+
+def test_a_thought_cycles_live_update_costs_a_fixed_number_of_queries(
+    make_session: Any, django_assert_max_num_queries: Any
 ):
-    """A render waits out each statement it runs (in a render process, its renders one after
-    another): a thought cycle's update on a sub-question explored before reads its thoughts
-    with their focus in one statement, and the session's row with the header's counts, the
-    sources' tally and the sub-questions' states in another, and shows what the rows say."""
+    """Rendering a cycle's update reads a bounded number of statements, however long the
+    session and however many thoughts the update carries, and shows what the rows say."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from thinking.broadcast import render_event
     from thinking.models import SubQuestion
 
-    session = make_session(status=Status.THINKING)
-    question = SubQuestion.objects.create(session=session, text="Why?", priority=5)
-    store_step(session, range(1, 4), explore=question)
+    session = long_session(make_session, thoughts=300, sources=120, questions=60)
     render_event(SessionEvent(session.pk, questions=True, sources=True))  # what pages have
-    thought = session.thoughts.count()
-    Thought.objects.create(
-        session=session, sequence=thought, text="More on it [3].", type="insight",
-        confidence=0.8, time_offset_seconds=9, sub_question=question,
-    )  # fmt: skip
+    question = SubQuestion.objects.filter(session=session, explored=True).first()
+    first = session.thoughts.count()
+    for sequence in range(first, first + 6):  # merged cycles, each on the sub-question
+        Thought.objects.create(
+            session=session, sequence=sequence, cycle=sequence, text=f"More on it [3] {sequence}.",
+            type="insight", confidence=0.8, time_offset_seconds=9, sub_question=question,
+        )  # fmt: skip
 
-    with CaptureQueriesContext(connection) as queries:
-        message = render_event(SessionEvent(session.pk, thoughts=(thought,)))
+    with django_assert_max_num_queries(LIVE_UPDATE_QUERIES):
+        one = render_event(SessionEvent(session.pk, thoughts=(first,)))
+    with CaptureQueriesContext(connection) as many:
+        message = render_event(SessionEvent(session.pk, thoughts=tuple(range(first, first + 6))))
 
-    assert len(queries.captured_queries) == 2
+    assert len(many.captured_queries) <= LIVE_UPDATE_QUERIES
     header, shown = message["parts"][0]["html"], message["parts"][1]["html"]
     stats = dict(re.findall(r"<dt>([\w -]+)</dt><dd>(\d+)</dd>", header))
-    assert stats == {"Thoughts": "2", "Sub-questions": "2", "Syntheses": "0"}
+    assert stats == {"Thoughts": str(first + 6), "Sub-questions": "60", "Syntheses": "6"}
     assert "More on it" in shown and 'href="#source-3"' in shown  # [3] is a known source
-    assert ">on: Why?</button>" in shown  # its focus, read with it
-    assert message["questions"]["rows"] == []  # nothing moved since the last message
+    assert f">on: {question.text}</button>" in shown  # its focus, read with it
+    assert one["questions"]["rows"] == [] == message["questions"]["rows"]  # nothing moved
     # A cycle on the question itself moves no sub-question: their states are not read.
     Thought.objects.create(
-        session=session, sequence=thought + 1, text="On the question.", type="insight",
+        session=session, sequence=first + 6, text="On the question.", type="insight",
         confidence=0.8, time_offset_seconds=10,
     )  # fmt: skip
-    with CaptureQueriesContext(connection) as queries:
-        message = render_event(SessionEvent(session.pk, thoughts=(thought + 1,)))
-    assert len(queries.captured_queries) == 2 and "questions" not in message
-    assert ">on: " not in message["parts"][1]["html"]
-    joined = ("STRING_AGG", "GROUP_CONCAT")  # the states' text, on PostgreSQL or SQLite
-    assert not any(j in q["sql"].upper() for q in queries.captured_queries for j in joined)
+    with django_assert_max_num_queries(LIVE_UPDATE_QUERIES - 1):
+        message = render_event(SessionEvent(session.pk, thoughts=(first + 6,)))
+    assert "questions" not in message and ">on: " not in message["parts"][1]["html"]
 
 
 def test_a_pages_marks_stay_within_the_databases_integers():
@@ -628,34 +663,33 @@ def test_a_pages_marks_stay_within_the_databases_integers():
     assert marks.question == 7 and marks.synthesis == -1
 
 
-def test_a_page_behind_reads_the_trees_links_only_for_rows_it_lacks(make_session: Any):
+def test_a_page_behind_reads_its_own_changes_in_two_statements(make_session: Any):
     """A page that missed a message reads its own changes: a row it lacks is placed under
-    its parent (the tree's links read once), a row it has that moved is redrawn in place,
-    and with only moved rows the links are not read."""
+    its parent, a row it has that moved is redrawn in place; the states with the tree's
+    links in one statement, the rows drawn in another."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from thinking.broadcast import sub_question_changes, sub_question_states
+    from thinking.broadcast import sub_question_changes, sub_questions_now
     from thinking.models import SubQuestion
 
     session = make_session(status=Status.THINKING)
     root = SubQuestion.objects.create(session=session, text="Why?", priority=5)
-    known = sub_question_states(session.pk)
+    known, _ = sub_questions_now(session.pk)
     child = SubQuestion.objects.create(session=session, text="And then?", priority=4, parent=root)
     SubQuestion.objects.filter(pk=root.pk).update(explored=True)
 
     with CaptureQueriesContext(connection) as first:
         pieces, states = sub_question_changes(session.pk, known)
 
-    assert states == sub_question_states(session.pk) and set(states) == {root.pk, child.pk}
+    assert states == sub_questions_now(session.pk)[0] and set(states) == {root.pk, child.pk}
     assert f'hx-swap-oob="beforeend:#subq-children-{root.pk}"' in pieces[0]
     assert f'id="subq-{child.pk}"' in pieces[0] and f'id="subq-row-{root.pk}"' in pieces[1]
     SubQuestion.objects.filter(pk=child.pk).update(priority=9)
     with CaptureQueriesContext(connection) as queries:
         moved, states = sub_question_changes(session.pk, states)
     assert len(moved) == 1 and f'id="subq-row-{child.pk}"' in moved[0] and states[child.pk] == "0:9"
-    # The states' text and the rows; the links only when a row is new.
-    assert len(first.captured_queries) == 3 and len(queries.captured_queries) == 2
+    assert len(first.captured_queries) == 2 and len(queries.captured_queries) == 2
 
 
 async def test_one_step_costs_no_database_reads_per_open_page(make_session: Any, alice: Any):
@@ -740,7 +774,7 @@ async def test_a_stage_entered_sends_the_plan_region_as_a_reload_shows_it(
 
     message, statements = await sync_to_async(rendered)()
 
-    assert statements == 1  # the session's row with its newest stages (a render process waits)
+    assert statements == 2  # the session's row, its newest stages
     [part] = message["parts"]
     assert part["kind"] == "replace" and 'id="plan"' in part["html"]
     assert "Thinking about: &lt;b&gt;tides&lt;/b&gt;" in part["html"]
@@ -759,11 +793,8 @@ async def test_a_stage_entered_sends_the_plan_region_as_a_reload_shows_it(
 
 def test_a_stage_entered_on_a_session_finished_since_redraws_its_end(make_session: Any):
     """A stage's event that arrives after the session ended (the worker's last steps, a
-    render process behind) is drawn as the end is: the header with the final state, the
-    answer and the steering form, not the plan region alone."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
+    publisher behind) is drawn as the end is: the header with the final state, the answer
+    and the steering form, not the plan region alone."""
     from thinking.broadcast import render_event
 
     session = make_session(status=Status.THINKING)
@@ -772,16 +803,12 @@ def test_a_stage_entered_on_a_session_finished_since_redraws_its_end(make_sessio
         status=Status.COMPLETED, final_answer="Tides follow the moon."
     )
 
-    with CaptureQueriesContext(connection) as queries:
-        message = render_event(SessionEvent(session.pk, plan=True, header=False))
+    message = render_event(SessionEvent(session.pk, plan=True, header=False))
 
     parts = message["parts"]
     assert parts[0]["kind"] == "header" and 'data-status="completed"' in parts[0]["html"]
     assert any("Tides follow the moon." in part["html"] for part in parts)
     assert len(parts) > 1 and any('id="plan"' in part["html"] for part in parts)
-    # Its row alone, then with its tallies (no thoughts to read), then what the end draws.
-    assert "n_thoughts" not in queries.captured_queries[0]["sql"]
-    assert "n_thoughts" in queries.captured_queries[1]["sql"]
 
 
 async def test_a_long_stage_history_shows_its_newest_twenty_live_as_on_a_reload(
@@ -889,7 +916,7 @@ async def test_new_and_moved_sub_questions_reach_the_page_a_few_or_many_at_once(
     make_session: Any,
 ):
     """A cycle's few sub-questions and a re-ranking's many are sent alike: a row for each
-    new one, a patch for each one that moved."""
+    new one, a patch for each one that moved, from the state pages showed."""
     from thinking import broadcast
     from thinking.models import SubQuestion
 
@@ -907,10 +934,76 @@ async def test_new_and_moved_sub_questions_reach_the_page_a_few_or_many_at_once(
 
     many = [await ask(n) for n in range(4, 10)]
     await SubQuestion.objects.filter(pk__in=[q.pk for q in few]).aupdate(explored=True)
-    rows = (await render(SessionEvent(session.pk, questions=True)))["questions"]["rows"]
+    delta = (await render(SessionEvent(session.pk, questions=True)))["questions"]
+    rows, states = delta["rows"], dict(delta["states"])
     assert [(row["kind"], row["seq"]) for row in rows] == [
         *[("question", q.pk) for q in many],
         *[("subq", q.pk) for q in few],
     ]
-    assert [row["state"] for row in rows[-3:]] == ["1:1", "1:2", "1:3"]
+    assert [(row["before"], states[row["seq"]]) for row in rows[-3:]] == [
+        ("0:1", "1:1"),
+        ("0:2", "1:2"),
+        ("0:3", "1:3"),
+    ]
     assert "Why 9?" in rows[5]["html"]
+
+
+async def test_a_big_cycle_reaches_the_page_in_messages_within_the_budget(
+    make_session: Any, alice: Any
+):
+    """A cycle of many long thoughts and many new sources is more than one WebSocket message
+    may carry: the page gets it split into several, each within the budget, every row once."""
+    from thinking.broadcast import MESSAGE_BUDGET, publish
+    from thinking.models import Source
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    comm = communicator(session.pk, await login(alice), rev=session.revision)
+    assert (await comm.connect())[0]
+    assert await comm.receive_nothing(timeout=0.3)  # up to date: no catch-up
+    await Source.objects.abulk_create(
+        Source(
+            session=session, number=n, kind="web", title=f"Source {n}: " + "a long title " * 8,
+            url=f"https://example.org/{n}", snippet="What the page says. " * 14, key=f"k{n}",
+        )
+        for n in range(1, 81)
+    )  # fmt: skip
+    await Thought.objects.abulk_create(
+        Thought(
+            session=session, sequence=n, cycle=0, type="insight", confidence=0.7,
+            time_offset_seconds=5, text=f"Thought {n} cites [{n + 1}]. " + "More reasoning. " * 150,
+        )
+        for n in range(40)
+    )  # fmt: skip
+
+    await publish(SessionEvent(session.pk, thoughts=tuple(range(40)), sources=True))
+
+    page = Page()
+    await drain(comm, page)
+    await comm.disconnect()
+    assert page.errors == []
+    assert page.frames > 3 and page.largest <= MESSAGE_BUDGET
+    assert page.thoughts == list(range(40)) and page.sources == list(range(1, 81))
+
+
+async def test_the_models_reasoning_reaches_an_open_page_escaped(make_session: Any, alice: Any):
+    """The live panel: what the model is thinking right now reaches the page (its newest
+    part, when long), as text."""
+    from thinking.broadcast import LIVE_TEXT_CHARS, publish
+
+    session = await sync_to_async(make_session)(status=Status.THINKING)
+    comm = communicator(session.pk, await login(alice), rev=session.revision)
+    assert (await comm.connect())[0]
+    assert await comm.receive_nothing(timeout=0.3)  # up to date: no catch-up
+
+    reasoning = "Early musing. " * 400 + "Now weighing <b>tides</b> & the moon's pull"
+    assert len(reasoning) > LIVE_TEXT_CHARS
+    await publish(SessionEvent(session.pk, live=LiveStep("synthesis", 1.0, reasoning)))
+    frame = await comm.receive_from()
+    await comm.disconnect()
+
+    page = Page()
+    page.apply(frame)
+    assert page.errors == [] and page.replaced == ["live-reasoning"]
+    assert "Now weighing &lt;b&gt;tides&lt;/b&gt; &amp; the moon&#x27;s pull" in frame
+    assert "<b>tides" not in frame and "a synthesis" in frame
+    assert frame.count("Early musing.") < reasoning.count("Early musing.")  # the newest part

@@ -416,8 +416,7 @@ def test_stages_entered_together_are_numbered_in_order_and_pruned_on_the_same_sc
 def test_each_page_draws_its_own_sessions_stage_lines_escaped(
     client: Client, alice: Any, make_session: Any
 ):
-    """Stage lines are drawn once per process and reused (presenters._stage_html): each
-    session's page still shows its own entries, the model's text escaped."""
+    """Each session's page shows its own stage entries, the model's text escaped."""
     first, second = (make_session(status=Status.THINKING) for _ in range(2))
     for session, name in ((first, "first"), (second, "second")):
         for n in range(3):
@@ -433,24 +432,29 @@ def test_each_page_draws_its_own_sessions_stage_lines_escaped(
         assert other not in history and "<b>" not in history
 
 
+def plan_region(session: ThinkingSession) -> str:
+    """The plan region as the page and the live stream draw it."""
+    from django.template.loader import render_to_string
+
+    from thinking.presenters import plan_context
+
+    return render_to_string("thinking/_plan.html", {"session": session, **plan_context(session)})
+
+
 def test_the_stage_count_and_latest_stage_agree_with_the_lines_shown(make_session: Any):
     """A stage entered between reading the session and drawing its plan region: the count,
     the latest stage and the history all show it (one read), not the row's older count."""
-    from thinking.presenters import plan_context
-
     session = make_session(status=Status.THINKING)
     for n in range(3):
         assert stages.record_sync(session.pk, stages.entry("analysis", f"Entry {n}"))
     read_before = ThinkingSession.objects.get(pk=session.pk)
     assert stages.record_sync(session.pk, stages.entry("synthesis", "Entry 3"))
 
-    region = plan_context(read_before)
-    assert read_before.stage_count == 3 and region["stage_count"] == 4
-    assert '<p class="progress-line stage-synthesis">' in region["progress_line"]
-    assert "Entry 3" in region["progress_line"]
-    assert [re.search(r"Entry \d", line).group() for line in region["stage_history"]] == [
-        f"Entry {n}" for n in (3, 2, 1, 0)
-    ]
+    region = plan_region(read_before)
+    assert read_before.stage_count == 3 and "Stages so far (4)" in region
+    latest, history = region.split('class="stage-history"')
+    assert '<p class="progress-line stage-synthesis">' in latest and "Entry 3" in latest
+    assert re.findall(r"Entry \d", history) == [f"Entry {n}" for n in (3, 2, 1, 0)]
 
 
 def test_sub_questions_carry_their_initial_priority(api: Client, make_session: Any):
@@ -505,10 +509,8 @@ def test_the_page_shows_stages_moves_and_the_trend(client: Client, alice: Any, m
 
 
 def test_the_plan_checklist_never_moves_on_elapsed_time(make_session: Any):
-    from thinking.presenters import plan_context
-
     def states(session: Any) -> list[str]:
-        return re.findall(r'class="step-(\w+)"', plan_context(session)["checklist"])
+        return re.findall(r'class="step-(\w+)"', plan_region(session))
 
     session = make_session(
         status=Status.THINKING,
@@ -521,39 +523,37 @@ def test_the_plan_checklist_never_moves_on_elapsed_time(make_session: Any):
 
 
 def test_the_plan_checklist_follows_each_reported_step_and_escapes_the_plan(make_session: Any):
-    """The checklist is drawn once per plan and step reached: a step reported redraws it,
-    and the same plan in another session, or the loop's own plan, is drawn as its own."""
-    from thinking.presenters import plan_context
-
+    """A step reported moves the checklist; the same plan in another session, or the loop's
+    own plan, is drawn as its own."""
     steps = ["Read <b>the</b> studies", "Compare them", "Decide"]
     session = make_session(status=Status.THINKING, plan={"steps": steps, "step_reported": True})
-    drawn = plan_context(session)["checklist"]
+    drawn = plan_region(session)
     assert re.findall(r'class="step-(\w+)"', drawn) == ["current", "todo", "todo"]
     assert "Read &lt;b&gt;the&lt;/b&gt; studies" in drawn and "<b>" not in drawn
     assert "A simple plan" not in drawn
     session.plan = {**session.plan, "current": 2}
-    drawn = plan_context(session)["checklist"]
+    drawn = plan_region(session)
     assert re.findall(r'class="step-(\w+)"', drawn) == ["done", "done", "current"]
     # The same plan at the same step, made by the heuristic planner: drawn with its hint.
     heuristic = make_session(
         status=Status.THINKING,
         plan={"steps": steps, "source": "heuristic", "current": 2, "step_reported": True},
     )
-    drawn = plan_context(heuristic)["checklist"]
+    drawn = plan_region(heuristic)
     assert re.findall(r'class="step-(\w+)"', drawn) == ["done", "done", "current"]
     assert "A simple plan made from the question's key terms." in drawn
     # Another session with the same plan: its own progress decides, here nothing reported
     # yet, there a step reported by the model's progress tool.
     quiet = make_session(status=Status.THINKING, plan={"steps": steps, "current": 2})
-    assert re.findall(r'class="step-(\w+)"', plan_context(quiet)["checklist"]) == ["todo"] * 3
+    assert re.findall(r'class="step-(\w+)"', plan_region(quiet)) == ["todo"] * 3
     told = make_session(
         status=Status.THINKING,
         plan={"steps": steps, "current": 1},
         progress={"message": "Comparing", "plan_step": 2},
     )
-    drawn = plan_context(told)["checklist"]
+    drawn = plan_region(told)
     assert re.findall(r'class="step-(\w+)"', drawn) == ["done", "current", "todo"]
-    assert plan_context(make_session(plan={}))["checklist"] == ""
+    assert 'class="plan"' not in plan_region(make_session(plan={}))
 
 
 def test_the_admin_shows_the_stage_history_and_format_errors(admin_client: Client, make_session):

@@ -3,7 +3,6 @@ answers, the stream filter's hooks, the list's search, and the start form's extr
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -498,120 +497,64 @@ def test_the_header_counts_this_sessions_rows_only(alice_client: Any, make_sessi
     assert "Citations checked" not in page_of(alice_client, empty)
 
 
-def _tallies_match_the_rows(make_session: Any) -> None:
-    from thinking.broadcast import _state_items
-    from thinking.models import Source
+# -- what a page costs the database -------------------------------------------------------------
 
-    session, other, empty = (make_session(status=Status.THINKING) for _ in range(3))
-    for owner, count in ((session, 4), (other, 9)):
-        for number in range(1, count + 1):
-            Source.objects.create(
-                session=owner, number=number, kind="web", title=f"S{number}", key=f"k{number}"
-            )
-        Thought.objects.create(
-            session=owner, sequence=0, text="t", type="insight", confidence=0.5,
-            time_offset_seconds=1,
-        )  # fmt: skip
-    first = SubQuestion.objects.create(session=session, text="Why?", priority=5)
-    SubQuestion.objects.create(session=session, text="How?", priority=7, parent=first)
-    SubQuestion.objects.filter(pk=first.pk).update(explored=True)
-    SubQuestion.objects.create(session=other, text="Elsewhere", priority=2)
-    Source.objects.filter(session=session, number=1).delete()  # a gap, as after the admin's
+# The statements a fresh session page's GET makes (the login's session and user, the
+# session's row, each region's bounded read). The same for 10 thoughts as for 200: a query
+# added per thought, source, sub-question or synthesis fails this.
+PAGE_QUERIES = 25
 
-    row, tallies = presenters.read_tallied_session(session.pk, states=True)
 
-    counts = {
-        "thoughts": 1,
-        "sub_questions": 2,
-        "syntheses": 0,
-        **dict.fromkeys(("supported", "partial", "unsupported", "unchecked"), 0),
-    }
-    assert tallies.counts == counts and presenters.header_counts(session) == counts
-    assert tallies.sources == (3, 2, 4)  # the count, the lowest and the highest number
-    assert sorted(tallies.states or []) == sorted(_state_items(session.pk))
-    assert {item.split(":", 1)[1] for item in tallies.states or []} == {"1:5", "0:7"}
-    numbers = presenters.source_numbers(session, tallies)
-    assert numbers.top == 4 and 1 not in numbers and list(numbers) == [2, 3, 4]
-    # The row is the ORM's, every field loaded.
-    expected = ThinkingSession.objects.get(pk=session.pk)
-    fields = [f.attname for f in ThinkingSession._meta.concrete_fields]
-    assert not row.get_deferred_fields() and (row._state.adding, row._state.db) == (
-        False, "default"
+def full_session(make_session: Any, thoughts: int) -> ThinkingSession:
+    """A finished session with `thoughts` thoughts (notes among them, cycles with parts, some
+    on sub-questions) and, growing with them, sub-questions, sources, syntheses with checked
+    citations, and stages."""
+    from thinking import stages
+    from thinking.models import CitationCheck, Source, Synthesis
+
+    session = make_session(status=Status.THINKING)
+    for n in range(3):
+        assert stages.record_sync(session.pk, stages.entry("analysis", f"Stage {n}"))
+    ThinkingSession.objects.filter(pk=session.pk).update(
+        status=Status.COMPLETED, final_answer="Tides follow the moon [1].", final_confidence=0.8
+    )
+    questions = [
+        SubQuestion.objects.create(session=session, text=f"Why {n}?", priority=5, explored=n % 2)
+        for n in range(2 + thoughts // 10)
+    ]
+    Source.objects.bulk_create(
+        Source(session=session, number=n, kind="web", title=f"S{n}", key=f"k{n}")
+        for n in range(1, 2 + thoughts // 4)
+    )
+    Thought.objects.bulk_create(
+        Thought(
+            session=session, sequence=n, cycle=n // 2, text=f"Thought {n} [1].",
+            type="scratchpad" if n % 7 == 0 else "insight", confidence=0.5,
+            time_offset_seconds=n, sub_question=questions[n % len(questions)],
+            parts={"analysis": "Again."} if n % 2 == 0 else {},
+        )
+        for n in range(thoughts)
     )  # fmt: skip
-    assert [getattr(row, f) for f in fields] == [getattr(expected, f) for f in fields]
-    # Not asked for, the states are not read; the rest is the same.
-    unasked, without = presenters.read_tallied_session(session.pk)
-    assert without == presenters.Tallies(counts, (3, 2, 4), None) and unasked.pk == session.pk
-    empty_row, nothing = presenters.read_tallied_session(empty.pk, states=True)
-    assert nothing == presenters.Tallies(dict.fromkeys(counts, 0), (0, 1, 0), [])
-    assert empty_row.question == empty.question and not presenters.source_numbers(empty, nothing)
-    gone = empty.pk
-    empty.delete()  # deleted since a render read its row: said so, not a bare unpacking error
-    with pytest.raises(ThinkingSession.DoesNotExist):
-        presenters.read_tallied_session(gone, states=True)
-    with pytest.raises(ThinkingSession.DoesNotExist):
-        presenters.header_counts(empty_row)
+    for n in range(1 + thoughts // 50):
+        synthesis = Synthesis.objects.create(
+            session=session, sequence=n, text="So far [1].", confidence=0.5,
+            time_offset_seconds=n, is_final=n == thoughts // 50,
+        )  # fmt: skip
+        CitationCheck.objects.create(
+            synthesis=synthesis, claim="So far", number=1, verdict="unsupported"
+        )
+    return session
 
 
-def test_a_live_updates_tallies_are_this_sessions_rows(make_session: Any):
-    """The one read a full live update makes for its header's counts, the sources' tally and
-    the sub-questions' states gives what the rows say, and nothing of another session's."""
-    _tallies_match_the_rows(make_session)
+def test_a_session_pages_queries_do_not_grow_with_the_session(alice_client: Any, make_session: Any):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
 
-
-@pytest.mark.services
-@pytest.mark.django_db(transaction=True)
-def test_a_live_updates_tallies_are_this_sessions_rows_on_postgresql(make_session: Any):
-    """The same on PostgreSQL, where the read is prepared on the server."""
-    from tests.helpers import needs_postgresql
-
-    needs_postgresql()
-    _tallies_match_the_rows(make_session)
-
-
-def _planned_read_matches_the_rows(make_session: Any) -> None:
-    from thinking import presenters, stages
-    from thinking.row_reads import compiled_values
-
-    session, other, empty = (make_session(status=Status.THINKING) for _ in range(3))
-    for n in range(24):  # more than the region shows; quotes and a backslash JSON escapes
-        entry = stages.entry("analysis", f'Entry {n}: "tides" <b>\\</b>')
-        assert stages.record_sync(session.pk, entry)
-    assert stages.record_sync(other.pk, stages.entry("synthesis", "Another session's"))
-
-    row, newest = presenters.read_planned_session(session.pk)
-
-    # The newest twenty, newest first, each as the page's own read of them has it.
-    expected = compiled_values("plan:stages", presenters._newest_stages, session=session.pk)
-    assert newest == [tuple(item) for item in expected]
-    assert [number for number, _ in newest] == list(range(24, 4, -1))
-    assert json.loads(newest[0][1])["message"].startswith('Entry 23: "tides"')
-    fields = [f.attname for f in ThinkingSession._meta.concrete_fields]
-    fresh = ThinkingSession.objects.get(pk=session.pk)
-    assert not row.get_deferred_fields()
-    assert [getattr(row, f) for f in fields] == [getattr(fresh, f) for f in fields]
-    # Drawn from either read, the same region.
-    assert presenters.plan_context(row, newest) == presenters.plan_context(fresh)
-    assert presenters.read_planned_session(empty.pk)[1] == []
-    gone = empty.pk
-    empty.delete()
-    with pytest.raises(ThinkingSession.DoesNotExist):
-        presenters.read_planned_session(gone)
-
-
-def test_a_stage_entered_reads_the_session_with_its_newest_stages(make_session: Any):
-    """The one read a stage entered makes gives the session's row and its newest twenty
-    stages as the page reads them (none of another session's)."""
-    _planned_read_matches_the_rows(make_session)
-
-
-@pytest.mark.services
-@pytest.mark.django_db(transaction=True)
-def test_a_stage_entered_reads_the_session_with_its_newest_stages_on_postgresql(
-    make_session: Any,
-):
-    """The same on PostgreSQL, where the read is prepared on the server."""
-    from tests.helpers import needs_postgresql
-
-    needs_postgresql()
-    _planned_read_matches_the_rows(make_session)
+    counts = []
+    for thoughts in (10, 200):
+        session = full_session(make_session, thoughts)
+        with CaptureQueriesContext(connection) as queries:
+            page = page_of(alice_client, session)
+        counts.append(len(queries.captured_queries))
+        assert f'id="thought-{thoughts - 1}"' in page and "Claims the sources do not back" in page
+    assert counts[0] == counts[1] <= PAGE_QUERIES, counts

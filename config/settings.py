@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
 from config.pool import health_check
+from config.production import DEVELOPMENT_SECRET_KEY, refusals
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -69,13 +70,10 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = env_str("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
-    SECRET_KEY = "django-insecure-local-development-key-only-used-while-DEBUG-is-on"  # noqa: S105
-
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+# With DEBUG off there are no defaults for these: start-up refuses until they are set (below).
+SECRET_KEY = env_str("SECRET_KEY") or (DEVELOPMENT_SECRET_KEY if DEBUG else "")
+_LOCAL_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", _LOCAL_HOSTS if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 # Transport security: on by default whenever DEBUG is off; each can be turned off for a
@@ -94,6 +92,15 @@ SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 if env_bool("SECURE_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
+if not DEBUG and (
+    _REFUSALS := refusals(
+        secret_key=SECRET_KEY,
+        allowed_hosts=ALLOWED_HOSTS,
+        session_cookie_secure=SESSION_COOKIE_SECURE,
+        csrf_cookie_secure=CSRF_COOKIE_SECURE,
+    )
+):
+    raise ImproperlyConfigured("DEBUG is off, so: " + "; ".join(_REFUSALS) + ".")
 # Only our own scripts and styles run: model and web text can never add any. The live
 # stream's filter adds one style element, with the request's nonce; style attributes carry
 # progress widths. htmx is configured (base.html) to need neither eval nor inline styles.
@@ -300,7 +307,20 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Where `collectstatic` gathers them (deploy/run-production.sh prepare) for the proxy and
+# WhiteNoise to serve.
+STATIC_ROOT = Path(env_str("STATIC_ROOT") or BASE_DIR / "staticfiles")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # With DEBUG off, collected files are named after a hash of their content (pages link to
+    # those names through the manifest) and get a compressed copy beside them, so they are
+    # cached for a year: a changed file is a new name. While developing, the source files.
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 # Serve straight from the source folders while developing; collectstatic in production.
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG

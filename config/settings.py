@@ -325,15 +325,37 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# Logs go to standard error (the journal under systemd), one line per event: one handler,
+# on the root logger, which replaces what daphne and runworker set up before Django starts
+# (a handler of our own beside theirs printed every line twice). A line logged while a
+# worker runs a session names it (config/logs.py).
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(
+        f"LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {LOG_LEVEL!r}"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"session": {"()": "config.logs.SessionFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(session)s: %(message)s"}
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["session"]}
+    },
+    "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        "thinking": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-        "research": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-        "django.channels": {"handlers": ["console"], "level": "WARNING"},
+        "thinking": {"level": LOG_LEVEL},
+        "research": {"level": LOG_LEVEL},
+        "accounts": {"level": LOG_LEVEL},
+        "config": {"level": LOG_LEVEL},
+        "daphne": {"level": "INFO"},  # where it listens
+        # Django's own defaults give these handlers of their own (the console while DEBUG is
+        # on, mail to ADMINS): theirs go through the root's instead. A request that fails
+        # is logged by django.request with its traceback.
+        "django": {"handlers": [], "level": "INFO"},
+        "django.channels": {"level": "WARNING"},
     },
 }
 

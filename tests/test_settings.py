@@ -32,6 +32,7 @@ def run_on_database(code: str, url: str) -> subprocess.CompletedProcess[str]:
         ({"DEEPTHINK_RENDER_PROCESSES": "-1"}, "DEEPTHINK_RENDER_PROCESSES must be at least 0"),
         ({"DEBUG": "0"}, "SECRET_KEY must be set when DEBUG is off"),
         ({"DEEPTHINK_FORMAT": "fancy"}, "DEEPTHINK_FORMAT must be 'standard' or 'enhanced'"),
+        ({"LOG_LEVEL": "chatty"}, "LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL"),
         (
             {"DEEPTHINK_HEARTBEAT_SECONDS": "40"},
             "DEEPTHINK_HEARTBEAT_SECONDS must be shorter than DEEPTHINK_LEASE_SECONDS",

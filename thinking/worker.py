@@ -27,6 +27,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from config.hops import db_hop
+from config.logs import about_session
 from research.web import SharedWebClient
 
 from . import broadcast, loop, notify, render_process, steps
@@ -123,6 +124,10 @@ class Supervisor:
         return True
 
     async def _run(self, session_id: uuid.UUID) -> str | None:
+        with about_session(session_id):  # what this task logs names the session
+            return await self._run_session(session_id)
+
+    async def _run_session(self, session_id: uuid.UUID) -> str | None:
         # The session's updates go out in order from their own task, so rendering and
         # sending them does not delay its next model call.
         publish = SessionPublisher(self.publish)
@@ -162,8 +167,8 @@ class Supervisor:
         for session_id in list(self.running):
             try:
                 await self.publish(SessionEvent(session_id))
-            except Exception:  # a lost header is refreshed by the next one
-                logger.warning("Could not publish the heartbeat of %s", session_id)
+            except Exception as error:  # a lost header is refreshed by the next one
+                logger.warning("Could not publish the heartbeat of %s: %r", session_id, error)
         return renewed
 
     async def sweep(self) -> int:
@@ -360,8 +365,10 @@ def request_start(session_id: uuid.UUID) -> None:
 
     try:
         async_to_sync(get_channel_layer().send)(CHANNEL, doorbell(session_id))
-    except Exception:
-        logger.warning("Could not send the start message for %s; the sweeper will", session_id)
+    except Exception as error:
+        logger.warning(
+            "Could not send the start message for %s (%r); the sweeper will", session_id, error
+        )
 
 
 def with_inprocess_worker(application: Any) -> Any:

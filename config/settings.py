@@ -101,6 +101,8 @@ if not DEBUG and (
     )
 ):
     raise ImproperlyConfigured("DEBUG is off, so: " + "; ".join(_REFUSALS) + ".")
+# A load balancer or monitor may ask /healthz over plain HTTP, straight from the web process.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 # Only our own scripts and styles run: model and web text can never add any. The live
 # stream's filter adds one style element, with the request's nonce; style attributes carry
 # progress widths. htmx is configured (base.html) to need neither eval nor inline styles.
@@ -523,6 +525,8 @@ DEEPTHINK_WORKER_CAPACITY = env_int("DEEPTHINK_WORKER_CAPACITY", 8, minimum=1)
 DEEPTHINK_LEASE_SECONDS = env_float("DEEPTHINK_LEASE_SECONDS", 30.0, minimum=1.0)
 DEEPTHINK_HEARTBEAT_SECONDS = env_float("DEEPTHINK_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
 DEEPTHINK_SWEEP_SECONDS = env_float("DEEPTHINK_SWEEP_SECONDS", 10.0, minimum=0.1)
+# /healthz gives up on the database or the channel layer after this long (config/health.py).
+DEEPTHINK_HEALTHZ_TIMEOUT_SECONDS = env_float("DEEPTHINK_HEALTHZ_TIMEOUT_SECONDS", 2.0, minimum=0.1)
 if DEEPTHINK_HEARTBEAT_SECONDS >= DEEPTHINK_LEASE_SECONDS:
     raise ImproperlyConfigured(
         "DEEPTHINK_HEARTBEAT_SECONDS must be shorter than DEEPTHINK_LEASE_SECONDS, "

@@ -33,7 +33,7 @@ from research.web import SharedWebClient
 from . import broadcast, loop, notify, render_process, steps
 from .events import Publish, SessionEvent
 from .llm import LLMError, SharedModelClient
-from .models import ThinkingSession
+from .models import ThinkingSession, WorkerHeartbeat
 from .per_loop import PerLoop
 from .publishing import SessionPublisher
 from .run import Clock, Meter
@@ -81,6 +81,7 @@ class Supervisor:
         self.closing = False  # shutting down: it claims nothing more
         self._starting: set[asyncio.Task[bool]] = set()  # claims under way (`start`)
         self._handed_back: list[uuid.UUID] = []  # claimed as the shutdown began, let go of
+        self._beaten = False  # its WorkerHeartbeat row exists (for /healthz)
 
     def open_clients(self) -> None:
         """Build the shared model and web clients now, on this event loop (~30 ms of CPU
@@ -171,6 +172,11 @@ class Supervisor:
                 logger.warning("Could not publish the heartbeat of %s: %r", session_id, error)
         return renewed
 
+    async def beat(self) -> None:
+        """Say this worker is alive, for /healthz (thinking.models.WorkerHeartbeat)."""
+        await db_hop(WorkerHeartbeat.beat)(self.worker_id)
+        self._beaten = True
+
     async def sweep(self) -> int:
         """Start sessions nobody runs: a lost start message, a dead worker, a resume."""
         room = self.capacity - len(self.running)
@@ -196,6 +202,7 @@ class Supervisor:
         since_sweep = sweep_every  # sweep at once on start-up: resume what a restart left
         while True:
             try:
+                await self.beat()
                 await self.heartbeat()
                 if self.sweeping and since_sweep >= sweep_every:
                     await self.sweep()
@@ -219,6 +226,14 @@ class Supervisor:
         if self._background is not None:
             self._background.cancel()
             await asyncio.gather(self._background, return_exceptions=True)
+        if self._beaten:  # /healthz stops counting this worker at once
+            try:
+                await db_hop(WorkerHeartbeat.forget)(self.worker_id)
+                self._beaten = False
+            except Exception as error:  # its row goes stale within the lease instead
+                logger.warning(
+                    "Worker %s: could not remove its heartbeat: %r", self.worker_id, error
+                )
         # Claims under way end in a run (stopped below) or a release (handed over below).
         for failed in await asyncio.gather(*self._starting, return_exceptions=True):
             if isinstance(failed, Exception):  # its lease, if it took one, goes stale

@@ -72,6 +72,8 @@ def env_list(name: str, default: list[str]) -> list[str]:
 DEBUG = env_bool("DEBUG", True)
 # With DEBUG off there are no defaults for these: start-up refuses until they are set (below).
 SECRET_KEY = env_str("SECRET_KEY") or (DEVELOPMENT_SECRET_KEY if DEBUG else "")
+# Earlier keys, still accepted for logins and password-reset links while a new one takes over.
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 _LOCAL_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", _LOCAL_HOSTS if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -344,7 +346,8 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(session)s: %(message)s"}
     },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["session"]}
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["session"]},
+        "null": {"class": "logging.NullHandler"},
     },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
@@ -358,6 +361,9 @@ LOGGING = {
         # is logged by django.request with its traceback.
         "django": {"handlers": [], "level": "INFO"},
         "django.channels": {"level": "WARNING"},
+        # A request naming a host not in ALLOWED_HOSTS (scanners try any) is answered 400,
+        # which the proxy's access log shows; Django reports each with a whole traceback.
+        "django.security.DisallowedHost": {"handlers": ["null"], "propagate": False},
     },
 }
 

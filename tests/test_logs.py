@@ -31,6 +31,8 @@ logging.getLogger("django.channels.worker").warning("channel trouble")
 logging.getLogger("daphne.server").info("Listening on TCP address 127.0.0.1:8000")
 with about_session("0b6f7c52-5d1b-4b5c-9a5e-7d1f4a0e2c11"):
     logging.getLogger("research.web").warning("Web search failed (timeout)")
+# A scanner's made-up host name: answered 400 (the proxy logs it), not a traceback here.
+logging.getLogger("django.security.DisallowedHost").error("Invalid HTTP_HOST header: 'x'")
 """
     for program in ("daphne", "runworker"):
         result = in_fresh_python(code.replace("sys.argv[1]", repr(program)), DEBUG="1")

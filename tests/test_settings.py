@@ -94,13 +94,17 @@ def test_every_missing_setting_is_named_in_one_go():
 
 
 def test_a_team_deployment_starts_and_serves_hashed_static_files():
-    show = "[settings.DEBUG, settings.ALLOWED_HOSTS, settings.STORAGES['staticfiles']['BACKEND']]"
-    result = load_production(show)
+    show = (
+        "[settings.DEBUG, settings.ALLOWED_HOSTS, settings.STORAGES['staticfiles']['BACKEND'],"
+        " settings.SECRET_KEY_FALLBACKS]"
+    )
+    result = load_production(show, SECRET_KEY_FALLBACKS="the-key-before, the-one-before-that")
     assert result.returncode == 0, result.stderr
     assert ast.literal_eval(result.stdout) == [
         False,
         ["deepthink.example.org"],
         "whitenoise.storage.CompressedManifestStaticFilesStorage",
+        ["the-key-before", "the-one-before-that"],
     ]
 
 

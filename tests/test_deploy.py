@@ -30,8 +30,6 @@ from tests.production_stack import (
     start_processes,
 )
 
-websockets_sync = pytest.importorskip("websockets.sync.client")
-
 HASHED_STATIC = re.compile(r'"(/static/[^"]+\.[0-9a-f]{12}\.(?:css|js))"')
 YEAR = "public, max-age=31536000, immutable"
 
@@ -218,9 +216,10 @@ def start_session(client: httpx.Client, stack: Stack) -> uuid.UUID:
 
 def watch(client: httpx.Client, stack: Stack, session_id: uuid.UUID) -> list[str]:
     """Frames from the session's live page, until the session completes."""
+    websockets = pytest.importorskip("websockets.sync.client")
     frames: list[str] = []
     url = stack.url.replace("https:", "wss:") + f"/ws/sessions/{session_id}/"
-    with websockets_sync.connect(
+    with websockets.connect(
         url,
         ssl=stack.tls(),
         origin=stack.url,

@@ -42,6 +42,18 @@ async def beat(seconds_ago: float = 0.0, worker_id: str = "worker-a") -> None:
     await WorkerHeartbeat.objects.acreate(worker_id=worker_id, seen_at=seen)
 
 
+async def until_status(wanted: int, ask: Any = None, timeout: float = 20) -> bool:
+    async def status() -> int:
+        return (await probe())[0] if ask is None else await ask()
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await status() == wanted:
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
 async def test_healthy_when_the_database_the_channel_layer_and_a_worker_answer():
     await beat(seconds_ago=5)
     status, body = await probe()
@@ -149,7 +161,7 @@ async def test_a_running_worker_keeps_it_healthy_until_it_stops(settings: Any):
     supervisor = Supervisor(worker_id="worker-running")
     supervisor.ensure_background()
     try:
-        assert await _until_status(200), "its first tick beats"
+        assert await until_status(200), "its first tick beats"
         assert await WorkerHeartbeat.objects.filter(worker_id="worker-running").aexists()
     finally:
         await supervisor.shutdown()
@@ -174,7 +186,7 @@ async def test_the_one_process_mode_reports_its_own_worker(settings: Any, backgr
         return response["status"]
 
     # The first request starts the in-process worker, whose first tick beats.
-    assert await _until_status(200, asgi_probe)
+    assert await until_status(200, asgi_probe)
 
 
 async def test_it_answers_over_plain_http_where_pages_redirect_to_https(settings: Any):
@@ -183,18 +195,6 @@ async def test_it_answers_over_plain_http_where_pages_redirect_to_https(settings
     await beat()
     assert (await AsyncClient().get("/accounts/login/")).status_code == 301
     assert (await probe())[0] == 200
-
-
-async def _until_status(wanted: int, ask: Any = None, timeout: float = 20) -> bool:
-    async def status() -> int:
-        return (await probe())[0] if ask is None else await ask()
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await status() == wanted:
-            return True
-        await asyncio.sleep(0.1)
-    return False
 
 
 @pytest.mark.parametrize("verb", ["post", "put", "delete"])

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser.app_server import daphne_flags
+from tests.browser.app_server import daphne_flags, free_port
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.helpers import services_available
 from tests.production_stack import (
@@ -73,6 +73,48 @@ def test_the_caddyfile_is_valid(tmp_path: Path):
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Valid configuration" in result.stdout + result.stderr
+
+
+def test_the_caddyfile_serves_static_files_with_their_caching(tmp_path: Path):
+    """Its static part as written, on a local port over HTTP (Caddy's TLS needs a real
+    name): hashed names a year, others an hour, the compressed copy when asked."""
+    if shutil.which("caddy") is None:
+        pytest.skip("caddy is not installed")
+    static = tmp_path / "staticfiles" / "thinking"
+    static.mkdir(parents=True)
+    (static / "app.0123456789ab.css").write_text("body { color: black; }\n" * 50)
+    subprocess.run(["gzip", "-k", str(static / "app.0123456789ab.css")], check=True)
+    (static / "app.css").write_text("body { color: black; }\n")
+    port = free_port()
+    config = (DEPLOY / "Caddyfile").read_text()
+    for old, new in (
+        ("deepthink.example.org {", f"http://127.0.0.1:{port} {{"),
+        ("/srv/deepthink/staticfiles", str(tmp_path / "staticfiles")),
+    ):
+        assert old in config
+        config = config.replace(old, new)
+    (tmp_path / "Caddyfile").write_text("{\n\tadmin off\n}\n" + config)
+    caddy = subprocess.Popen(
+        ["caddy", "run", "--adapter", "caddyfile", "--config", str(tmp_path / "Caddyfile")],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/static/thinking"
+        hashed = until(lambda: _get_or_none(f"{url}/app.0123456789ab.css"))
+        assert hashed.status_code == 200 and hashed.headers["cache-control"] == YEAR
+        assert hashed.headers["content-encoding"] == "gzip"
+        plain = httpx.get(f"{url}/app.css")
+        assert plain.headers["cache-control"] == "public, max-age=3600"
+    finally:
+        caddy.terminate()
+        caddy.wait(timeout=30)
+
+
+def _get_or_none(url: str) -> httpx.Response | None:
+    try:
+        return httpx.get(url, headers={"Accept-Encoding": "gzip"})
+    except httpx.TransportError:
+        return None
 
 
 def test_the_production_web_process_has_the_makefiles_daphne_flags():

@@ -57,6 +57,7 @@ class Setup:
     database_url: str = ""  # the throwaway PostgreSQL database the benchmarks use
     database_name: str = ""
     sqlite_dir: str = ""
+    static_dir: str = ""  # collectstatic's output, as production serves it
     redis_url: str = ""  # REDIS_URL given (the in-process benchmarks use the in-memory layer)
     prefix: str = field(default_factory=lambda: f"bench-{os.getpid()}-{secrets.token_hex(3)}")
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
@@ -103,6 +104,11 @@ def prepare(*, quick: bool, fakes: FakeHost) -> Setup:
     env.setdefault("DEBUG", "0")
     env.setdefault("SECRET_KEY", "bench-" + secrets.token_hex(24))
     env.setdefault("LOG_LEVEL", "WARNING")
+    # DEBUG off needs the host names (the test client's, and the live pages' origin first)
+    # and the static files collected, as a deployment does.
+    env.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+    setup.static_dir = tempfile.mkdtemp(prefix="deepthink-bench-static-")
+    env["STATIC_ROOT"] = setup.static_dir
     env["DEEPTHINK_INPROCESS_WORKER"] = "0"
     # The per-person limit on sessions thinking at once is a product rule, not the worker's
     # capacity: the benchmarks start hundreds of sessions of one user.
@@ -137,6 +143,7 @@ def start_django() -> None:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
+    call_command("collectstatic", interactive=False, verbosity=0)
     # The ASGI application, loaded at start as daphne and `runworker` load it (and with it
     # the start-up objects frozen out of the collector's full passes: config/startup.py).
     import config.asgi  # noqa: F401
@@ -156,6 +163,8 @@ def teardown(setup: Setup) -> None:
             print(f"bench: could not drop {setup.database_name}: {error}", file=sys.stderr)
     if setup.sqlite_dir:
         shutil.rmtree(setup.sqlite_dir, ignore_errors=True)
+    if setup.static_dir:
+        shutil.rmtree(setup.static_dir, ignore_errors=True)
 
 
 # --- the machine -----------------------------------------------------------------------

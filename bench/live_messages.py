@@ -36,6 +36,8 @@ def _environment(directory: str) -> None:
     os.environ.setdefault("DEBUG", "0")
     os.environ.setdefault("SECRET_KEY", "bench-" + secrets.token_hex(24))
     os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+    os.environ["STATIC_ROOT"] = str(Path(directory) / "static")
     os.environ["DEEPTHINK_INPROCESS_WORKER"] = "0"
     os.environ["SQLITE_PATH"] = str(Path(directory) / "bench.sqlite3")
     os.environ.pop("DATABASE_URL", None)
@@ -285,4 +287,5 @@ if __name__ == "__main__":
 
         django.setup()
         call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
         asyncio.run(main([int(n) for n in arguments.lengths.split(",")]))

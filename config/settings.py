@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
 from config.pool import health_check
+from config.production import DEVELOPMENT_SECRET_KEY, refusals
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -69,13 +70,12 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = env_str("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
-    SECRET_KEY = "django-insecure-local-development-key-only-used-while-DEBUG-is-on"  # noqa: S105
-
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+# With DEBUG off there are no defaults for these: start-up refuses until they are set (below).
+SECRET_KEY = env_str("SECRET_KEY") or (DEVELOPMENT_SECRET_KEY if DEBUG else "")
+# Earlier keys, still accepted for logins and password-reset links while a new one takes over.
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
+_LOCAL_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", _LOCAL_HOSTS if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 # Transport security: on by default whenever DEBUG is off; each can be turned off for a
@@ -94,6 +94,17 @@ SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 if env_bool("SECURE_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
+if not DEBUG and (
+    _REFUSALS := refusals(
+        secret_key=SECRET_KEY,
+        allowed_hosts=ALLOWED_HOSTS,
+        session_cookie_secure=SESSION_COOKIE_SECURE,
+        csrf_cookie_secure=CSRF_COOKIE_SECURE,
+    )
+):
+    raise ImproperlyConfigured("DEBUG is off, so: " + "; ".join(_REFUSALS) + ".")
+# A load balancer or monitor may ask /healthz over plain HTTP, straight from the web process.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 # Only our own scripts and styles run: model and web text can never add any. The live
 # stream's filter adds one style element, with the request's nonce; style attributes carry
 # progress widths. htmx is configured (base.html) to need neither eval nor inline styles.
@@ -289,20 +300,59 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Where `collectstatic` gathers them (deploy/run-production.sh prepare) for the proxy and
+# WhiteNoise to serve.
+STATIC_ROOT = Path(env_str("STATIC_ROOT") or BASE_DIR / "staticfiles")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # With DEBUG off, collected files are named after a hash of their content (pages link to
+    # those names through the manifest) and get a compressed copy beside them, so they are
+    # cached for a year: a changed file is a new name. While developing, the source files.
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 # Serve straight from the source folders while developing; collectstatic in production.
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# Logs go to standard error (the journal under systemd), one line per event: one handler,
+# on the root logger, which replaces what daphne and runworker set up before Django starts
+# (a handler of our own beside theirs printed every line twice). A line logged while a
+# worker runs a session names it (config/logs.py).
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(
+        f"LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {LOG_LEVEL!r}"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"session": {"()": "config.logs.SessionFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(session)s: %(message)s"}
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["session"]},
+        "null": {"class": "logging.NullHandler"},
+    },
+    "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        "thinking": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-        "research": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-        "django.channels": {"handlers": ["console"], "level": "WARNING"},
+        "thinking": {"level": LOG_LEVEL},
+        "research": {"level": LOG_LEVEL},
+        "accounts": {"level": LOG_LEVEL},
+        "config": {"level": LOG_LEVEL},
+        "daphne": {"level": "INFO"},  # where it listens
+        # Django's own defaults give these handlers of their own (the console while DEBUG is
+        # on, mail to ADMINS): theirs go through the root's instead. A request that fails
+        # is logged by django.request with its traceback.
+        "django": {"handlers": [], "level": "INFO"},
+        "django.channels": {"level": "WARNING"},
+        # A request naming a host not in ALLOWED_HOSTS (scanners try any) is answered 400,
+        # which the proxy's access log shows; Django reports each with a whole traceback.
+        "django.security.DisallowedHost": {"handlers": ["null"], "propagate": False},
     },
 }
 
@@ -470,6 +520,8 @@ DEEPTHINK_WORKER_CAPACITY = env_int("DEEPTHINK_WORKER_CAPACITY", 8, minimum=1)
 DEEPTHINK_LEASE_SECONDS = env_float("DEEPTHINK_LEASE_SECONDS", 30.0, minimum=1.0)
 DEEPTHINK_HEARTBEAT_SECONDS = env_float("DEEPTHINK_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
 DEEPTHINK_SWEEP_SECONDS = env_float("DEEPTHINK_SWEEP_SECONDS", 10.0, minimum=0.1)
+# /healthz gives up on the database or the channel layer after this long (config/health.py).
+DEEPTHINK_HEALTHZ_TIMEOUT_SECONDS = env_float("DEEPTHINK_HEALTHZ_TIMEOUT_SECONDS", 2.0, minimum=0.1)
 if DEEPTHINK_HEARTBEAT_SECONDS >= DEEPTHINK_LEASE_SECONDS:
     raise ImproperlyConfigured(
         "DEEPTHINK_HEARTBEAT_SECONDS must be shorter than DEEPTHINK_LEASE_SECONDS, "

@@ -3,9 +3,11 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from config.health import healthz
 from thinking.api import api
 
 urlpatterns = [
+    path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("", include("accounts.urls")),
     path("accounts/", include("django.contrib.auth.urls")),

@@ -944,3 +944,39 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} to {self.target[:60]} ({self.status})"
+
+
+# --- Worker heartbeats (/healthz, config/health.py) -------------------------------------------
+
+
+class WorkerHeartbeat(models.Model):
+    """A worker process alive at `seen_at`: its supervisor beats every tick
+    (thinking/worker.py) and deletes the row when it stops. `/healthz` calls the workers
+    healthy while one has beaten within the lease (DEEPTHINK_LEASE_SECONDS), the time after
+    which a session's worker counts as gone too. A killed worker's row just goes stale; a
+    starting worker prunes rows stale for a day."""
+
+    worker_id = models.CharField(max_length=100, unique=True)
+    seen_at = models.DateTimeField(db_index=True)
+
+    PRUNE_AFTER = timedelta(days=1)
+
+    def __str__(self) -> str:
+        return f"{self.worker_id} at {self.seen_at:%Y-%m-%d %H:%M:%S}"
+
+    @classmethod
+    def beat(cls, worker_id: str) -> None:
+        now = timezone.now()
+        if cls.objects.filter(worker_id=worker_id).update(seen_at=now):
+            return
+        cls.objects.filter(seen_at__lt=now - cls.PRUNE_AFTER).delete()  # once per worker
+        cls.objects.update_or_create(worker_id=worker_id, defaults={"seen_at": now})
+
+    @classmethod
+    def forget(cls, worker_id: str) -> None:
+        cls.objects.filter(worker_id=worker_id).delete()
+
+    @classmethod
+    def last_seen(cls) -> datetime | None:
+        """When the most recently seen worker beat (None: no worker is known)."""
+        return cls.objects.aggregate(last=models.Max("seen_at"))["last"]

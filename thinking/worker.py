@@ -27,12 +27,13 @@ from django.conf import settings
 from django.utils import timezone
 
 from config.hops import db_hop
+from config.logs import about_session
 from research.web import SharedWebClient
 
 from . import broadcast, loop, notify, steps
 from .events import Publish, SessionEvent
 from .llm import LLMError, SharedModelClient
-from .models import ThinkingSession
+from .models import ThinkingSession, WorkerHeartbeat
 from .per_loop import PerLoop
 from .publishing import SessionPublisher
 from .run import Clock, Meter
@@ -80,6 +81,7 @@ class Supervisor:
         self.closing = False  # shutting down: it claims nothing more
         self._starting: set[asyncio.Task[bool]] = set()  # claims under way (`start`)
         self._handed_back: list[uuid.UUID] = []  # claimed as the shutdown began, let go of
+        self._beaten = False  # its WorkerHeartbeat row exists (for /healthz)
 
     def open_clients(self) -> None:
         """Build the shared model and web clients now, on this event loop (~30 ms of CPU
@@ -123,6 +125,10 @@ class Supervisor:
         return True
 
     async def _run(self, session_id: uuid.UUID) -> str | None:
+        with about_session(session_id):  # what this task logs names the session
+            return await self._run_session(session_id)
+
+    async def _run_session(self, session_id: uuid.UUID) -> str | None:
         # The session's updates go out in order from their own task, so rendering and
         # sending them does not delay its next model call.
         publish = SessionPublisher(self.publish)
@@ -162,9 +168,14 @@ class Supervisor:
         for session_id in list(self.running):
             try:
                 await self.publish(SessionEvent(session_id))
-            except Exception:  # a lost header is refreshed by the next one
-                logger.warning("Could not publish the heartbeat of %s", session_id)
+            except Exception as error:  # a lost header is refreshed by the next one
+                logger.warning("Could not publish the heartbeat of %s: %r", session_id, error)
         return renewed
+
+    async def beat(self) -> None:
+        """Say this worker is alive, for /healthz (thinking.models.WorkerHeartbeat)."""
+        await db_hop(WorkerHeartbeat.beat)(self.worker_id)
+        self._beaten = True
 
     async def sweep(self) -> int:
         """Start sessions nobody runs: a lost start message, a dead worker, a resume."""
@@ -191,6 +202,7 @@ class Supervisor:
         since_sweep = sweep_every  # sweep at once on start-up: resume what a restart left
         while True:
             try:
+                await self.beat()
                 await self.heartbeat()
                 if self.sweeping and since_sweep >= sweep_every:
                     await self.sweep()
@@ -214,6 +226,14 @@ class Supervisor:
         if self._background is not None:
             self._background.cancel()
             await asyncio.gather(self._background, return_exceptions=True)
+        if self._beaten:  # /healthz stops counting this worker at once
+            try:
+                await db_hop(WorkerHeartbeat.forget)(self.worker_id)
+                self._beaten = False
+            except Exception as error:  # its row goes stale within the lease instead
+                logger.warning(
+                    "Worker %s: could not remove its heartbeat: %r", self.worker_id, error
+                )
         # Claims under way end in a run (stopped below) or a release (handed over below).
         for failed in await asyncio.gather(*self._starting, return_exceptions=True):
             if isinstance(failed, Exception):  # its lease, if it took one, goes stale
@@ -357,8 +377,10 @@ def request_start(session_id: uuid.UUID) -> None:
 
     try:
         async_to_sync(get_channel_layer().send)(CHANNEL, doorbell(session_id))
-    except Exception:
-        logger.warning("Could not send the start message for %s; the sweeper will", session_id)
+    except Exception as error:
+        logger.warning(
+            "Could not send the start message for %s (%r); the sweeper will", session_id, error
+        )
 
 
 def with_inprocess_worker(application: Any) -> Any:

@@ -5,7 +5,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("thinking", "0016_thought_session_type"),
+        ("thinking", "0017_worker_heartbeat"),
     ]
 
     operations = [

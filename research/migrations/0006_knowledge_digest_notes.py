@@ -5,8 +5,8 @@ finds an old "ﬁ" too, and its digest is filled in.
 
 On SQLite, adding a column with a default rebuilds the table, and the rebuild drops its
 triggers: the ones that keep the full-text index of 0002 in step are made again here, before
-any text is changed. (Any later migration that rebuilds research_knowledgeitem must do the
-same.)"""
+any text is changed (and, going back, after the columns are gone). Any later migration that
+rebuilds research_knowledgeitem must do the same."""
 
 import hashlib
 import re
@@ -107,6 +107,8 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # Backwards, removing the columns rebuilds the table again: triggers last.
+        migrations.RunPython(migrations.RunPython.noop, restore_triggers),
         migrations.AddField(
             model_name="knowledgeitem",
             name="digest",
@@ -121,6 +123,6 @@ class Migration(migrations.Migration):
             model_name="knowledgeitem",
             index=models.Index(fields=["owner", "digest"], name="knowledge_owner_digest"),
         ),
-        migrations.RunPython(restore_triggers, restore_triggers),
+        migrations.RunPython(restore_triggers, migrations.RunPython.noop),
         migrations.RunPython(clean_and_hash, migrations.RunPython.noop),
     ]

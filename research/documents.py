@@ -65,6 +65,7 @@ _NOISE = re.compile("[\ue000-\uf8ff\ufffd\U000f0000-\U0010ffff\x00-\x08\x0e-\x1f
 _NOT_WORDS = re.compile(r"\W+")
 _RUNS = re.compile(r"(\S)\1{3,}")
 UNREADABLE_SHARE = 0.5  # more glyph names and noise than this share of the text: refused
+SAMPLE_CHARS = 100_000  # of a longer text, 20 evenly spaced parts are judged
 MIN_WORD_SHARE = 0.25  # and fewer letters and digits than this share (of 40 characters or more)
 
 # Titles that say nothing about the document: what an editor fills in by itself.
@@ -155,7 +156,11 @@ def read_document(data: bytes, *, name: str) -> Document:
 def clean_text(text: str) -> str:
     """`text` as it is stored and searched: NFKC-normalised, one kind of line break, no
     control characters but tabs and newlines, no surrogates."""
-    text = _SURROGATES.sub("", text.replace("\r\n", "\n").translate(_CLEAN))
+    text = text.replace("\r\n", "\n").translate(_CLEAN)
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # rare: only then look for the surrogates
+        text = _SURROGATES.sub("", text)
     return unicodedata.normalize("NFKC", text).strip()
 
 
@@ -180,7 +185,13 @@ def title_from_filename(name: str) -> str:
 def unreadable(text: str) -> bool:
     """Whether `text` is mostly glyph names, private-use or replacement characters and
     controls, or hardly has a letter or digit among its other characters: what a PDF without
-    a character map, or a binary file, yields instead of words."""
+    a character map, or a binary file, yields instead of words. A long text is judged by
+    evenly spaced samples of it."""
+    if len(text) > SAMPLE_CHARS:
+        step = len(text) // 20
+        text = "\n".join(
+            text[start : start + SAMPLE_CHARS // 20] for start in range(0, len(text), step)
+        )
     visible = len(text) - sum(text.count(c) for c in " \n\t")
     if visible == 0:
         return False

@@ -465,6 +465,12 @@ DEEPTHINK_KNOWLEDGE_MAX_UPLOAD_BYTES = env_int(
 DEEPTHINK_KNOWLEDGE_MAX_FILE_BYTES = env_int(
     "DEEPTHINK_KNOWLEDGE_MAX_FILE_BYTES", 50_000_000, minimum=1
 )
+# Each uploaded or imported file is read in a process of its own (research/read_process.py):
+# refused when reading it takes longer than this, or more memory than this (beyond what the
+# reader starts with); at most this many files are read at once per server process.
+DEEPTHINK_KNOWLEDGE_READ_SECONDS = env_float("DEEPTHINK_KNOWLEDGE_READ_SECONDS", 60.0, minimum=1)
+DEEPTHINK_KNOWLEDGE_READ_MEMORY_MB = env_int("DEEPTHINK_KNOWLEDGE_READ_MEMORY_MB", 1024, minimum=64)
+DEEPTHINK_KNOWLEDGE_READERS = env_int("DEEPTHINK_KNOWLEDGE_READERS", 2, minimum=1)
 # Page text asked of Exa per web result (bounded), besides its highlights.
 DEEPTHINK_WEB_TEXT_CHARS = env_int("DEEPTHINK_WEB_TEXT_CHARS", 3000, minimum=0)
 # The citation check (thinking/citations.py): on/off, claims per checker call, calls at

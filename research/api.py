@@ -15,7 +15,7 @@ from config.http import ApiRequest
 
 from .documents import DocumentError
 from .forms import UploadForm
-from .knowledge import add_item
+from .knowledge import Change, store_reading
 from .models import KnowledgeItem, KnowledgeSource
 
 router = Router(tags=["knowledge"])
@@ -47,6 +47,14 @@ class KnowledgeOut(Schema):
     title: str
     source: str
     team: int | None
+    notes: list[str] = Field(
+        description="How the file was read, for a person: a cut at the passage limit "
+        "(“Truncated at 5,000 passages …”), pages left out, the reader's warnings."
+    )
+    duplicate: bool = Field(
+        description="True when the same text was already in your knowledge (for this team, "
+        "or private): nothing new was stored, and this is the item that holds it."
+    )
     passages: list[PassageOut]
 
 
@@ -54,12 +62,14 @@ def _invalid(field: str, message: str) -> ValidationError:
     return ValidationError([{"loc": ["body", field], "msg": message, "type": "value_error"}])
 
 
-def knowledge_row(item: KnowledgeItem) -> dict[str, Any]:
+def knowledge_row(item: KnowledgeItem, *, duplicate: bool = False) -> dict[str, Any]:
     return {
         "id": item.pk,
         "title": item.title,
         "source": item.source,
         "team": item.team_id,
+        "notes": list(item.notes),
+        "duplicate": duplicate,
         "passages": [
             {"position": p.position, "page": p.page, "heading": p.heading, "text": p.text}
             for p in item.passages.all()
@@ -69,15 +79,23 @@ def knowledge_row(item: KnowledgeItem) -> dict[str, Any]:
 
 @router.post(
     "",
-    response={201: KnowledgeOut, 401: ErrorOut, 403: ErrorOut, 422: ValidationErrorOut},
+    response={
+        200: KnowledgeOut,
+        201: KnowledgeOut,
+        401: ErrorOut,
+        403: ErrorOut,
+        422: ValidationErrorOut,
+    },
     url_name="knowledge-upload",
 )
 def upload_knowledge(
     request: ApiRequest, file: File[UploadedFile], team: Form[int | None] = None
 ) -> Status[dict[str, Any]]:
     """Add a document (PDF, HTML, Markdown or text) to your knowledge base, split into
-    passages. `team` shares it with one of your teams. A file that cannot be read is a 422
-    saying why; nothing is stored then."""
+    passages. `team` shares it with one of your teams. A file that cannot be read (damaged,
+    password-protected, too slow or too big to read, no readable text) is a 422 saying why;
+    nothing is stored then. The same text again is a 200 with the item that already holds
+    it (`duplicate`); a new item is a 201."""
     user = request.auth
     shared = None
     if team is not None:
@@ -90,14 +108,11 @@ def upload_knowledge(
             "file", " ".join(map(str, form.errors.get("file", ["The file was refused."])))
         )
     try:
-        item = add_item(
-            owner=user,
-            title=form.cleaned_data["title"],
-            body=form.cleaned_data["body"],
-            source=KnowledgeSource.UPLOAD,
-            team=shared,
-            sections=form.cleaned_data["sections"],
+        saved = store_reading(
+            form.cleaned_data["reading"], owner=user, source=KnowledgeSource.UPLOAD, team=shared
         )
-    except DocumentError as error:  # pragma: no cover - the form read it already
+    except DocumentError as error:  # the database refused its text
         raise _invalid("file", str(error)) from None
-    return Status(201, knowledge_row(item))
+    if saved.change is Change.DUPLICATE:
+        return Status(200, knowledge_row(saved.item, duplicate=True))
+    return Status(201, knowledge_row(saved.item))

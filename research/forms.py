@@ -7,8 +7,8 @@ from django import forms
 
 from accounts.models import Team
 
-from .documents import DESCRIPTION, DocumentError
-from .knowledge import TEXT_SUFFIXES, clean_text, max_upload_bytes, read_upload
+from .documents import DESCRIPTION, DocumentError, clean_text
+from .knowledge import TEXT_SUFFIXES, max_upload_bytes, read_upload
 from .models import KnowledgeItem
 
 
@@ -78,11 +78,9 @@ class UploadForm(forms.Form):
                 f"“{name}” is {upload.size:,} bytes; the limit is {limit:,} bytes."
             )
         try:
-            title, body, sections = read_upload(upload.read(), name=name)
+            # Read in a process of its own, within the time and memory limits: a hostile file
+            # is refused with the reason, and never holds up the server.
+            self.cleaned_data["reading"] = read_upload(upload.read(), name=name)
         except DocumentError as error:
             raise forms.ValidationError(str(error)) from None
-        self.cleaned_data["name"] = name
-        self.cleaned_data["body"] = body
-        self.cleaned_data["title"] = title
-        self.cleaned_data["sections"] = sections
         return upload

@@ -1,48 +1,64 @@
 """Writing the knowledge base: notes, uploaded and imported documents, session answers.
 
 Everything that adds an item goes through `add_item` (or `save_item`, which also says what
-happened), so titles and bodies are cleaned the same way wherever they come from, and every
-item is split into passages (with their page or heading) that search and citations point to.
+happened), so titles and bodies are cleaned the same way wherever they come from, every
+item is split into passages (with their page or heading) that search and citations point to,
+and the same text is stored once per owner and team. Files are read by `read_upload`, in a
+process of its own with a time and a memory limit (research/read_process.py).
 """
 
 from __future__ import annotations
 
 import enum
-import re
-from collections.abc import Iterator
+import hashlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import DataError, connection, transaction
 
 from accounts.models import Team
 
-from . import documents
-from .documents import Document, DocumentError, Section, read_document
+from . import documents, read_process
+from .documents import DocumentError, Section, clean_text, first_heading
 from .models import KnowledgeItem, KnowledgeSource, Passage
 
 # Every format a document may come in (research/documents.py), so the folder walk, the
 # upload form and the API accept the same files.
 TEXT_SUFFIXES = documents.SUFFIXES
 TITLE_MAX = KnowledgeItem._meta.get_field("title").max_length or 300
-# An ATX Markdown heading ("# Title", "## Title ##"), not a "#hashtag".
-HEADING = re.compile(r"^\s{0,3}#{1,6}[ \t]+(?P<title>.+?)(?:[ \t]+#+)?[ \t]*$", re.MULTILINE)
-# A setext heading: a line underlined with === or ---.
-SETEXT_HEADING = re.compile(r"^(?P<title>[^\n]*\S[^\n]*)\n[ \t]*(?:=+|-+)[ \t]*$", re.MULTILINE)
+
+logger = logging.getLogger(__name__)
 
 
 class Change(enum.StrEnum):
     CREATED = "created"
     UPDATED = "updated"
     UNCHANGED = "unchanged"
+    # The same text is already stored for this owner and team: nothing new was added, and
+    # Saved.item is the item that holds it.
+    DUPLICATE = "duplicate"
 
 
 @dataclass(frozen=True)
 class Saved:
     item: KnowledgeItem
     change: Change
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A file as read for the knowledge base."""
+
+    name: str
+    title: str
+    body: str
+    sections: list[Section]
+    notes: list[str]  # how it was read, for a person (a cut at the passage limit, warnings)
 
 
 def max_upload_bytes() -> int:
@@ -55,10 +71,48 @@ def max_file_bytes() -> int:
     return int(getattr(settings, "DEEPTHINK_KNOWLEDGE_MAX_FILE_BYTES", 50_000_000))
 
 
-def replace_passages(item: KnowledgeItem, sections: list[Section] | None = None) -> int:
+def read_seconds() -> float:
+    """How long one file may take to read before it is refused."""
+    return float(settings.DEEPTHINK_KNOWLEDGE_READ_SECONDS)
+
+
+def read_memory_bytes() -> int:
+    """How much memory reading one file may take before it is refused."""
+    return int(settings.DEEPTHINK_KNOWLEDGE_READ_MEMORY_MB) * 1_000_000
+
+
+_readers_lock = threading.Lock()
+_readers: tuple[int, threading.BoundedSemaphore] | None = None
+
+
+def _reader_slots() -> threading.BoundedSemaphore:
+    """At most DEEPTHINK_KNOWLEDGE_READERS files are read at once in this process; more
+    uploads wait their turn (each reader may take its memory limit)."""
+    global _readers
+    wanted = int(settings.DEEPTHINK_KNOWLEDGE_READERS)
+    with _readers_lock:
+        if _readers is None or _readers[0] != wanted:
+            _readers = (wanted, threading.BoundedSemaphore(wanted))
+        return _readers[1]
+
+
+def content_digest(body: str) -> str:
+    """What two items with the same text share: a hash of the cleaned body with its
+    whitespace collapsed (so the same document read twice, or re-wrapped, compares equal)."""
+    return hashlib.sha256(" ".join(body.split()).encode()).hexdigest()
+
+
+def replace_passages(item: KnowledgeItem, sections: list[Section] | None = None) -> list[str]:
     """Split `item` into passages (from `sections` when the document gave them, else from its
-    Markdown headings) and store them in place of the old ones."""
-    parts = documents.passages(sections or documents.markdown_sections(item.body))
+    Markdown headings) and store them in place of the old ones. Returns the note to keep when
+    it is over the passage limit (documents.MAX_PASSAGES), else []."""
+    parts = documents.passages(
+        sections or documents.markdown_sections(item.body), limit=documents.MAX_PASSAGES + 1
+    )
+    notes = []
+    if len(parts) > documents.MAX_PASSAGES:
+        parts = parts[: documents.MAX_PASSAGES]
+        notes.append(documents.truncation_note(len(parts), parts[-1]))
     Passage.objects.filter(item=item).delete()
     Passage.objects.bulk_create(
         Passage(
@@ -70,16 +124,11 @@ def replace_passages(item: KnowledgeItem, sections: list[Section] | None = None)
         )
         for index, part in enumerate(parts)
     )
-    return len(parts)
-
-
-def clean_text(text: str) -> str:
-    # PostgreSQL text cannot hold NUL; normalise line endings so re-imports compare equal.
-    return text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n").strip()
+    return notes
 
 
 def clean_title(title: str, *, body: str = "") -> str:
-    title = " ".join(title.split())
+    title = " ".join(clean_text(title[: TITLE_MAX * 4]).split())
     if not title:
         first_line = next((line for line in body.splitlines() if line.strip()), "")
         title = " ".join(first_line.lstrip("#").split()) or "Untitled"
@@ -96,18 +145,7 @@ def safe_url(url: str) -> str:
 
 def title_from_text(text: str, *, fallback: str) -> str:
     """The first Markdown heading of `text`, else `fallback` (e.g. the file name)."""
-    matches = [m for m in (HEADING.search(text), SETEXT_HEADING.search(text)) if m]
-    if matches:
-        first = min(matches, key=lambda m: m.start())
-        heading = first.group("title").strip()
-        if heading:
-            return heading
-    return fallback
-
-
-def title_from_filename(name: str) -> str:
-    stem = Path(name).stem
-    return " ".join(stem.replace("_", " ").replace("-", " ").split()) or stem or "Untitled"
+    return first_heading(text) or fallback
 
 
 def save_item(
@@ -120,27 +158,38 @@ def save_item(
     origin: str = "",
     team: Team | None = None,
     sections: list[Section] | None = None,
+    notes: Sequence[str] = (),
 ) -> Saved:
     """Add an item, or, when `origin` names one this owner already has, update it in place
-    (or leave it alone if nothing changed). Its passages are rebuilt whenever it changes."""
+    (or leave it alone if nothing changed). Its passages are rebuilt whenever it changes.
+
+    A new upload or imported file whose text (cleaned, whitespace aside) this owner already
+    has, shared with the same team or private alike, is not stored again: the answer is
+    Change.DUPLICATE with the item that has it. Notes and session answers are always stored
+    (a note's title is part of what it says; each session keeps its own answer)."""
     body = clean_text(body)
     title = clean_title(title, body=body)
     url = safe_url(url)
-    if not origin:
-        with transaction.atomic():
-            item = KnowledgeItem.objects.create(
-                owner=owner, title=title, body=body, url=url, source=source, team=team
-            )
-            replace_passages(item, sections)
-        return Saved(item, Change.CREATED)
+    digest = content_digest(body)
+    notes = list(notes)
     with transaction.atomic():
-        existing = (
-            KnowledgeItem.objects.select_for_update()
-            .filter(owner=owner, origin=origin)
-            .order_by("id")
-            .first()
-        )
+        existing = None
+        if origin:
+            existing = (
+                KnowledgeItem.objects.select_for_update()
+                .filter(owner=owner, origin=origin)
+                .order_by("id")
+                .first()
+            )
         if existing is None:
+            if source in (KnowledgeSource.UPLOAD, KnowledgeSource.IMPORT):
+                twin = (
+                    KnowledgeItem.objects.filter(owner=owner, team=team, digest=digest)
+                    .order_by("id")
+                    .first()
+                )
+                if twin is not None:
+                    return Saved(twin, Change.DUPLICATE)
             item = KnowledgeItem.objects.create(
                 owner=owner,
                 title=title,
@@ -149,20 +198,36 @@ def save_item(
                 source=source,
                 origin=origin,
                 team=team,
+                digest=digest,
+                notes=notes,
             )
-            replace_passages(item, sections)
+            if cut := replace_passages(item, sections):
+                item.notes = [*notes, *cut]
+                item.save(update_fields=["notes"])
             return Saved(item, Change.CREATED)
-        if (existing.title, existing.body, existing.url, existing.team_id) == (
+        if (existing.title, existing.body, existing.url, existing.team_id, existing.notes) == (
             title,
             body,
             url,
             team.pk if team else None,
+            notes,
         ):
             return Saved(existing, Change.UNCHANGED)
         existing.title, existing.body, existing.url, existing.source = title, body, url, source
-        existing.team = team
-        existing.save(update_fields=["title", "body", "url", "source", "team", "updated_at"])
-        replace_passages(existing, sections)
+        existing.team, existing.digest = team, digest
+        existing.notes = notes + replace_passages(existing, sections)
+        existing.save(
+            update_fields=[
+                "title",
+                "body",
+                "url",
+                "source",
+                "team",
+                "digest",
+                "notes",
+                "updated_at",
+            ]
+        )
         return Saved(existing, Change.UPDATED)
 
 
@@ -178,7 +243,8 @@ def add_item(
     sections: list[Section] | None = None,
 ) -> KnowledgeItem:
     """Add a knowledge item. With an `origin` ("session:<uuid>", a file path), adding the
-    same origin again updates that item instead of making a second one."""
+    same origin again updates that item instead of making a second one; a file's text that
+    is already there gives the item that has it."""
     return save_item(
         owner=owner,
         title=title,
@@ -191,15 +257,59 @@ def add_item(
     ).item
 
 
-def read_upload(data: bytes, *, name: str) -> tuple[str, str, list[Section]]:
-    """(title, body, sections) of an uploaded or imported file; DocumentError when it cannot
-    be read. The title is the document's own, else its first heading, else the file name."""
-    document: Document = read_document(data, name=name)
-    body = clean_text(document.body)
-    if not body:
-        raise DocumentError(f"“{name}” is empty.", short="empty")
-    title = document.title or title_from_text(body, fallback=title_from_filename(name))
-    return title, body, document.sections
+def read_upload(data: bytes, *, name: str) -> Reading:
+    """An uploaded or imported file, read in a process of its own within the time and memory
+    limits (DEEPTHINK_KNOWLEDGE_READ_SECONDS, _READ_MEMORY_MB); DocumentError, with the
+    reason, when it cannot be read. The title is the document's own, else its first heading,
+    else the file name."""
+    if not connection.in_atomic_block:
+        # The request's database connection goes back to the pool while the file is read
+        # (up to a minute): uploads waiting on readers must not hold the connections that
+        # every other request needs. The next query takes one again.
+        connection.close()
+    slots = _reader_slots()
+    if not slots.acquire(timeout=2 * read_seconds()):
+        raise DocumentError(
+            f"“{name}” could not be read now: the server is busy reading other files; try "
+            "again in a minute.",
+            short="the server is busy reading other files",
+        )
+    try:
+        document = read_process.read(
+            data, name=name, seconds=read_seconds(), memory_bytes=read_memory_bytes()
+        )
+    finally:
+        slots.release()
+    return Reading(name, document.title, document.body, document.sections, document.notes)
+
+
+def store_reading(
+    reading: Reading,
+    *,
+    owner: User,
+    source: str,
+    team: Team | None = None,
+    origin: str = "",
+) -> Saved:
+    """`save_item` for a file that was read; DocumentError if the database refuses its text
+    (nothing of it is stored then)."""
+    try:
+        return save_item(
+            owner=owner,
+            title=reading.title,
+            body=reading.body,
+            source=source,
+            origin=origin,
+            team=team,
+            sections=reading.sections,
+            notes=reading.notes,
+        )
+    except DataError as error:
+        logger.warning("The database refused %s: %s", reading.name, error)
+        raise DocumentError(
+            f"“{reading.name}” could not be stored: the database refused its text.",
+            short="refused by the database",
+        ) from None
 
 
 # --- importing a folder ----------------------------------------------------------------
@@ -211,11 +321,14 @@ class ImportSummary:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+    duplicate: list[tuple[str, str]] = field(default_factory=list)  # (path, the item's title)
+    notes: dict[str, list[str]] = field(default_factory=dict)  # path -> how it was read
 
     def describe(self) -> str:
         return (
             f"{len(self.created)} new, {len(self.updated)} updated, "
-            f"{len(self.unchanged)} unchanged, {len(self.skipped)} skipped"
+            f"{len(self.unchanged)} unchanged, {len(self.skipped)} skipped, "
+            f"{len(self.duplicate)} already imported"
         )
 
 
@@ -268,20 +381,20 @@ def import_folder(root: Path, *, owner: User) -> ImportSummary:
             if size > limit:
                 summary.skipped.append((shown, f"{size:,} bytes, over the {limit:,}-byte limit"))
                 continue
-            title, body, sections = read_upload(path.read_bytes(), name=path.name)
+            reading = read_upload(path.read_bytes(), name=path.name)
+            saved = store_reading(
+                reading, owner=owner, source=KnowledgeSource.IMPORT, origin=f"file:{path}"
+            )
         except DocumentError as error:
             summary.skipped.append((shown, error.short))
             continue
         except OSError as error:  # removed or unreadable since the folder was listed
             summary.skipped.append((shown, error.strerror or "could not be read"))
             continue
-        saved = save_item(
-            owner=owner,
-            title=title,
-            body=body,
-            source=KnowledgeSource.IMPORT,
-            origin=f"file:{path}",
-            sections=sections,
-        )
+        if saved.change is Change.DUPLICATE:
+            summary.duplicate.append((shown, saved.item.title))
+            continue
         getattr(summary, saved.change.value).append(shown)
+        if saved.item.notes and saved.change is not Change.UNCHANGED:
+            summary.notes[shown] = list(saved.item.notes)
     return summary

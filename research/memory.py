@@ -11,6 +11,7 @@ every value reaches the database as a bound parameter.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -63,9 +64,10 @@ class MemoryResult:
 
 
 def query_terms(text: str) -> list[str]:
-    """The distinct words of `text`, lower-cased, at most MAX_TERMS of them."""
+    """The distinct words of `text`, NFKC-normalised as stored text is ("ﬁ" is "fi") and
+    lower-cased, at most MAX_TERMS of them."""
     terms: list[str] = []
-    for match in WORD.finditer(text or ""):
+    for match in WORD.finditer(unicodedata.normalize("NFKC", text or "")):
         term = match.group().lower()[:MAX_TERM_CHARS]
         if term not in OPERATOR_WORDS and term not in terms:
             terms.append(term)

@@ -52,6 +52,12 @@ class KnowledgeItem(models.Model):
     # Where the item came from (an imported file's path, "session:<uuid>"), so adding the
     # same thing again updates the item instead of duplicating it. Empty for notes.
     origin = models.CharField(max_length=1000, blank=True)
+    # A hash of the cleaned text (knowledge.content_digest): the same text is stored once per
+    # owner and team.
+    digest = models.CharField(max_length=64, blank=True, editable=False)
+    # What a person should know about how a file was read ("Truncated at 5,000 passages",
+    # pages left out, the parser's warnings), one sentence each.
+    notes = models.JSONField(default=list, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -62,6 +68,7 @@ class KnowledgeItem(models.Model):
         indexes = [
             models.Index(fields=["owner", "-created_at"], name="knowledge_owner_created"),
             models.Index(fields=["owner", "origin"], name="knowledge_owner_origin"),
+            models.Index(fields=["owner", "digest"], name="knowledge_owner_digest"),
         ]
 
     def __str__(self) -> str:

@@ -13,8 +13,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from accounts.models import team_ids_of
 from config.http import AuthenticatedHttpRequest
 
+from .documents import DocumentError
 from .forms import KnowledgeItemForm, SearchForm, UploadForm
-from .knowledge import add_item
+from .knowledge import Change, save_item, store_reading
 from .memory import MemoryResult, search_memory
 from .models import KnowledgeItem, KnowledgeSource
 
@@ -86,33 +87,45 @@ def knowledge_add(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = KnowledgeItemForm(request.POST, user=request.user)
     if not form.is_valid():
         return _list_page(request, item_form=form, status=422)
-    item = add_item(
+    item = save_item(
         owner=request.user,
         title=form.cleaned_data["title"],
         body=form.cleaned_data["body"],
         url=form.cleaned_data["url"],
         source=KnowledgeSource.NOTE,
         team=form.cleaned_data.get("team"),
-    )
+    ).item
     messages.success(request, f"Added “{item.title}”.")
+    for note in item.notes:  # a note over the passage limit says so
+        messages.warning(request, note)
     return redirect("knowledge-list")
 
 
 @login_required
 @require_POST
 def knowledge_upload(request: AuthenticatedHttpRequest) -> HttpResponse:
+    # The file is read while the form is validated, in a process of its own
+    # (knowledge.read_upload): this thread only waits, and every other request goes on.
     form = UploadForm(request.POST, request.FILES)
     if not form.is_valid():
         return _list_page(request, upload_form=form, status=422)
-    item = add_item(
-        owner=request.user,
-        title=form.cleaned_data["title"],
-        body=form.cleaned_data["body"],
-        source=KnowledgeSource.UPLOAD,
-        sections=form.cleaned_data["sections"],
-    )
-    messages.success(request, f"Uploaded “{form.cleaned_data['name']}” as “{item.title}”.")
-    return redirect(item)
+    reading = form.cleaned_data["reading"]
+    try:
+        saved = store_reading(reading, owner=request.user, source=KnowledgeSource.UPLOAD)
+    except DocumentError as error:
+        form.add_error("file", str(error))
+        return _list_page(request, upload_form=form, status=422)
+    if saved.change is Change.DUPLICATE:
+        messages.info(
+            request,
+            f"“{reading.name}” was already imported as “{saved.item.title}”; nothing new "
+            "was stored.",
+        )
+        return redirect(saved.item)
+    messages.success(request, f"Uploaded “{reading.name}” as “{saved.item.title}”.")
+    for note in saved.item.notes:
+        messages.warning(request, note)
+    return redirect(saved.item)
 
 
 @login_required

@@ -228,8 +228,10 @@ async def test_a_session_cites_the_passage_of_a_document_with_its_page(
     from thinking import evidence
 
     pdf = make_pdf(["Overview of reef ecology.", "Bleaching begins above thirty degrees."])
-    _, body, sections = read_upload(pdf, name="reefs.pdf")
-    await sync_to_async(add_item)(owner=alice, title="Reef report", body=body, sections=sections)
+    reading = await sync_to_async(read_upload)(pdf, name="reefs.pdf")
+    await sync_to_async(add_item)(
+        owner=alice, title="Reef report", body=reading.body, sections=reading.sections
+    )
     session = await sync_to_async(make_session)()
     await claim(session)
 

@@ -14,10 +14,12 @@ from research.knowledge import import_folder
 class Command(BaseCommand):
     help = (
         "Import the PDF, HTML, Markdown and text files under PATH (recursively) as knowledge "
-        "items of --owner, each split into passages. A file that cannot be read is skipped "
-        "with the reason and the rest goes on. The title is the document's own, else its "
-        "first heading, else the file name. Files imported before are matched by path: "
-        "unchanged ones are skipped, changed ones updated."
+        "items of --owner, each split into passages. Each file is read in a process of its "
+        "own within DEEPTHINK_KNOWLEDGE_READ_SECONDS and _READ_MEMORY_MB; a file that cannot "
+        "be read is skipped with the reason and the rest goes on. The title is the "
+        "document's own, else its first heading, else the file name. Files imported before "
+        "are matched by path: unchanged ones are skipped, changed ones updated; a file with "
+        "the same text as an item already there is not stored again."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -41,10 +43,13 @@ class Command(BaseCommand):
 
         summary = import_folder(root, owner=owner)
 
-        for name in summary.created:
-            self.stdout.write(f"  new        {name}")
-        for name in summary.updated:
-            self.stdout.write(f"  updated    {name}")
+        for label, names in (("new", summary.created), ("updated", summary.updated)):
+            for name in names:
+                self.stdout.write(f"  {label:<10} {name}")
+                for note in summary.notes.get(name, []):
+                    self.stdout.write(f"               note: {note}")
+        for name, title in summary.duplicate:
+            self.stdout.write(f"  same text  {name} (already imported as “{title}”)")
         for name, why in summary.skipped:
             self.stderr.write(f"  skipped    {name} ({why})")
         self.stdout.write(

@@ -27,7 +27,7 @@ from thinking.models import Status, ThinkingSession
 from thinking.routing import websocket_urlpatterns
 
 # Public by design: signing in, resetting a password, the API's schema and docs.
-PUBLIC = re.compile(r"^(accounts/|api/openapi\.json$|api/docs$|api/$)")
+PUBLIC = re.compile(r"^(accounts/|api/openapi\.json$|api/docs$|api/$|healthz$)")
 
 
 def routes() -> Iterator[str]:

@@ -18,6 +18,7 @@ from .capabilities import (
     validate,
 )
 from .models import Effort, FormatMode, ThinkingMode, ThinkingSession
+from .words import counted
 
 
 def default_synthesis_interval(budget_seconds: float) -> float:
@@ -458,13 +459,25 @@ class SteerForm(forms.Form):
 
 
 class ExtendForm(forms.Form):
-    """Think longer: more minutes for a completed session (#19)."""
+    """Think longer: more minutes for a completed session (#19). It thinks that many more
+    minutes; the time it left unused is added only when the person asks for it."""
 
     minutes = forms.FloatField(
         initial=5,
         label="More minutes",
         widget=forms.NumberInput(attrs={"step": "any", "min": "0.05"}),
     )
+    add_remainder = forms.BooleanField(required=False, label="Also add the unused time")
+
+    def __init__(self, *args: Any, unused_seconds: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.unused_seconds = unused_seconds
+        if unused_seconds >= 1:
+            self.fields[
+                "add_remainder"
+            ].label = (
+                f"Also add the {counted(round(unused_seconds / 60, 1), 'minute')} it left unused"
+            )
 
     def clean_minutes(self) -> float:
         minutes = self.cleaned_data["minutes"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.db.models import F, Max
@@ -19,7 +20,7 @@ from config.hops import db_hop
 from research import knowledge
 from research.models import KnowledgeSource
 
-from . import citations, notify, parsing, signals, stages
+from . import citations, notify, parsing, pricing, signals, stages
 from .events import SessionEvent
 from .llm import Reply, Usage
 from .models import (
@@ -76,25 +77,57 @@ def reasoning_text(reply: Reply) -> str:
 
 
 def record_calls(step: Step, purpose: str, replies: Sequence[Reply]) -> None:
-    """Each model call as a row, and its tokens on the session's counters."""
+    """Each model call as a row, priced by the model that made it, and its tokens and cost
+    on the session's counters and its usage per model (`usage_by_model`)."""
     session = step.session
-    ModelCall.objects.bulk_create(
-        ModelCall(
-            session_id=session.pk,
-            purpose=purpose,
-            model=call.model or session.model_id,
-            thinking_mode=call.thinking_mode,
-            stop_reason=call.stop_reason or "",
-            duration_ms=call.duration_ms,
-            input_tokens=call.usage.input_tokens,
-            output_tokens=call.usage.output_tokens,
-            cache_read_tokens=call.usage.cache_read_tokens,
-            cache_write_tokens=call.usage.cache_write_tokens,
-            content=call.content,
+    rows = []
+    tally = session.usage_by_model
+    spent = Decimal(0)
+    unpriced = 0
+    for call in (call for reply in replies for call in reply.attempts):  # cut-off ones too
+        model = call.model or session.model_id
+        usage = call.usage
+        tokens = (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
         )
-        for reply in replies
-        for call in reply.attempts  # a cut-off attempt was spent too
-    )
+        cost = pricing.call_cost(
+            model,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        )
+        rows.append(
+            ModelCall(
+                session_id=session.pk,
+                purpose=purpose,
+                model=model,
+                thinking_mode=call.thinking_mode,
+                stop_reason=call.stop_reason or "",
+                duration_ms=call.duration_ms,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cost_usd=cost,
+                content=call.content,
+            )
+        )
+        tally = pricing.tallied(tally, model=model, purpose=purpose, tokens=tokens, cost=cost)
+        if cost is None:
+            unpriced += 1
+        else:
+            spent += cost
+    ModelCall.objects.bulk_create(rows)
+    if rows:
+        step.update(
+            usage_by_model=tally,
+            cost_usd=F("cost_usd") + spent,
+            unpriced_calls=F("unpriced_calls") + unpriced,
+        )
     if replies:
         usage = sum((reply.total_usage for reply in replies), Usage())
         truncated = sum(1 for reply in replies if reply.truncated)
@@ -113,8 +146,9 @@ def record_calls(step: Step, purpose: str, replies: Sequence[Reply]) -> None:
 
 def plans_first(session: ThinkingSession) -> bool:
     """Whether the loop plans and researches before its first thought cycle: the session
-    researches and has no plan yet (one resumed after its plan goes on thinking)."""
-    return not session.plan and session.research_enabled
+    researches and has no plan yet (one resumed after its plan goes on thinking), and no
+    one has asked for its answer now."""
+    return not session.plan and session.research_enabled and not session.conclude_requested
 
 
 def begin_sync(

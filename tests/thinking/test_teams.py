@@ -276,15 +276,25 @@ def test_a_reservation_outside_the_starting_transaction_is_a_programming_error(t
 
 
 @pytest.mark.django_db
-def test_a_model_without_a_price_never_hits_a_dollar_ceiling(make_session: Any):
-    from decimal import Decimal
+def test_a_team_dollar_budget_needs_a_priced_model(
+    team: Team, alice: Any, settings: Any, django_user_model: Any
+):
+    """A team session reserves dollars from the team's budget: on a model without a price
+    that reservation could never be held, so the start is refused until it is priced."""
+    from thinking.forms import StartSessionForm
 
-    from thinking import budget
+    settings.DEEPTHINK_MODEL = "a-local-model"
+    settings.DEEPTHINK_FAST_MODEL = ""
+    Team.objects.filter(pk=team.pk).update(monthly_cost_budget_usd=10)
+    data = {"question": "Q?", "minutes": 1, "team": team.pk}
+    form = StartSessionForm(data, user=alice)
+    assert not form.is_valid()
+    [message] = form.errors["max_cost_usd"]
+    assert "No price is known for the model 'a-local-model'" in message
+    assert "DEEPTHINK_PRICES" in message and "the team Lab's dollar budget" in message
 
-    unpriced = make_session(model_id="a-local-model", max_cost_usd=Decimal("0.01"),
-                            input_tokens=10**9)  # fmt: skip
-    assert budget.session_cost(unpriced) is None
-    assert budget.over_cost_ceiling(unpriced) is False
+    settings.DEEPTHINK_PRICES = {"a-local-model": {"input": 0.5, "output": 1.5}}
+    assert StartSessionForm(data, user=alice).is_valid()
 
 
 @pytest.mark.django_db

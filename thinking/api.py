@@ -583,7 +583,7 @@ def start_session(request: ApiRequest, payload: StartIn) -> ninja.Status[dict[st
 
 @api.post(
     "/sessions/estimate",
-    response={200: EstimateOut, **CHANGE_ERRORS},
+    response={200: EstimateOut, 400: ErrorOut, **CHANGE_ERRORS},
     tags=["sessions"],
     summary="Estimate a session's cost",
 )

@@ -16,6 +16,7 @@ from django.contrib.auth.views import LoginView
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import add_never_cache_headers
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_http_methods, require_POST
 
 from config.http import AuthenticatedHttpRequest
@@ -132,7 +133,8 @@ class ThrottledLoginView(LoginView):
         ):
             form = self.get_form()
             minutes = max(1, settings.DEEPTHINK_LOGIN_WINDOW_SECONDS // 60)
-            form.add_error(None, f"Too many failed logins. Try again in {minutes} minutes.")
+            wait = ngettext("%(n)d minute", "%(n)d minutes", minutes) % {"n": minutes}
+            form.add_error(None, f"Too many failed logins. Try again in {wait}.")
             return self.render_to_response(self.get_context_data(form=form), status=429)
         return super().post(request, *args, **kwargs)
 

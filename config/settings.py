@@ -378,6 +378,20 @@ DEEPTHINK_EFFORT = env_str("DEEPTHINK_EFFORT", "").lower()
 DEEPTHINK_TOKEN_CEILING = env_int("DEEPTHINK_TOKEN_CEILING", 0, minimum=0)  # 0: none
 # A default dollar ceiling per session (0: none), from the built-in price table.
 DEEPTHINK_MAX_COST_USD = env_float("DEEPTHINK_MAX_COST_USD", 0.0, minimum=0.0)
+
+
+def _prices(raw: str) -> dict[str, dict[str, float]]:
+    from thinking.pricing import parse_prices
+
+    try:
+        return parse_prices(raw)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"DEEPTHINK_PRICES: {error}") from None
+
+
+# Prices of models the built-in table lacks (or other prices): JSON of US dollars per million
+# tokens, merged over the table (thinking/pricing.py has the format).
+DEEPTHINK_PRICES = _prices(env_str("DEEPTHINK_PRICES"))
 # A team session without its own ceiling reserves at most this share of what is left of the
 # team's monthly budget, so one session cannot lock the rest of the team out.
 DEEPTHINK_TEAM_SESSION_SHARE = env_float("DEEPTHINK_TEAM_SESSION_SHARE", 0.5, minimum=0.01)

@@ -1,5 +1,5 @@
-"""What people do to a session (start, pause, resume, cancel, steer, extend), in one place for the
-pages, the JSON API and the terminal.
+"""What people do to a session (start, pause, resume, cancel, conclude, steer, extend), in
+one place for the pages, the JSON API and the terminal.
 
 Each action checks who may do it, changes the rows through the model's verbs (which go through
 the one step context), and schedules the worker's doorbell and the live update for after the
@@ -43,7 +43,8 @@ def may_cancel(session: ThinkingSession, user: Any) -> bool:
 
 
 def may_extend(session: ThinkingSession, user: Any) -> bool:
-    """The owner, or an owner of the team it is shared with: an extension spends money."""
+    """The owner, or an owner of the team it is shared with: an extension spends money, and
+    concluding ends the thinking someone paid for."""
     if session.is_owned_by(user):
         return True
     return session.team is not None and session.team.role_of(user) == Role.OWNER
@@ -114,6 +115,19 @@ def cancel(session: ThinkingSession, *, user: Any) -> None:
     session.cancel(publish=_publish)
 
 
+def conclude(session: ThinkingSession, *, user: Any, doorbell: bool = True) -> None:
+    """Write the answer now: a running or paused session stops thinking (a thinking call in
+    flight is stopped), writes its final answer from what it has, checks its citations and
+    completes as "concluded". The owner or a team owner only (NotAllowed); a finished
+    session raises IllegalTransition. A paused one thinks again, straight to its answer,
+    in a worker the doorbell calls (`doorbell=False` for `think_here`)."""
+    _require(may_extend(session, user), "Only the owner can ask this session for its answer now.")
+    with transaction.atomic():
+        session.conclude(publish=_publish)
+        if doorbell:  # a paused one needs a worker (a running one's keeps its lease)
+            _ring_on_commit(session)
+
+
 def steer(session: ThinkingSession, *, user: Any, kind: str, text: str) -> Thought:
     """A hint for the next prompts, or a sub-question explored next. Raises
     IllegalTransition on a finished session."""
@@ -121,12 +135,20 @@ def steer(session: ThinkingSession, *, user: Any, kind: str, text: str) -> Thoug
     return session.steer(user=user, kind=kind, text=text, publish=_publish)
 
 
-def extend(session: ThinkingSession, *, user: Any, minutes: float, doorbell: bool = True) -> None:
-    """Think longer (#19): a completed session gets `minutes` more and runs again from what
-    it stored. NotAllowed unless `may_extend`; followups.CannotExtend unless it completed;
-    limits.LimitRefused when the limits (as for a start: the person's running sessions and
-    starts per hour, the team's budget) refuse, decided atomically with the write.
-    `doorbell=False` for a session run in this process (`think_here`)."""
+def extend(
+    session: ThinkingSession,
+    *,
+    user: Any,
+    minutes: float,
+    add_remainder: bool = False,
+    doorbell: bool = True,
+) -> None:
+    """Think longer (#19): a completed session thinks `minutes` more (with `add_remainder`,
+    plus the time it left unused) and runs again from what it stored. NotAllowed unless
+    `may_extend`; followups.CannotExtend unless it completed; limits.LimitRefused when the
+    limits (as for a start: the person's running sessions and starts per hour, the team's
+    budget) refuse, decided atomically with the write. `doorbell=False` for a session run in
+    this process (`think_here`)."""
     _require(may_extend(session, user), "Only the owner can give this session more time.")
     problem = followups.refuse_extension(session)
     if problem:  # early, so a wrong state is not reported as a limit
@@ -138,7 +160,13 @@ def extend(session: ThinkingSession, *, user: Any, minutes: float, doorbell: boo
             refused = limits.reserve_start(user, minutes=minutes, team=session.team)
             if refused:
                 raise limits.LimitRefused(refused)
-            followups.reopen(session, user=user, minutes=minutes, publish=_publish)
+            followups.reopen(
+                session,
+                user=user,
+                minutes=minutes,
+                add_remainder=add_remainder,
+                publish=_publish,
+            )
             if doorbell:
                 _ring_on_commit(session)
     except BudgetExhausted as error:

@@ -116,9 +116,13 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
         "confidence_evolution",
         "parse_routes",
         "stop_requested",
+        "conclude_requested",
         "truncated_replies",
         "stage_history",
         "format_errors",
+        "cost_usd",
+        "unpriced_calls",
+        "usage_per_model",
     )
     fieldsets = (
         (
@@ -184,6 +188,9 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
                     "cache_read_tokens",
                     "cache_write_tokens",
                     "truncated_replies",
+                    "cost_usd",
+                    "unpriced_calls",
+                    "usage_per_model",
                 )
             },
         ),
@@ -217,6 +224,24 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
             ),
         )
         return format_html("<ol>{}</ol>", rows) if history else "—"
+
+    @admin.display(description="Usage per model")
+    def usage_per_model(self, obj: ThinkingSession) -> str:
+        """Calls, tokens and cost per model (each call at its own model's list price)."""
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (model, spent.calls, spent.tokens, spent.shown_cost)
+                for model, spent in obj.model_usage
+            ),
+        )
+        if not obj.model_usage:
+            return "—"
+        return format_html(
+            "<table><tr><th>Model</th><th>Calls</th><th>Tokens</th><th>Cost</th></tr>{}</table>",
+            rows,
+        )
 
     @admin.display(description="Question", ordering="question")
     def question_short(self, obj: ThinkingSession) -> str:

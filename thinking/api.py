@@ -19,14 +19,16 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
+from pydantic import ConfigDict
 
 from accounts import tokens
 from config.http import ApiRequest
 
-from . import actions, followups, limits, stages
+from . import actions, followups, limits, stages, tools
 from .access import get_session_for
 from .citations import session_counts
 from .export import (
+    model_usage,
     reference_summary,
     session_document,
     session_markdown,
@@ -35,7 +37,7 @@ from .export import (
     synthesis_row,
     thought_row,
 )
-from .forms import StartSessionForm, SteerForm
+from .forms import EstimateForm, StartSessionForm, SteerForm
 from .models import (
     CompletionReason,
     Effort,
@@ -64,7 +66,19 @@ token (`X-CSRFToken` header). Without either: `401`.
 session that does not exist and one you may not see are both `404`. Validation errors are
 `422` with one entry per problem: `{"detail": [{"loc": ["body", "payload", "minutes"],
 "msg": "...", "type": "..."}]}`; `loc` names where the problem is (`body`, `query` or
-`path`, then the field), for the request's types and for the start form's rules alike.
+`path`, then the field), for the request's types and for the start form's rules alike. A
+field the API does not know is a `422` naming it (`"type": "extra_forbidden"`), never
+ignored: a misspelt setting does not start a session without it.
+
+**Costs.** Each model call is priced by the model that made it (list prices; operators
+price other models with `DEEPTHINK_PRICES`); `usage.by_model` splits calls, tokens and cost
+per model. `POST /api/sessions/estimate` gives the expected cost range before a start. A
+dollar or token ceiling holds the final answer inside it: thinking stops while the answer
+still fits. A dollar ceiling on a model without a price is refused (`422`).
+
+**Concluding.** `POST /api/sessions/{id}/conclude` asks a running or paused session for its
+answer now: it stops thinking, writes its final answer from what it has, checks its
+citations and completes with `completion_reason` `concluded`.
 
 **Steering.** `POST /api/sessions/{id}/steer` with `{"kind": "hint" | "question", "text": …}`
 does what the page's steering does: a hint joins the next prompts, a question is explored
@@ -128,6 +142,9 @@ class ValidationErrorOut(Schema):
     detail: list[FieldError]
 
 
+# Request bodies: a field the API does not know is a 422 naming it, never silently dropped.
+STRICT = ConfigDict(extra="forbid")
+
 ERRORS: dict[int, Any] = {401: ErrorOut, 404: ErrorOut, 422: ValidationErrorOut}
 # Unsafe methods also fail with 403 when a cookie-authenticated request lacks its CSRF token.
 CHANGE_ERRORS: dict[int, Any] = {**ERRORS, 403: ErrorOut}
@@ -139,12 +156,19 @@ def validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse
     detail = [
         {
             "loc": list(error.get("loc", ())),
-            "msg": str(error.get("msg", "Invalid.")),
+            "msg": _message(error),
             "type": str(error.get("type", "invalid")),
         }
         for error in exc.errors
     ]
     return api.create_response(request, {"detail": detail}, status=422)
+
+
+def _message(error: dict[str, Any]) -> str:
+    loc = list(error.get("loc", ()))
+    if error.get("type") == "extra_forbidden" and loc:
+        return f"Unknown field {str(loc[-1])!r}: this API has no such setting."
+    return str(error.get("msg", "Invalid."))
 
 
 @api.exception_handler(RequestDataTooBig)
@@ -174,7 +198,7 @@ def unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse
     return response
 
 
-def form_errors(form: StartSessionForm | SteerForm) -> ValidationError:
+def form_errors(form: StartSessionForm | SteerForm | EstimateForm) -> ValidationError:
     """The start form's errors in the shape of ninja's own 422s."""
     errors = []
     for field, messages in form.errors.get_json_data().items():
@@ -192,13 +216,21 @@ def form_errors(form: StartSessionForm | SteerForm) -> ValidationError:
 class StartIn(Schema):
     """The start form's fields. Empty advanced settings take the deployment's defaults."""
 
+    model_config = STRICT
+
     question: str
     minutes: float = Field(description="Active thinking time; pauses do not count.")
     synthesis_minutes: float | None = Field(
         None, description="Synthesis interval; empty: a quarter of the budget, at most 5."
     )
     thinking_mode: ThinkingMode | None = None
-    thinking_budget: int | None = Field(None, ge=0, le=MAX_INT)
+    thinking_budget: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_INT,
+        description="Manual thinking's budget. With thinking_mode auto (or empty) on a model "
+        "that takes manual thinking it means manual; where it cannot apply: 422.",
+    )
     effort: Effort | None = None
     max_tokens: int | None = Field(None, ge=0, le=MAX_INT)
     token_ceiling: int | None = Field(None, ge=0, le=MAX_BIGINT)
@@ -206,7 +238,11 @@ class StartIn(Schema):
         None, max_length=100, description="The model that thinks; one the server lists."
     )
     max_cost_usd: float | None = Field(
-        None, gt=0, le=1e6, description="Dollar ceiling (list prices): then the final answer."
+        None,
+        gt=0,
+        le=1e6,
+        description="Dollar ceiling (list prices): the final answer is written within it. "
+        "Refused (422) for a model without a known price.",
     )
     format_mode: FormatMode | None = None
     format_spec: list[dict[str, Any]] | str | None = Field(
@@ -221,6 +257,12 @@ class StartIn(Schema):
         "the model's own knowledge only.",
     )
     web: bool = Field(True, description="false: research never searches the web.")
+    tools: list[Literal["search", "think", "progress"]] | None = Field(
+        None,
+        description="The tools the model may use while it thinks: search (web and knowledge "
+        "base, only while research is on), think (a scratchpad), progress (a status line). "
+        "[]: none. Empty: every tool the deployment offers.",
+    )
     notify: bool | None = Field(
         None,
         description="Mail me when it ends. Empty: your account's default (by default, for "
@@ -248,9 +290,43 @@ class StartIn(Schema):
                 data[name] = str(value)
             elif name == "format_spec" and not isinstance(value, str):
                 data[name] = json.dumps(value)
+            elif name == "tools":
+                data["tools"], data["tools_chosen"] = list(value), "on"
             else:
                 data[name] = value
         return data
+
+
+class EstimateIn(Schema):
+    """The settings a session's cost depends on; empty ones take the deployment's defaults."""
+
+    model_config = STRICT
+
+    minutes: float = Field(description="Active thinking time.")
+    model: str | None = Field(None, max_length=100)
+    research: bool = True
+    max_cost_usd: float | None = Field(None, gt=0, le=1e6)
+    token_ceiling: int | None = Field(None, ge=0, le=MAX_BIGINT)
+
+
+class EstimateOut(Schema):
+    model: str
+    fast_model: str = Field(description="The model of the utility calls.")
+    minutes: float
+    research: bool
+    expected_usd: float | None = Field(description="Null when a model has no known price.")
+    low_usd: float | None
+    high_usd: float | None
+    calls: int = Field(description="Model calls expected.")
+    tokens: int
+    calls_per_minute: float = Field(description="The figure the estimate is made from.")
+    source: str = Field(
+        description="Where that figure comes from: this server's recent sessions, or the "
+        "built-in benchmark figures until there are enough."
+    )
+    capped_by: str | None = Field(description="A ceiling that bounds the cost, if any.")
+    unpriced_models: list[str]
+    summary: str = Field(description="The estimate in one sentence.")
 
 
 class SessionSettingsOut(Schema):
@@ -263,6 +339,7 @@ class SessionSettingsOut(Schema):
     token_ceiling: int | None
     max_cost_usd: float | None = None
     format_mode: FormatMode
+    tools: list[str] = Field(description="The tools the model may use: search, think, progress.")
 
 
 class CountsOut(Schema):
@@ -272,16 +349,30 @@ class CountsOut(Schema):
     sources: int
 
 
+class ModelUsageOut(Schema):
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    total_tokens: int
+    cost_usd: float | None = Field(description="Its calls at its list price; null if unknown.")
+
+
 class UsageOut(Schema):
     input_tokens: int
     output_tokens: int
     cache_read_tokens: int
     cache_write_tokens: int
     total_tokens: int
-    estimated_cost_usd: float | None = Field(description="From list prices; null if unknown.")
+    estimated_cost_usd: float | None = Field(
+        description="Each call at its own model's list price; null once a model had no price."
+    )
     truncated_replies: int = Field(
         0, description="Replies still cut off by max_tokens after a retry (kept as parsed)."
     )
+    by_model: list[ModelUsageOut] = Field(description="Calls, tokens and cost per model.")
 
 
 class WaitingOut(Schema):
@@ -354,6 +445,7 @@ class SessionOut(SessionSummaryOut):
     completion_note: str | None
     error: str | None
     revision: int = Field(description="Changes whenever anything stored changes.")
+    conclude_requested: bool = Field(description="Asked to write its answer now.")
     budget_seconds: float
     elapsed_seconds: float
     remaining_seconds: float
@@ -414,6 +506,7 @@ def detail(session: ThinkingSession, viewer: Any = None) -> dict[str, Any]:
         "completion_note": session.completion_note or None,
         "error": session.error_message or None,
         "revision": session.revision,
+        "conclude_requested": session.conclude_requested,
         "budget_seconds": session.budget_seconds,
         "elapsed_seconds": round(session.elapsed_seconds(), 3),
         "remaining_seconds": round(session.remaining_seconds(), 3),
@@ -432,6 +525,7 @@ def detail(session: ThinkingSession, viewer: Any = None) -> dict[str, Any]:
             if session.max_cost_usd is not None
             else None,
             "format_mode": session.format_mode,
+            "tools": tools.chosen(session),
         },
         "counts": {
             "thoughts": session.thoughts.count(),
@@ -448,6 +542,7 @@ def detail(session: ThinkingSession, viewer: Any = None) -> dict[str, Any]:
             "total_tokens": session.total_tokens,
             "estimated_cost_usd": session.estimated_cost,
             "truncated_replies": session.truncated_replies,
+            "by_model": model_usage(session),
         },
         "final_answer": session.final_answer or None,
         "reference_summary": reference_summary(session),
@@ -486,6 +581,25 @@ def start_session(request: ApiRequest, payload: StartIn) -> ninja.Status[dict[st
     return ninja.Status(201, detail(session, request.auth))
 
 
+@api.post(
+    "/sessions/estimate",
+    response={200: EstimateOut, 400: ErrorOut, **CHANGE_ERRORS},
+    tags=["sessions"],
+    summary="Estimate a session's cost",
+)
+def estimate_session(request: ApiRequest, payload: EstimateIn) -> dict[str, Any]:
+    """What a session with these settings is expected to cost, before starting it: a range
+    from the price table and the calls per thinking-minute (measured on this server's recent
+    sessions, else the built-in benchmark figures; `source` says which). Starts nothing."""
+    data = {k: "" if v is None else v for k, v in payload.model_dump().items()}
+    data["research"] = "on" if payload.research else "off"
+    form = EstimateForm(data)
+    found = form.estimate()
+    if found is None:
+        raise form_errors(form)
+    return {**found.as_json(), "summary": found.summary}
+
+
 @api.get("/sessions", response={200: SessionPageOut, **ERRORS}, tags=["sessions"])
 def list_sessions(request: ApiRequest, params: Query[ListParams]) -> dict[str, Any]:
     """The sessions you may see, newest first, `limit` at a time."""
@@ -511,7 +625,12 @@ def get_session(request: ApiRequest, session_id: uuid.UUID) -> dict[str, Any]:
 TRANSITION = {**CHANGE_ERRORS, 200: SessionOut, 409: ErrorOut}
 
 
-CHANGES = {"pause": actions.pause, "resume": actions.resume, "cancel": actions.cancel}
+CHANGES = {
+    "pause": actions.pause,
+    "resume": actions.resume,
+    "cancel": actions.cancel,
+    "conclude": actions.conclude,
+}
 
 
 def change_state(request: ApiRequest, session_id: uuid.UUID, action: str) -> dict[str, Any]:
@@ -543,11 +662,27 @@ def cancel_session(request: ApiRequest, session_id: uuid.UUID) -> dict[str, Any]
     return change_state(request, session_id, "cancel")
 
 
+@api.post("/sessions/{session_id}/conclude", response=TRANSITION, tags=["steering"])
+def conclude_session(request: ApiRequest, session_id: uuid.UUID) -> dict[str, Any]:
+    """Write the answer now: a running or paused session stops thinking (a thinking call in
+    flight is stopped), writes its final answer from what it has, checks its citations and
+    completes with `completion_reason` `concluded`. Owner (or a team owner) only (403); a
+    finished session: 409."""
+    return change_state(request, session_id, "conclude")
+
+
 class ExtendIn(Schema):
+    model_config = STRICT
+
     minutes: float = Field(
         ge=followups.MIN_EXTEND_MINUTES,
         le=settings.DEEPTHINK_MAX_MINUTES,
-        description="More active thinking time.",
+        description="Think this many more minutes.",
+    )
+    add_remainder: bool = Field(
+        False,
+        description="Also add the thinking time it left unused (it stopped early: a stop "
+        "signal, a ceiling or a conclude).",
     )
 
 
@@ -571,15 +706,27 @@ def extend_session(request: ApiRequest, session_id: uuid.UUID) -> dict[str, Any]
         raise HttpError(403, "Only the owner can give this session more time.")
     # The body is read only once access is checked: a stranger gets 404, never a parse error.
     try:
-        minutes = json.loads(request.body or b"{}").get("minutes")
-    except (ValueError, AttributeError):
-        minutes = None
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        body = {}
+    unknown = sorted(set(body) - set(ExtendIn.model_fields))
+    if unknown:
+        raise ValidationError(
+            [{"loc": ["body", "payload", name], "type": "extra_forbidden"} for name in unknown]
+        )
+    minutes: Any = body.get("minutes")
     problem = followups.minutes_problem(minutes)
     if problem:
         loc = ["body", "payload", "minutes"]
         raise ValidationError([{"loc": loc, "msg": problem, "type": "value_error"}])
+    remainder = body.get("add_remainder", False)
+    if not isinstance(remainder, bool):
+        loc = ["body", "payload", "add_remainder"]
+        raise ValidationError([{"loc": loc, "msg": "Give true or false.", "type": "bool_type"}])
     try:
-        actions.extend(session, user=request.auth, minutes=float(minutes))
+        actions.extend(session, user=request.auth, minutes=float(minutes), add_remainder=remainder)
     except actions.NotAllowed as error:
         raise HttpError(403, str(error)) from None
     except (followups.CannotExtend, limits.LimitRefused) as error:
@@ -717,6 +864,8 @@ def list_sources(
 
 
 class SteerIn(Schema):
+    model_config = STRICT
+
     kind: Literal["hint", "question"] = Field(
         description="hint: included in the next prompts; question: a sub-question explored "
         "next, at top priority."

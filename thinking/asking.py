@@ -18,8 +18,13 @@ from .live import LiveReasoning, publish_safely
 from .llm import UTILITY_PURPOSES, LLMError, Reply, prompt_message
 from .models import Status, Stopped, ThinkingSession
 from .run import Run
+from .words import counted
 
 logger = logging.getLogger(__name__)
+
+# Thinking calls that a person's "conclude now" stops in flight; the plan (its research
+# feeds the answer), the final answer and the citation checks run to their end.
+CONCLUDABLE = frozenset({"thoughts", "questions", "synthesis"})
 
 
 class ProviderWait:
@@ -42,7 +47,7 @@ class ProviderWait:
         if now - self.since < limit:
             return None
         return LLMError(
-            f"{error} It stayed unavailable for {limit / 60:g} minutes, so the session "
+            f"{error} It stayed unavailable for {counted(limit / 60, 'minute')}, so the session "
             "stopped; everything it stored is kept.",
             kind=error.kind,
         )
@@ -78,7 +83,8 @@ async def ask(
         await live.start()
         try:
             # A person's pause or cancel, or another worker taking the session, stops the
-            # stream in flight (thinking.interrupt).
+            # stream in flight (thinking.interrupt); so does "conclude now" a thinking call,
+            # raising interrupt.Concluding for the loop.
             reply = await interrupt.watched(
                 run.llm.stream(
                     messages or [prompt_message(prompt)],
@@ -96,6 +102,7 @@ async def ask(
                 session_id=session.pk,
                 meter=run.meter,
                 worker_id=run.worker_id,
+                concludes=purpose in CONCLUDABLE,
             )
         except interrupt.Interrupted as stop:
             raise Stopped(session.pk) from stop

@@ -11,10 +11,13 @@ from collections import Counter
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from django.utils.translation import ngettext
+
 from . import stages
 from .citations import MARKS, check_rows, find_citations, session_counts
 from .formatting import duration, percent
 from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought, ThoughtType
+from .words import counted
 
 MODEL_CALL_COLUMNS = (
     "purpose",
@@ -26,6 +29,7 @@ MODEL_CALL_COLUMNS = (
     "output_tokens",
     "cache_read_tokens",
     "cache_write_tokens",
+    "cost_usd",
     "created_at",
 )
 
@@ -122,6 +126,23 @@ def reference_summary(session: ThinkingSession) -> list[dict[str, Any]]:
     return rows
 
 
+def model_usage(session: ThinkingSession) -> list[dict[str, Any]]:
+    """Calls, tokens and cost (each call at its model's list price) per model."""
+    return [
+        {
+            "model": model,
+            "calls": spent.calls,
+            "input_tokens": spent.input,
+            "output_tokens": spent.output,
+            "cache_read_tokens": spent.cache_read,
+            "cache_write_tokens": spent.cache_write,
+            "total_tokens": spent.tokens,
+            "cost_usd": spent.cost,
+        }
+        for model, spent in session.model_usage
+    ]
+
+
 def session_document(session: ThinkingSession) -> dict[str, Any]:
     return {
         "id": str(session.pk),
@@ -169,6 +190,7 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
             "cache_read_tokens": session.cache_read_tokens,
             "cache_write_tokens": session.cache_write_tokens,
             "estimated_cost_usd": session.estimated_cost,
+            "by_model": model_usage(session),
         },
         "synthesis_interval_seconds": session.synthesis_interval_seconds,
         "format_spec": session.format_spec,
@@ -191,6 +213,7 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
                 "output_tokens": c["output_tokens"],
                 "cache_read_tokens": c["cache_read_tokens"],
                 "cache_write_tokens": c["cache_write_tokens"],
+                "cost_usd": None if c["cost_usd"] is None else float(c["cost_usd"]),
                 "created_at": c["created_at"].isoformat(),
             }
             for c in session.model_calls.values(*MODEL_CALL_COLUMNS)
@@ -317,10 +340,12 @@ def session_markdown(session: ThinkingSession) -> str:
             ]
 
     lines += ["## References", ""]
-    for row in reference_summary(session):
+    for tool in reference_summary(session):
+        searches, new = tool["searches"], tool["new"]
         lines.append(
-            f"- {row['label']}: {row['searches']} searches, {row['new']} new sources, "
-            f"{row['known']} already known found again"
+            f"- {tool['label']}: {counted(searches, 'search', 'searches')}, "
+            f"{new} new {ngettext('source', 'sources', new)}, "
+            f"{tool['known']} already known found again"
         )
     if session.search_tally:
         lines.append("")
@@ -446,6 +471,11 @@ def _stats(
         f"{session.output_tokens}, cache read {session.cache_read_tokens}, cache write "
         f"{session.cache_write_tokens})",
         f"- Estimated cost: {f'${cost:.4f}' if cost is not None else 'n/a'}",
+        *(
+            f"  - {_one_line(model)}: {counted(spent.calls, 'call')}, "
+            f"{counted(spent.tokens, 'token')}, {spent.shown_cost}"
+            for model, spent in session.model_usage
+        ),
         f"- Model: {_one_line(session.model_id)}",
         f"- Completion: {completion}",
         "",

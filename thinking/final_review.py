@@ -27,6 +27,7 @@ from . import parsing, prompts, stages, transcript
 from .models import ThinkingSession
 from .prompts import Prompt
 from .state import StageEntry
+from .words import counted
 
 CHARS_PER_TOKEN = 4
 MIN_SYNTHESIS_CHARS = 300  # each synthesis keeps at least this much, however tight the budget
@@ -205,8 +206,10 @@ def gather(session: ThinkingSession) -> Material:
 def reviewing(material: Material) -> StageEntry:
     """The review's stage entry: what it reads."""
     message = (
-        f"Reviewing the whole session: {len(material['syntheses'])} syntheses, "
-        f"{len(material['thoughts'])} thoughts, {len(material['sub_questions'])} sub-questions"
+        "Reviewing the whole session: "
+        f"{counted(len(material['syntheses']), 'synthesis', 'syntheses')}, "
+        f"{counted(len(material['thoughts']), 'thought')}, "
+        f"{counted(len(material['sub_questions']), 'sub-question')}"
     )
     return stages.entry("reflection", message)
 

@@ -16,12 +16,14 @@ from .models import (
     Status,
     ThinkingSession,
 )
+from .words import counted
 
 # Finished by one of these, a session has a final answer worth thinking on from.
 EXTENDABLE_REASONS = (
     CompletionReason.BUDGET,
     CompletionReason.STOP_SIGNAL,
     CompletionReason.TOKEN_CEILING,
+    CompletionReason.CONCLUDED,
 )
 MIN_EXTEND_MINUTES = 0.05
 
@@ -37,7 +39,7 @@ def minutes_problem(minutes: Any) -> str:
     if minutes != minutes or minutes < MIN_EXTEND_MINUTES:  # NaN, or too short
         return f"Give it at least {MIN_EXTEND_MINUTES:g} minutes (3 seconds)."
     if minutes > settings.DEEPTHINK_MAX_MINUTES:
-        return f"The longest extension here is {settings.DEEPTHINK_MAX_MINUTES:g} minutes."
+        return f"The longest extension here is {counted(settings.DEEPTHINK_MAX_MINUTES, 'minute')}."
     return ""
 
 
@@ -56,13 +58,25 @@ def refuse_extension(session: ThinkingSession) -> str:
     return ""
 
 
+def unused_seconds(session: ThinkingSession) -> float:
+    """The thinking time a finished session left unused (it stopped before its budget: a
+    stop signal, a ceiling, a conclude)."""
+    return max(0.0, session.budget_seconds - session.active_seconds)
+
+
 def reopen(
-    session: ThinkingSession, *, user: Any, minutes: float, publish: Any = None
+    session: ThinkingSession,
+    *,
+    user: Any,
+    minutes: float,
+    add_remainder: bool = False,
+    publish: Any = None,
 ) -> ThinkingSession:
     """The stored part of an extension (people call `actions.extend`): reopen a completed
-    session with `minutes` more thinking time, through the step door like a person's pause.
-    The worker runs it again from its stored state; its earlier final answer stays as a
-    final synthesis (a version). Raises CannotExtend if it is no longer completed."""
+    session to think `minutes` more (and, with `add_remainder`, the time it left unused as
+    well), through the step door like a person's pause. The worker runs it again from its
+    stored state; its earlier final answer stays as a final synthesis (a version). Raises
+    CannotExtend if it is no longer completed."""
     with ThinkingSession.step(session.pk, stop_on_cancel=False, on_commit=publish) as step:
         locked = step.session
         reason = refuse_extension(locked)
@@ -70,11 +84,14 @@ def reopen(
             raise CannotExtend(reason)
         step.update(
             status=Status.CREATED,
-            budget_seconds=max(locked.budget_seconds, locked.active_seconds) + minutes * 60,
+            budget_seconds=locked.active_seconds
+            + (unused_seconds(locked) if add_remainder else 0.0)
+            + minutes * 60,
             completion_reason="",
             completion_note="",
             finished_at=None,
             stop_requested=False,
+            conclude_requested=False,
             final_answer="",
             final_confidence=None,
             next_synthesis_at=locked.active_seconds + locked.synthesis_interval_seconds,

@@ -9,7 +9,7 @@ from django.conf import settings
 
 from accounts.models import Team
 
-from . import budget, followups, limits, llm, notify, tags, webhooks
+from . import budget, estimates, followups, limits, llm, notify, pricing, tags, tools, webhooks
 from .capabilities import (
     ThinkingSettings,
     best_mode,
@@ -18,6 +18,7 @@ from .capabilities import (
     validate,
 )
 from .models import Effort, FormatMode, ThinkingMode, ThinkingSession
+from .words import counted
 
 
 def default_synthesis_interval(budget_seconds: float) -> float:
@@ -54,9 +55,9 @@ class StartSessionForm(forms.Form):
         "webhook_url",
     )
     TOOLS = (
-        ("all", "Search and scratchpad"),
-        ("search", "Search only"),
-        ("none", "None: no search or scratchpad tools while thinking"),
+        ("search", "Search: the web and the knowledge base (only while research is on)"),
+        ("think", "Think: a scratchpad the model writes to itself"),
+        ("progress", "Progress: a status line the model shows you"),
     )
     # Seed 003's switches; empty (an API call or the CLI that leaves them out) means on.
     RESEARCH = (
@@ -120,7 +121,8 @@ class StartSessionForm(forms.Form):
         min_value=Decimal("0.01"),
         max_digits=10,
         decimal_places=4,
-        help_text="At this estimated cost (list prices) the session writes its final answer.",
+        help_text="It writes its final answer while it is still within this estimated cost "
+        "(list prices; each call priced by its own model).",
     )
 
     thinking_mode = forms.ChoiceField(
@@ -133,7 +135,8 @@ class StartSessionForm(forms.Form):
         label="Thinking tokens (manual mode)",
         required=False,
         max_value=1_000_000,
-        help_text="For manual thinking: at least 1024 and less than max tokens.",
+        help_text="Manual thinking (with auto, on a model that takes it, this means manual): "
+        "at least 1024 and less than max tokens.",
     )
     effort = forms.ChoiceField(
         label="Effort",
@@ -153,15 +156,19 @@ class StartSessionForm(forms.Form):
         required=False,
         min_value=1000,
         max_value=10**12,
-        help_text="After this many tokens in all, the session writes its final answer.",
+        help_text="It writes its final answer while it is still within this many tokens.",
     )
 
-    tools = forms.ChoiceField(
+    tools = forms.MultipleChoiceField(
         label="Tools while thinking",
         choices=TOOLS,
         required=False,
-        help_text="Web and knowledge-base search, and a scratchpad the model writes to itself.",
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"invalid_choice": "%(value)s is not a tool this deployment offers."},
     )
+    # Sent by the page with its checkboxes, so none ticked means no tools; left out (an API
+    # call or the CLI without tools), the deployment's defaults.
+    tools_chosen = forms.BooleanField(required=False, initial=True, widget=forms.HiddenInput)
 
     research = forms.ChoiceField(
         label="Research",
@@ -211,7 +218,6 @@ class StartSessionForm(forms.Form):
         cast(forms.ModelChoiceField, self.fields["team"]).queryset = Team.objects.of(user)
         self.fields["format_mode"].initial = settings.DEEPTHINK_FORMAT
         self.fields["thinking_mode"].initial = settings.DEEPTHINK_THINKING
-        self.fields["thinking_budget"].initial = settings.DEEPTHINK_THINKING_BUDGET
         self.fields["effort"].initial = settings.DEEPTHINK_EFFORT
         self.fields["max_tokens"].initial = settings.DEEPTHINK_MAX_TOKENS
         self.fields["token_ceiling"].initial = settings.DEEPTHINK_TOKEN_CEILING or None
@@ -222,7 +228,10 @@ class StartSessionForm(forms.Form):
         cast(forms.CharField, self.fields["question"]).max_length = limit
         self.fields["question"].validators.append(forms.CharField(max_length=limit).validators[0])
         self.fields["question"].widget.attrs["maxlength"] = str(limit)
-        self.fields["tools"].initial = self.default_tools()
+        available = tools.available()
+        tool_field = cast(forms.MultipleChoiceField, self.fields["tools"])
+        tool_field.choices = [(name, label) for name, label in self.TOOLS if name in available]
+        tool_field.initial = list(available)
         for name, default in self.defaults().items():
             field = self.fields[name]
             field.help_text = f"{field.help_text} Default: {default}."
@@ -234,12 +243,6 @@ class StartSessionForm(forms.Form):
             return settings.DEEPTHINK_THINKING
         caps = builtin_capabilities(settings.DEEPTHINK_MODEL)
         return best_mode(caps, max_tokens=settings.DEEPTHINK_MAX_TOKENS)
-
-    @staticmethod
-    def default_tools() -> str:
-        if not settings.DEEPTHINK_TOOLS:
-            return "none"
-        return "all" if settings.DEEPTHINK_THINK_TOOL else "search"
 
     def defaults(self) -> dict[str, str]:
         """What an empty advanced field means on this deployment, in words for the form."""
@@ -256,34 +259,23 @@ class StartSessionForm(forms.Form):
             if settings.DEEPTHINK_MAX_COST_USD
             else "none",
             "thinking_mode": label("thinking_mode", self.default_thinking_mode()),
-            "thinking_budget": f"{default_budget} tokens"
+            "thinking_budget": counted(default_budget, "token")
             if default_budget
             else "fitted to max tokens",
             "effort": label("effort", settings.DEEPTHINK_EFFORT)
             if settings.DEEPTHINK_EFFORT
             else "the model's own",
             "max_tokens": str(settings.DEEPTHINK_MAX_TOKENS),
-            "token_ceiling": f"{ceiling} tokens" if ceiling else "none",
+            "token_ceiling": counted(ceiling, "token") if ceiling else "none",
             "format_mode": label("format_mode", settings.DEEPTHINK_FORMAT),
-            "tools": label("tools", self.default_tools()),
+            "tools": ", ".join(tools.available()) or "none",
         }
 
     def clean_minutes(self) -> float:
-        minutes = self.cleaned_data["minutes"]
-        maximum = settings.DEEPTHINK_MAX_MINUTES
-        if minutes < 0.05:
-            raise forms.ValidationError("Give it at least 0.05 minutes (3 seconds).")
-        if minutes > maximum:
-            raise forms.ValidationError(f"The longest budget here is {maximum:g} minutes.")
-        return minutes
+        return clean_budget_minutes(self.cleaned_data["minutes"])
 
     def clean_model(self) -> str:
-        model = (self.cleaned_data.get("model") or "").strip() or settings.DEEPTHINK_MODEL
-        if model != settings.DEEPTHINK_MODEL or llm.available_models().source == "api":
-            reason = llm.refuse_model(model)
-            if reason:
-                raise forms.ValidationError(reason)
-        return model
+        return clean_model_id(self.cleaned_data.get("model"))
 
     def clean_synthesis_minutes(self) -> float | None:
         value = self.cleaned_data.get("synthesis_minutes")
@@ -291,7 +283,7 @@ class StartSessionForm(forms.Form):
             raise forms.ValidationError("The interval must be more than zero.")
         if value is not None and value > settings.DEEPTHINK_MAX_MINUTES:
             raise forms.ValidationError(
-                f"The longest interval here is {settings.DEEPTHINK_MAX_MINUTES:g} minutes."
+                f"The longest interval here is {counted(settings.DEEPTHINK_MAX_MINUTES, 'minute')}."
             )
         return value
 
@@ -319,6 +311,7 @@ class StartSessionForm(forms.Form):
         super().clean()
         data = self.cleaned_data  # what Form.clean returns
         self._clean_thinking(data)
+        self._clean_ceiling(data)
         if self.user is not None and data.get("minutes") is not None:
             reason = limits.refuse_start(self.user, minutes=data["minutes"], team=data.get("team"))
             if reason:
@@ -345,27 +338,45 @@ class StartSessionForm(forms.Form):
         return data
 
     def _clean_thinking(self, data: dict[str, Any]) -> None:
-        """Empty fields take the deployment's defaults; the result must suit the model."""
+        """Empty fields take the deployment's defaults; the result must suit the model. A
+        thinking budget given is never dropped: under auto thinking it means manual thinking
+        on a model that takes it, and is refused (with the reason) where it cannot apply."""
         mode = data.get("thinking_mode") or settings.DEEPTHINK_THINKING
-        wanted = ThinkingSettings(
-            mode=mode,
-            # Only an empty field takes the default (0 is a value, and validation refuses
-            # it); with no default either, a budget is fitted under max tokens.
-            budget_tokens=(
-                _or_default(data.get("thinking_budget"), settings.DEEPTHINK_THINKING_BUDGET)
-                if data.get("thinking_budget") is not None or settings.DEEPTHINK_THINKING_BUDGET
-                else manual_budget(
-                    None, _or_default(data.get("max_tokens"), settings.DEEPTHINK_MAX_TOKENS)
-                )
-                or None
-            )
-            if mode == ThinkingMode.MANUAL
-            else None,
-            effort=data.get("effort") or "",
-            max_tokens=_or_default(data.get("max_tokens"), settings.DEEPTHINK_MAX_TOKENS),
-        )
         capabilities = builtin_capabilities(data.get("model") or settings.DEEPTHINK_MODEL)
         known = capabilities if capabilities.source != "default" else None
+        given = data.get("thinking_budget")
+        if given is not None and mode != ThinkingMode.MANUAL:
+            if mode == ThinkingMode.AUTO and "enabled" in capabilities.thinking_types:
+                mode = ThinkingMode.MANUAL
+            elif mode == ThinkingMode.AUTO:
+                self.add_error(
+                    "thinking_budget",
+                    "This model decides how much to think (adaptive thinking) and takes no "
+                    "thinking budget; leave it empty.",
+                )
+            elif "thinking_budget" not in self.errors:
+                self.add_error(
+                    "thinking_budget",
+                    f"A thinking budget is only used with manual thinking, not "
+                    f"{mode} thinking; leave it empty or choose manual.",
+                )
+        max_tokens = _or_default(data.get("max_tokens"), settings.DEEPTHINK_MAX_TOKENS)
+        if mode == ThinkingMode.MANUAL:
+            # Only an empty field takes the default (0 is a value, and validation refuses
+            # it); with no default either, a budget is fitted under max tokens.
+            if given is not None or settings.DEEPTHINK_THINKING_BUDGET:
+                budget = _or_default(given, settings.DEEPTHINK_THINKING_BUDGET)
+            else:
+                budget = manual_budget(None, max_tokens) or None
+        else:
+            # Auto thinking that resolves to manual uses the deployment's default budget.
+            budget = settings.DEEPTHINK_THINKING_BUDGET if mode == ThinkingMode.AUTO else None
+        wanted = ThinkingSettings(
+            mode=mode,
+            budget_tokens=budget,
+            effort=data.get("effort") or "",
+            max_tokens=max_tokens,
+        )
         fields = {
             "mode": "thinking_mode",
             "budget_tokens": "thinking_budget",
@@ -380,6 +391,28 @@ class StartSessionForm(forms.Form):
             data["token_ceiling"] = settings.DEEPTHINK_TOKEN_CEILING
         if data.get("max_cost_usd") is None and settings.DEEPTHINK_MAX_COST_USD:
             data["max_cost_usd"] = Decimal(str(settings.DEEPTHINK_MAX_COST_USD))
+
+    def _clean_ceiling(self, data: dict[str, Any]) -> None:
+        """A dollar ceiling (the session's, the deployment's default, or the share of a
+        team's dollar budget it would reserve) needs a price for every model the session
+        calls: without one it could never be held."""
+        model = data.get("model") or settings.DEEPTHINK_MODEL
+        team = data.get("team")
+        team_dollars = team is not None and team.monthly_cost_budget_usd is not None
+        if data.get("max_cost_usd") is None and not team_dollars:
+            return
+        missing = pricing.unpriced([model, settings.DEEPTHINK_FAST_MODEL or model])
+        if missing:
+            why = (
+                f"the team {team.name}'s dollar budget cannot be held"
+                if team is not None and data.get("max_cost_usd") is None
+                else "a dollar ceiling cannot be held"
+            )
+            self.add_error(
+                "max_cost_usd",
+                f"{pricing.how_to_price(missing[0])} Without a price {why}: price it, "
+                "or leave the cost ceiling empty.",
+            )
 
     def create_session(self, *, owner: Any) -> ThinkingSession:
         """Call inside a transaction: a team session reserves its share of the team's
@@ -429,15 +462,76 @@ class StartSessionForm(forms.Form):
         return session
 
     def _tool_fields(self) -> dict[str, bool]:
-        """An empty choice keeps the model's defaults (the deployment's settings decide)."""
-        tools = self.cleaned_data.get("tools")
-        if not tools:
+        """The tools chosen; when none were sent, the model's defaults (every tool the
+        deployment offers)."""
+        if not self.cleaned_data.get("tools_chosen"):
             return {}
-        return {"tools_enabled": tools != "none", "think_tool": tools == "all"}
+        chosen = set(self.cleaned_data.get("tools") or ())
+        return {
+            "tools_enabled": bool(chosen),
+            "search_tool": "search" in chosen,
+            "think_tool": "think" in chosen,
+            "progress_tool": "progress" in chosen,
+        }
 
 
 def _or_default[T](value: T | None, default: T) -> T:
     return default if value is None else value
+
+
+def clean_budget_minutes(minutes: float) -> float:
+    maximum = settings.DEEPTHINK_MAX_MINUTES
+    if minutes < 0.05:
+        raise forms.ValidationError("Give it at least 0.05 minutes (3 seconds).")
+    if minutes > maximum:
+        raise forms.ValidationError(f"The longest budget here is {counted(maximum, 'minute')}.")
+    return minutes
+
+
+def clean_model_id(value: str | None) -> str:
+    """The model asked for (empty: DEEPTHINK_MODEL), if this deployment may run it."""
+    model = (value or "").strip() or settings.DEEPTHINK_MODEL
+    if model != settings.DEEPTHINK_MODEL or llm.available_models().source == "api":
+        reason = llm.refuse_model(model)
+        if reason:
+            raise forms.ValidationError(reason)
+    return model
+
+
+class EstimateForm(forms.Form):
+    """What a session would cost (the start form's estimate, the API's and the CLI's): the
+    start form's fields that decide it, validated like the start form's."""
+
+    minutes = forms.FloatField()
+    model = forms.CharField(required=False, max_length=100)
+    research = forms.ChoiceField(choices=StartSessionForm.RESEARCH, required=False)
+    max_cost_usd = forms.DecimalField(
+        required=False, min_value=Decimal("0.01"), max_digits=10, decimal_places=4
+    )
+    token_ceiling = forms.IntegerField(required=False, min_value=1000, max_value=10**12)
+
+    def clean_minutes(self) -> float:
+        return clean_budget_minutes(self.cleaned_data["minutes"])
+
+    def clean_model(self) -> str:
+        return clean_model_id(self.cleaned_data.get("model"))
+
+    def estimate(self) -> estimates.Estimate | None:
+        """The estimate, or None when the fields are not valid (the errors are on the form).
+        Empty ceilings take the deployment's defaults, as a start does."""
+        if not self.is_valid():
+            return None
+        data = self.cleaned_data
+        default_cost = settings.DEEPTHINK_MAX_COST_USD
+        return estimates.estimate(
+            model=data["model"],
+            minutes=data["minutes"],
+            research=data.get("research") != "off",
+            max_cost_usd=_or_default(
+                data.get("max_cost_usd"), Decimal(str(default_cost)) if default_cost else None
+            ),
+            token_ceiling=data.get("token_ceiling") or settings.DEEPTHINK_TOKEN_CEILING or None,
+        )
 
 
 class SteerForm(forms.Form):
@@ -458,13 +552,25 @@ class SteerForm(forms.Form):
 
 
 class ExtendForm(forms.Form):
-    """Think longer: more minutes for a completed session (#19)."""
+    """Think longer: more minutes for a completed session (#19). It thinks that many more
+    minutes; the time it left unused is added only when the person asks for it."""
 
     minutes = forms.FloatField(
         initial=5,
         label="More minutes",
         widget=forms.NumberInput(attrs={"step": "any", "min": "0.05"}),
     )
+    add_remainder = forms.BooleanField(required=False, label="Also add the unused time")
+
+    def __init__(self, *args: Any, unused_seconds: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.unused_seconds = unused_seconds
+        if unused_seconds >= 1:
+            self.fields[
+                "add_remainder"
+            ].label = (
+                f"Also add the {counted(round(unused_seconds / 60, 1), 'minute')} it left unused"
+            )
 
     def clean_minutes(self) -> float:
         minutes = self.cleaned_data["minutes"]

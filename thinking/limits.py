@@ -22,6 +22,7 @@ stays for early, friendly form validation; it is not a decision on its own.
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +35,7 @@ from accounts.models import Team
 
 from .budget import month_start, refuse_team_start
 from .models import Extension, Status, ThinkingSession
+from .words import counted
 
 
 def team_tokens_this_month(team: Team) -> int:
@@ -50,6 +52,14 @@ def team_tokens_this_month(team: Team) -> int:
     return int(used or 0)
 
 
+def team_dollars_this_month(team: Team) -> Decimal:
+    """What the team's sessions of this month have spent, each call at its model's price."""
+    used = ThinkingSession.objects.filter(team=team, created_at__gte=month_start()).aggregate(
+        used=Sum("cost_usd")
+    )["used"]
+    return used or Decimal(0)
+
+
 def refuse_start(user: Any, *, minutes: float, team: Team | None = None) -> str:
     """Why this user may not start a session of this length now ("" if they may)."""
     running = ThinkingSession.objects.filter(
@@ -57,7 +67,7 @@ def refuse_start(user: Any, *, minutes: float, team: Team | None = None) -> str:
     ).count()
     if running >= settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS:
         return (
-            f"You already have {running} sessions thinking; the limit is "
+            f"You already have {counted(running, 'session')} thinking; the limit is "
             f"{settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS}. Wait for one to finish, or pause "
             "or cancel one."
         )
@@ -67,11 +77,11 @@ def refuse_start(user: Any, *, minutes: float, team: Team | None = None) -> str:
     started += Extension.objects.filter(by=user, created_at__gte=hour_ago).count()
     if started >= settings.DEEPTHINK_SESSIONS_PER_HOUR:
         return (
-            f"You have started {started} sessions in the past hour; the limit is "
+            f"You have started {counted(started, 'session')} in the past hour; the limit is "
             f"{settings.DEEPTHINK_SESSIONS_PER_HOUR}. Try again later."
         )
     if minutes > settings.DEEPTHINK_MAX_MINUTES:
-        return f"The longest budget here is {settings.DEEPTHINK_MAX_MINUTES:g} minutes."
+        return f"The longest budget here is {counted(settings.DEEPTHINK_MAX_MINUTES, 'minute')}."
     # A team's budget counts running sessions at their reserved ceilings (see budget.py).
     return refuse_team_start(team)
 
@@ -111,11 +121,17 @@ def reserve_resume(session: ThinkingSession) -> str:
     )
     if running >= settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS:
         return (
-            f"{running} sessions of this owner are thinking; the limit is "
+            f"{counted(running, 'session')} of this owner "
+            f"{'is' if running == 1 else 'are'} thinking; the limit is "
             f"{settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS}. Wait for one to finish, or pause "
             "or cancel one, then resume this."
         )
-    budget = team.monthly_token_budget if team is not None else None
-    if team is not None and budget is not None and team_tokens_this_month(team) >= budget:
-        return f"The team {team.name} has used its {budget} tokens for this month."
+    if team is None:
+        return ""
+    budget = team.monthly_token_budget
+    if budget is not None and team_tokens_this_month(team) >= budget:
+        return f"The team {team.name} has used its {counted(budget, 'token')} for this month."
+    dollars = team.monthly_cost_budget_usd
+    if dollars is not None and team_dollars_this_month(team) >= dollars:
+        return f"The team {team.name} has used its ${dollars} for this month."
     return ""

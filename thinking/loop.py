@@ -296,15 +296,16 @@ async def plan_research(
 def ending_reason(session: ThinkingSession) -> str:
     """Why the session should go to its final synthesis now; empty while it should go on.
 
+    A ceiling counts what the next step and the answer will cost (`budget.ceiling_reached`).
     Time is the checkpointed active time (the Run's meter, lapped at each stored step), so
     research after a plan is counted with the next step: a short session still gets its
     first thought cycle."""
+    if session.conclude_requested:  # a person asked for the answer now
+        return CompletionReason.CONCLUDED
     if session.stop_requested:
         return CompletionReason.STOP_SIGNAL
-    if session.over_token_ceiling:
-        return CompletionReason.TOKEN_CEILING
-    if budget.over_cost_ceiling(session):
-        return CompletionReason.COST_CEILING
+    if reached := budget.ceiling_reached(session):
+        return reached
     if session.budget_exhausted:
         return CompletionReason.BUDGET
     return ""
@@ -355,14 +356,17 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
             return session.status
         if ending_reason(session):
             break
-        if replan_due(session, focus):
-            session = await plan_research(session=session, run=run, focus=focus)
-        session = await generate_thoughts(session=session, focus=focus, run=run)
-        if questions_due(session):
-            session = await generate_questions(session=session, focus=focus, run=run)
-        session = await rerank.maybe_rerank(session=session, run=run)
-        if not ending_reason(session) and synthesis_due(session):
-            session = await synthesise(session=session, run=run)
+        try:
+            if replan_due(session, focus):
+                session = await plan_research(session=session, run=run, focus=focus)
+            session = await generate_thoughts(session=session, focus=focus, run=run)
+            if questions_due(session):
+                session = await generate_questions(session=session, focus=focus, run=run)
+            session = await rerank.maybe_rerank(session=session, run=run)
+            if not ending_reason(session) and synthesis_due(session):
+                session = await synthesise(session=session, run=run)
+        except interrupt.Concluding:  # the step in flight is dropped: on to the answer
+            continue
     session = await synthesise(session=session, run=run, final=True, reason=ending_reason(session))
     return session.status
 

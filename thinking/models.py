@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +46,7 @@ class CompletionReason(models.TextChoices):
     STOP_SIGNAL = "stop_signal", "Model signalled it was done"
     TOKEN_CEILING = "token_ceiling", "Token ceiling reached"
     COST_CEILING = "cost_ceiling", "Cost ceiling reached"
+    CONCLUDED = "concluded", "Concluded on request"
     CANCELLED = "cancelled", "Cancelled"
     ERROR = "error", "Error"
 
@@ -113,26 +115,58 @@ class Step:
         self.changes.update(changes)
 
     def record_calls(self, purpose: str, replies: Sequence[Reply]) -> None:
-        """Each model call of `replies` as a row (a cut-off attempt was spent too), and their
-        tokens on the session's counters."""
+        """Each model call of `replies` as a row (a cut-off attempt was spent too), priced by
+        the model that made it, and its tokens and cost on the session's counters and its
+        usage per model (`usage_by_model`)."""
         session = self.session
-        calls = [call for reply in replies for call in reply.attempts]
-        ModelCall.objects.bulk_create(
-            ModelCall(
-                session_id=session.pk,
-                purpose=purpose,
-                model=call.model or session.model_id,
-                thinking_mode=call.thinking_mode,
-                stop_reason=call.stop_reason or "",
-                duration_ms=call.duration_ms,
-                input_tokens=call.usage.input_tokens,
-                output_tokens=call.usage.output_tokens,
-                cache_read_tokens=call.usage.cache_read_tokens,
-                cache_write_tokens=call.usage.cache_write_tokens,
-                content=call.content,
+        rows = []
+        tally = session.usage_by_model
+        spent = Decimal(0)
+        unpriced = 0
+        for call in (call for reply in replies for call in reply.attempts):
+            model = call.model or session.model_id
+            usage = call.usage
+            tokens = (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
             )
-            for call in calls
-        )
+            cost = pricing.call_cost(
+                model,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+            )
+            rows.append(
+                ModelCall(
+                    session_id=session.pk,
+                    purpose=purpose,
+                    model=model,
+                    thinking_mode=call.thinking_mode,
+                    stop_reason=call.stop_reason or "",
+                    duration_ms=call.duration_ms,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    cache_read_tokens=usage.cache_read_tokens,
+                    cache_write_tokens=usage.cache_write_tokens,
+                    cost_usd=cost,
+                    content=call.content,
+                )
+            )
+            tally = pricing.tallied(tally, model=model, purpose=purpose, tokens=tokens, cost=cost)
+            if cost is None:
+                unpriced += 1
+            else:
+                spent += cost
+        ModelCall.objects.bulk_create(rows)
+        if rows:
+            self.update(
+                usage_by_model=tally,
+                cost_usd=F("cost_usd") + spent,
+                unpriced_calls=F("unpriced_calls") + unpriced,
+            )
         if not replies:
             return
         usages = [reply.total_usage for reply in replies]
@@ -289,6 +323,10 @@ class ThinkingSession(models.Model):
     stop_requested = models.BooleanField(
         default=False, help_text="The model signalled that its understanding is sufficient."
     )
+    conclude_requested = models.BooleanField(
+        default=False,
+        help_text="A person asked for the answer now: the loop stops thinking and writes it.",
+    )
     # How each thought reply was read: {"tags": n, "lines": n, "prose": n, "empty": n}.
     parse_routes = models.JSONField(default=dict, blank=True)
 
@@ -299,11 +337,18 @@ class ThinkingSession(models.Model):
     research_notes = models.JSONField(default=list, blank=True)
     # The latest stage entry, the loop's or the model's: stage, label, message, step, confidence.
     progress = models.JSONField(default=dict, blank=True)
+    # The tools its thought cycles offer the model (thinking/tools.py `offered`).
     tools_enabled = models.BooleanField(
-        default=True, help_text="Let the model search the web and memory while it thinks."
+        default=True, help_text="Offer tools at all while it thinks (the ones chosen below)."
+    )
+    search_tool = models.BooleanField(
+        default=True, help_text="Offer web and knowledge-base search (with research on)."
     )
     think_tool = models.BooleanField(
         default=True, help_text="Offer the think tool (a scratchpad) while it thinks."
+    )
+    progress_tool = models.BooleanField(
+        default=True, help_text="Offer the progress tool (a status line for the page)."
     )
     # Citations [n] in answers that match no stored source: counted, not linked.
     unknown_citations = models.PositiveIntegerField(default=0)
@@ -323,6 +368,12 @@ class ThinkingSession(models.Model):
     output_tokens = models.PositiveBigIntegerField(default=0)
     cache_read_tokens = models.PositiveBigIntegerField(default=0)
     cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    # Each call priced by its own model when it was stored (thinking/pricing.py); calls of a
+    # model without a price are counted instead.
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    unpriced_calls = models.PositiveIntegerField(default=0)
+    # Calls, tokens and cost per model and kind of call (pricing.tallied).
+    usage_by_model = models.JSONField(default=dict, blank=True)
 
     # Set while the model provider is unavailable and the loop waits to try again.
     waiting_since = models.DateTimeField(null=True, blank=True)
@@ -432,14 +483,18 @@ class ThinkingSession(models.Model):
 
     @property
     def estimated_cost(self) -> float | None:
-        """US dollars, from the model's list prices; None for a model without a known price."""
-        return pricing.estimate(
-            self.model_id,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cache_read_tokens=self.cache_read_tokens,
-            cache_write_tokens=self.cache_write_tokens,
-        )
+        """US dollars at list prices, each call priced by its own model; None once a call
+        had no known price (and, before the first call, when the session's model has none)."""
+        if self.unpriced_calls:
+            return None
+        if not self.usage_by_model and pricing.price_for(self.model_id) is None:
+            return None
+        return float(self.cost_usd)
+
+    @property
+    def model_usage(self) -> list[tuple[str, pricing.Spent]]:
+        """Calls, tokens and cost per model, by model id."""
+        return pricing.by_model(self.usage_by_model)
 
     @property
     def thinking_settings(self) -> ThinkingSettings:
@@ -511,6 +566,14 @@ class ThinkingSession(models.Model):
     def resume(self, *, publish: Callable[[SessionEvent], None] | None = None) -> None:
         # The worker that paused released its lease; a fresh claim picks the session up.
         self._transition("resume", (Status.PAUSED,), publish, status=Status.THINKING)
+
+    def conclude(self, *, publish: Callable[[SessionEvent], None] | None = None) -> None:
+        """Write the answer now: the loop stops thinking (a call in flight is stopped) and
+        writes its final answer from what it has. A paused session thinks again, straight to
+        its answer; the worker that paused it let go, so a fresh claim picks it up."""
+        self._transition(
+            "conclude", self.STEERABLE, publish, status=Status.THINKING, conclude_requested=True
+        )
 
     def cancel(self, *, publish: Callable[[SessionEvent], None] | None = None) -> None:
         self._transition(
@@ -816,6 +879,8 @@ class ModelCall(models.Model):
     output_tokens = models.PositiveIntegerField(default=0)
     cache_read_tokens = models.PositiveIntegerField(default=0)
     cache_write_tokens = models.PositiveIntegerField(default=0)
+    # What it cost at its model's price when stored; null for a model without a price.
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     content = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -79,8 +79,9 @@ def reasoning_text(reply: Reply) -> str:
 
 def plans_first(session: ThinkingSession) -> bool:
     """Whether the loop plans and researches before its first thought cycle: the session
-    researches and has no plan yet (one resumed after its plan goes on thinking)."""
-    return not session.plan and session.research_enabled
+    researches and has no plan yet (one resumed after its plan goes on thinking), and no
+    one has asked for its answer now."""
+    return not session.plan and session.research_enabled and not session.conclude_requested
 
 
 def begin_sync(

@@ -95,15 +95,38 @@ scratchpad to: check which results actually bear on the focus, note contradictio
 sources, and decide what is still missing."""
 
 
-def definitions(*, web: bool, think: bool, search: bool = True) -> list[dict[str, Any]]:
+def definitions(
+    *, web: bool, think: bool, search: bool = True, progress: bool = True
+) -> list[dict[str, Any]]:
     """The tools offered to the model; the same list for a whole session. Without `search`
-    (research off) there are no research tools at all."""
-    tools = [MEMORY_SEARCH, PROGRESS] if search else [PROGRESS]
-    if web and search:
-        tools.insert(0, WEB_SEARCH)
+    (research off, or not chosen) there are no research tools at all."""
+    tools = [WEB_SEARCH] if web and search else []
+    if search:
+        tools.append(MEMORY_SEARCH)
+    if progress:
+        tools.append(PROGRESS)
     if think:
         tools.append(THINK)
     return tools
+
+
+# The tools a person may choose per session (the start form, the API, the CLI).
+CHOICES = ("search", "think", "progress")
+
+
+def available() -> tuple[str, ...]:
+    """The tools this deployment offers at all (DEEPTHINK_TOOLS, DEEPTHINK_THINK_TOOL)."""
+    if not settings.DEEPTHINK_TOOLS:
+        return ()
+    return CHOICES if settings.DEEPTHINK_THINK_TOOL else ("search", "progress")
+
+
+def chosen(session: ThinkingSession) -> list[str]:
+    """The tools a session was set to offer, by name."""
+    if not session.tools_enabled:
+        return []
+    flags = (session.search_tool, session.think_tool, session.progress_tool)
+    return [name for name, on in zip(CHOICES, flags, strict=True) if on]
 
 
 @dataclass(frozen=True)
@@ -203,12 +226,17 @@ ToolRunner = Callable[[str, object], Awaitable[ToolOutcome]]
 
 
 def offered(session: ThinkingSession, research: evidence.Research) -> list[dict]:
-    """The tools a session's thought cycles offer the model (none when tools are off)."""
+    """The tools a session's thought cycles offer the model: those it was set to offer
+    (none when tools are off), search only while it researches."""
     if not (settings.DEEPTHINK_TOOLS and session.tools_enabled):
         return []
     think = settings.DEEPTHINK_THINK_TOOL and session.think_tool
-    web = research.web is not None
-    return definitions(web=web, think=think, search=session.research_enabled)
+    return definitions(
+        web=research.web is not None,
+        think=think,
+        search=session.research_enabled and session.search_tool,
+        progress=session.progress_tool,
+    )
 
 
 async def ask_with_tools(

@@ -17,9 +17,10 @@ from config.http import AuthenticatedHttpRequest
 
 from . import actions, followups, limits, llm
 from .access import get_session_for
-from .forms import ExtendForm, StartSessionForm, SteerForm
+from .forms import EstimateForm, ExtendForm, StartSessionForm, SteerForm
 from .models import IllegalTransition, Status, ThinkingSession
 from .presenters import header_context, session_context
+from .words import counted
 
 
 def _start_page(
@@ -27,8 +28,10 @@ def _start_page(
 ) -> HttpResponse:
     recent = ThinkingSession.objects.visible_to(request.user)[:8]
     advanced = set(StartSessionForm.ADVANCED) & set(form.errors)
+    asked = form.data if form.is_bound else {"minutes": form.fields["minutes"].initial}
     context = {
         "form": form,
+        "estimate": EstimateForm(asked).estimate(),
         "recent": recent,
         "provider_ready": llm.is_configured(),
         "advanced_errors": bool(advanced),
@@ -60,6 +63,15 @@ def session_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.htmx:
         return HttpResponseClientRedirect(session.get_absolute_url())
     return redirect(session)
+
+
+@login_required
+@require_GET
+def session_estimate(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """The start form's cost estimate, again as the person changes its fields (htmx)."""
+    return render(
+        request, "thinking/_estimate.html", {"estimate": EstimateForm(request.GET).estimate()}
+    )
 
 
 SEARCH_MAX_CHARS = 200
@@ -110,7 +122,7 @@ def _follow_up_context(session: ThinkingSession, viewer: Any) -> dict[str, Any]:
         **followups.links(session, viewer),
         "answer_versions": followups.answer_versions(session),
         "may_extend": followups.is_extendable(session) and actions.may_extend(session, viewer),
-        "extend_form": ExtendForm(),
+        "extend_form": ExtendForm(unused_seconds=followups.unused_seconds(session)),
         "follow_up_form": follow_up,
         "extensions": list(session.extensions.all()),
     }
@@ -134,16 +146,21 @@ def session_extend(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResp
     session = get_session_for(request.user, pk)
     if not actions.may_extend(session, request.user):
         raise actions.NotAllowed("Only the owner can give this session more time.")
-    form = ExtendForm(request.POST)
+    unused = followups.unused_seconds(session)
+    form = ExtendForm(request.POST, unused_seconds=unused)
     if not form.is_valid():
         messages.error(request, " ".join(" ".join(map(str, e)) for e in form.errors.values()))
         return redirect(session)
+    minutes, add_remainder = form.cleaned_data["minutes"], form.cleaned_data["add_remainder"]
     try:
-        actions.extend(session, user=request.user, minutes=form.cleaned_data["minutes"])
+        actions.extend(session, user=request.user, minutes=minutes, add_remainder=add_remainder)
     except (followups.CannotExtend, limits.LimitRefused) as error:
         messages.error(request, str(error))
         return redirect(session)
-    messages.success(request, f"Thinking {form.cleaned_data['minutes']:g} more minutes.")
+    done = f"Thinking {counted(minutes, 'more minute', 'more minutes')}"
+    if add_remainder and unused >= 1:
+        done += f", plus the {counted(round(unused / 60, 1), 'minute')} it left unused"
+    messages.success(request, f"{done}.")
     return redirect(session)
 
 
@@ -184,6 +201,13 @@ def session_resume(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResp
 @require_POST
 def session_cancel(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResponse:
     return _change_state(request, pk, actions.cancel, "Cancelled.")
+
+
+@login_required
+@require_POST
+def session_conclude(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """Write the answer now: it stops thinking and writes its final answer from what it has."""
+    return _change_state(request, pk, actions.conclude, "Writing the answer now.")
 
 
 @login_required

@@ -506,6 +506,8 @@
         if (!button) return;
         input.value = button.dataset.minutes;
         syncPresets(group, input);
+        // A change like typing one: the cost estimate below the form follows it.
+        input.dispatchEvent(new Event("change", { bubbles: true }));
       });
       input.addEventListener("input", function () { syncPresets(group, input); });
     });

@@ -477,3 +477,23 @@ def test_content_security_policy(chromium: Any, app: AppServer, login_state: dic
     expect(tab.locator("#answer h2")).to_be_visible(timeout=60_000)
     context.close()
     assert not violations, violations
+
+
+def test_the_estimate_follows_the_form_and_conclude_now_writes_the_answer(page: Any):
+    page.goto("/")
+    estimate = page.locator("#estimate")
+    expect(estimate).to_contain_text("Estimated cost: $")
+    page.get_by_role("group", name="Budget presets").get_by_role("button", name="2 h").click()
+    expect(estimate).to_contain_text("120 minutes on")
+    page.fill("#id_minutes", "1")
+    page.locator("#id_minutes").dispatch_event("change")
+    expect(estimate).to_contain_text("1 minute on")
+
+    start_session(page, "Is light a wave or a particle?", minutes=5, synthesis=0.05)
+    wait_for_thoughts(page, 3)
+    header = page.locator("#session-header")
+    page.once("dialog", lambda dialog: dialog.accept())  # hx-confirm asks first
+    header.get_by_role("button", name="Conclude now").click()
+    expect(header).to_have_attribute("data-status", "completed", timeout=30_000)
+    expect(header).to_contain_text("Concluded on request")
+    expect(page.locator("#answer .prose")).to_contain_text("the evidence gathered so far")

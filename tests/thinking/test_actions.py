@@ -233,7 +233,7 @@ def test_a_resume_over_the_owners_limit_is_refused_and_nothing_rings(
     paused = make_session(status=Status.PAUSED)
     with pytest.raises(limits.LimitRefused) as refusal:
         actions.resume(paused, user=alice)
-    assert str(refusal.value).startswith("1 sessions of this owner are thinking; the limit is 1.")
+    assert str(refusal.value).startswith("1 session of this owner is thinking; the limit is 1.")
     paused.refresh_from_db()
     assert paused.status == Status.PAUSED and rang == [] and published == []
 
@@ -250,7 +250,7 @@ def test_a_start_over_the_limit_is_explained_on_the_form(
     refused = StartSessionForm({"question": "And the sea?", "minutes": 1}, user=alice)
     assert actions.start(refused, owner=alice) is None
     assert refused.non_field_errors() == [
-        "You already have 1 sessions thinking; the limit is 1. Wait for one to finish, or "
+        "You already have 1 session thinking; the limit is 1. Wait for one to finish, or "
         "pause or cancel one."
     ]
     assert ThinkingSession.objects.count() == 1 and rang == []
@@ -284,7 +284,7 @@ def test_an_extension_is_refused_by_state_first_then_by_the_limits(
     done = make_session(status=Status.COMPLETED, completion_reason=CompletionReason.BUDGET)
     with pytest.raises(limits.LimitRefused) as limit:
         actions.extend(done, user=alice, minutes=1, doorbell=False)
-    assert str(limit.value).startswith("You already have 1 sessions thinking; the limit is 1.")
+    assert str(limit.value).startswith("You already have 1 session thinking; the limit is 1.")
     done.refresh_from_db()
     assert done.status == Status.COMPLETED and rang == []
 
@@ -303,7 +303,7 @@ def test_a_start_that_lost_a_race_for_the_last_slot_is_explained_on_the_form(
     make_session(status=Status.THINKING)  # alice's other tab started one meanwhile
     assert actions.start(form, owner=alice) is None
     assert form.non_field_errors() == [
-        "You already have 1 sessions thinking; the limit is 1. Wait for one to finish, or "
+        "You already have 1 session thinking; the limit is 1. Wait for one to finish, or "
         "pause or cancel one."
     ]
     assert ThinkingSession.objects.count() == 1 and rang == []

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from accounts.tokens import create_token, revoke_token
-from tests.helpers import bearer, post
+from tests.helpers import bearer, post, record_call
 from thinking.models import (
     CompletionReason,
     Source,
@@ -31,7 +31,12 @@ READS = [
     "/api/sessions/{id}/sources",
     "/api/sessions/{id}/export",
 ]
-CHANGES = ["/api/sessions/{id}/pause", "/api/sessions/{id}/resume", "/api/sessions/{id}/cancel"]
+CHANGES = [
+    "/api/sessions/{id}/pause",
+    "/api/sessions/{id}/resume",
+    "/api/sessions/{id}/cancel",
+    "/api/sessions/{id}/conclude",
+]
 
 
 @pytest.fixture
@@ -77,6 +82,8 @@ def test_schema_describes_exactly_the_routes(client: Client):
         "/api/sessions/{session_id}/pause": ["post"],
         "/api/sessions/{session_id}/resume": ["post"],
         "/api/sessions/{session_id}/cancel": ["post"],
+        "/api/sessions/{session_id}/conclude": ["post"],
+        "/api/sessions/estimate": ["post"],
         "/api/sessions/{session_id}/steer": ["post"],
         "/api/sessions/{session_id}/extend": ["post"],
         "/api/sessions/{session_id}/thoughts": ["get"],
@@ -331,6 +338,95 @@ def test_start_refuses_a_ceiling_too_big_to_store(api: Client, provider: None):
     assert response.status_code == 422
 
 
+# --- inputs are never silently ignored ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("/api/sessions", {"question": "Q?", "minutes": 1, "reserach": False}, "reserach"),
+        ("/api/sessions/estimate", {"minutes": 1, "budget": 5}, "budget"),
+        ("/api/sessions/{id}/steer", {"kind": "hint", "text": "x", "urgent": True}, "urgent"),
+        ("/api/sessions/{id}/extend", {"minutes": 1, "minuets": 2}, "minuets"),
+    ],
+)
+def test_an_unknown_field_is_a_422_naming_it(
+    api: Client, provider: None, make_session: Any, route: str, body: dict, field: str
+):
+    session = make_session(status=Status.COMPLETED, completion_reason=CompletionReason.BUDGET)
+    response = post(api, route.format(id=session.pk), body)
+    assert response.status_code == 422
+    [problem] = response.json()["detail"]
+    assert problem == {
+        "loc": ["body", "payload", field],
+        "msg": f"Unknown field '{field}': this API has no such setting.",
+        "type": "extra_forbidden",
+    }
+    assert ThinkingSession.objects.count() == 1 and not session.thoughts.exists()
+
+
+@pytest.mark.parametrize(
+    ("tools", "stored"),
+    [
+        (None, ["search", "think", "progress"]),
+        (["think"], ["think"]),
+        (["search", "progress"], ["search", "progress"]),
+        ([], []),
+    ],
+)
+def test_the_tools_are_chosen_per_session(
+    api: Client, provider: None, rang: Any, tools: list[str] | None, stored: list[str]
+):
+    body: dict[str, Any] = {"question": "Q?", "minutes": 1}
+    if tools is not None:
+        body["tools"] = tools
+    response = post(api, "/api/sessions", body)
+    assert response.status_code == 201, response.content
+    assert response.json()["settings"]["tools"] == stored
+
+
+def test_tools_must_be_a_list_of_known_tools(api: Client, provider: None):
+    for tools in ("none", ["search", "browse"]):
+        response = post(api, "/api/sessions", {"question": "Q?", "minutes": 1, "tools": tools})
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"][:3] == ["body", "payload", "tools"]
+    assert not ThinkingSession.objects.exists()
+
+
+def test_a_thinking_budget_under_auto_is_used_as_manual_where_the_model_takes_it(
+    api: Client, provider: None, rang: Any, settings: Any
+):
+    """The issue's case: a budget with thinking left on auto, on a model that only takes
+    manual thinking, was dropped (a fitted 2048 was sent). Now it means manual thinking."""
+    settings.DEEPTHINK_MODEL = "a-local-model"  # unknown: manual (budget) thinking
+    response = post(api, "/api/sessions", {"question": "Q?", "minutes": 1, "thinking_budget": 3000})
+    assert response.status_code == 201, response.content
+    chosen = response.json()["settings"]
+    assert (chosen["thinking_mode"], chosen["thinking_budget"]) == ("manual", 3000)
+
+
+@pytest.mark.parametrize(
+    ("model", "mode", "says"),
+    [
+        ("claude-opus-5-5", "", "takes no thinking budget"),  # adaptive only
+        ("claude-sonnet-4-6", "adaptive", "only used with manual thinking, not adaptive"),
+        ("claude-sonnet-4-6", "off", "only used with manual thinking, not off"),
+    ],
+)
+def test_a_thinking_budget_that_cannot_apply_is_refused_with_the_reason(
+    api: Client, provider: None, settings: Any, model: str, mode: str, says: str
+):
+    settings.DEEPTHINK_MODEL = model
+    body: dict[str, Any] = {"question": "Q?", "minutes": 1, "thinking_budget": 3000}
+    if mode:
+        body["thinking_mode"] = mode
+    response = post(api, "/api/sessions", body)
+    assert response.status_code == 422
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", "payload", "thinking_budget"] and says in problem["msg"]
+    assert not ThinkingSession.objects.exists()
+
+
 # --- reading -----------------------------------------------------------------------------
 
 
@@ -342,10 +438,10 @@ def test_detail_has_progress_counts_and_usage(api: Client, make_session: Any):
         confidence_evolution=[0.4, 0.7],
         final_answer="Because [1].",
         final_confidence=0.7,
-        input_tokens=1000,
-        output_tokens=200,
         model_id="claude-opus-5-5",
     )
+    # $4 and $20 per million tokens.
+    record_call(session, model="claude-opus-5-5", input_tokens=1000, output_tokens=200)
     Thought.objects.create(
         session=session, sequence=0, text="t", type="insight", confidence=0.5, time_offset_seconds=1
     )
@@ -358,6 +454,18 @@ def test_detail_has_progress_counts_and_usage(api: Client, make_session: Any):
     assert body["confidence_evolution"] == [0.4, 0.7]
     assert body["usage"]["total_tokens"] == 1200
     assert body["usage"]["estimated_cost_usd"] == pytest.approx(0.008)
+    assert body["usage"]["by_model"] == [
+        {
+            "model": "claude-opus-5-5",
+            "calls": 1,
+            "input_tokens": 1000,
+            "output_tokens": 200,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "total_tokens": 1200,
+            "cost_usd": 0.008,
+        }
+    ]
     assert body["completion_reason"] == "budget"
     assert (body["final_answer"], body["final_confidence"]) == ("Because [1].", 0.7)
 

@@ -162,3 +162,39 @@ def test_zero_is_refused_like_the_form_does(fake_claude: Any, alice: Any, option
     with pytest.raises(CommandError, match=field):
         think("Why?", "--minutes", "0.05", option, "0", *extra, "--owner", "alice")
     assert not ThinkingSession.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("tools", "offered"),
+    [("none", None), ("think", ["think"]), ("search,progress", ["memory_search", "progress"])],
+)
+def test_the_tools_are_chosen_on_the_command_line(
+    fake_claude: Any, alice: Any, tools: str, offered: list[str] | None
+):
+    fake_claude.responder = lambda body: fake_claude.scripted_mind({**body, "tools": []})
+    out, _ = think("Why?", "--minutes", "0.05", "--tools", tools, "--owner", "alice")
+    thought_calls = [r for r in fake_claude.requests if "THOUGHT:" in prompt_of(r)]
+    assert thought_calls
+    for request in thought_calls:
+        names = [tool["name"] for tool in request["body"].get("tools", [])] or None
+        assert names == offered
+    assert "Estimated cost:" in out, "the expected cost is printed before it starts"
+
+
+def test_an_unknown_tool_is_refused(fake_claude: Any, alice: Any):
+    with pytest.raises(CommandError, match="browse is not a tool this deployment offers"):
+        think("Why?", "--minutes", "0.05", "--tools", "search,browse", "--owner", "alice")
+    assert not ThinkingSession.objects.exists()
+
+
+def test_a_thinking_budget_with_auto_thinking_is_sent_as_manual(
+    fake_claude: Any, alice: Any, settings: Any
+):
+    """A model that takes only manual thinking (one the tables do not know, like a local
+    server's), thinking left on auto: the budget given is the one sent, not a fitted one."""
+    settings.DEEPTHINK_MODEL = "local-llm"
+    think("Why?", "--minutes", "0.05", "--thinking-budget", "3000", "--owner", "alice")
+    session = ThinkingSession.objects.get()
+    assert (session.thinking_mode, session.thinking_budget) == ("manual", 3000)
+    sent = [r["body"].get("thinking") for r in fake_claude.requests if "THOUGHT:" in prompt_of(r)]
+    assert sent and all(t == {"type": "enabled", "budget_tokens": 3000} for t in sent)

@@ -9,6 +9,7 @@ from django.test import Client
 from markdown_it import MarkdownIt
 
 from accounts.tokens import create_token
+from tests.helpers import record_call
 from thinking.export import session_document, session_markdown
 from thinking.models import (
     CompletionReason,
@@ -40,8 +41,6 @@ def finished(make_session: Any) -> ThinkingSession:
         confidence_evolution=[0.4, 0.75],
         final_answer="Memory consolidation [1] and threat simulation [2]; see also [9].",
         final_confidence=0.75,
-        input_tokens=1200,
-        output_tokens=300,
         model_id="claude-opus-5-5",
         plan={"steps": ["survey", "weigh"], "current": 1, "source": "model"},
         worker_id="worker-secret-lease",
@@ -107,13 +106,9 @@ def finished(make_session: Any) -> ThinkingSession:
         title="My notes <b>on threat</b>",
         key="item-7",
     )
-    ModelCall.objects.create(
-        session=session,
-        purpose="thoughts",
-        model="claude-opus-5-5",
+    record_call(session, model="claude-opus-5-5", input_tokens=1200, output_tokens=300)
+    ModelCall.objects.filter(session=session).update(
         thinking_mode="adaptive",
-        input_tokens=1200,
-        output_tokens=300,
         content=[
             {"type": "thinking", "thinking": "Let me think.", "signature": SIGNATURE},
             {"type": "text", "text": "..."},
@@ -151,6 +146,19 @@ def test_the_json_document_has_every_stored_row(finished: ThinkingSession):
     assert doc["plan"] == {"steps": ["survey", "weigh"], "current": 1, "source": "model"}
     assert len(doc["model_calls"]) == 1 and doc["model_calls"][0]["input_tokens"] == 1200
     assert doc["usage"]["estimated_cost_usd"] == pytest.approx(0.0108)
+    assert doc["model_calls"][0]["cost_usd"] == pytest.approx(0.0108)
+    assert doc["usage"]["by_model"] == [
+        {
+            "model": "claude-opus-5-5",
+            "calls": 1,
+            "input_tokens": 1200,
+            "output_tokens": 300,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "total_tokens": 1500,
+            "cost_usd": 0.0108,
+        }
+    ]
 
 
 def test_the_json_document_is_json(finished: ThinkingSession):
@@ -256,6 +264,7 @@ def test_the_report_has_thinking_stats(finished: ThinkingSession):
     assert "- Active thinking time: 1:00 of 1:00" in stats
     assert "- Tokens: 1500 (input 1200, output 300" in stats
     assert "- Estimated cost: $0.0108" in stats
+    assert "  - claude-opus-5-5: 1 call, 1500 tokens, $0.0108" in stats
     assert "- Completion: Time budget used. The budget ran out." in stats
 
 

@@ -166,6 +166,50 @@ def test_api_extend_rules(client: Client, alice: Any, bob: Any, finished: Any,
     assert response.status_code == 403
 
 
+@pytest.mark.parametrize("remainder", [False, True])
+def test_think_longer_thinks_that_many_more_minutes_and_the_unused_time_only_if_asked(
+    client: Client, alice: Any, finished: Any, monkeypatch: pytest.MonkeyPatch, remainder: bool
+):
+    """Stopped early by its stop signal after 20 s of a 60 s budget: one more minute is 60 s
+    more thinking from where it stopped; the 40 s it left unused are added only when the
+    person ticks the box."""
+    monkeypatch.setattr("thinking.actions.request_start", lambda pk: None)
+    monkeypatch.setattr("thinking.actions.publish_sync", lambda event: None)
+    session = finished(completion_reason=CompletionReason.STOP_SIGNAL, active_seconds=20.0)
+    client.force_login(alice)
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert "Also add the 0.7 minutes it left unused" in page
+    assert "the unused time is added only if you tick the box" in page
+
+    data = {"minutes": "1", **({"add_remainder": "on"} if remainder else {})}
+    response = client.post(f"/sessions/{session.pk}/extend/", data, follow=True)
+
+    session.refresh_from_db()
+    assert session.budget_seconds == (20 + 40 + 60 if remainder else 20 + 60)
+    said = "Thinking 1 more minute."
+    if remainder:
+        said = "Thinking 1 more minute, plus the 0.7 minutes it left unused."
+    assert said in response.content.decode()
+
+
+def test_the_api_adds_the_unused_time_only_when_asked(
+    client: Client, alice: Any, finished: Any, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr("thinking.actions.request_start", lambda pk: None)
+    monkeypatch.setattr("thinking.actions.publish_sync", lambda event: None)
+    client.force_login(alice)
+    plain = finished(completion_reason=CompletionReason.CONCLUDED, active_seconds=30.0)
+    body = post(client, f"/api/sessions/{plain.pk}/extend", {"minutes": 2}).json()
+    assert body["budget_seconds"] == 30 + 120
+    more = finished(completion_reason=CompletionReason.CONCLUDED, active_seconds=30.0)
+    body = post(
+        client, f"/api/sessions/{more.pk}/extend", {"minutes": 2, "add_remainder": True}
+    ).json()
+    assert body["budget_seconds"] == 30 + 30 + 120
+    wrong = post(client, f"/api/sessions/{more.pk}/extend", {"minutes": 2, "add_remainder": 1})
+    assert wrong.status_code == 422
+
+
 def test_an_extension_counts_against_the_hourly_limit(
     client: Client, alice: Any, finished: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ):

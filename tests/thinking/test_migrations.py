@@ -66,3 +66,54 @@ def test_the_stage_history_moves_into_rows_and_back(before_stage_rows: Any) -> N
     assert back.get(pk=long.pk).stages == [_entry(n) for n in range(10, 310)]
     assert back.get(pk=short.pk).stages == [_entry(0)]
     assert back.get(pk=empty.pk).stages == []
+
+
+BEFORE_COSTS = [("thinking", "0018_remove_session_log_edits")]
+AFTER_COSTS = [("thinking", "0019_costs_conclude_tools")]
+
+
+@pytest.fixture
+def before_costs(transactional_db: Any) -> Any:
+    MigrationExecutor(connection).migrate(BEFORE_COSTS)
+    yield _apps(BEFORE_COSTS)
+    call_command("migrate", verbosity=0)
+
+
+def test_stored_calls_are_priced_by_their_own_model(before_costs: Any) -> None:
+    """Issue 70: each stored call gets its model's price; its session, the sum and its usage
+    per model; a call of a model without a price is counted, not priced."""
+    from decimal import Decimal
+
+    old = before_costs
+    user = old.get_model("auth", "User").objects.create(username="dora", password="x")
+    sessions = old.get_model("thinking", "ThinkingSession").objects
+    calls = old.get_model("thinking", "ModelCall").objects
+    fields = {"owner": user, "budget_seconds": 60, "synthesis_interval_seconds": 15}
+    priced = sessions.create(question="Priced?", model_id="claude-opus-5-5", **fields)
+    local = sessions.create(question="Local?", model_id="local-llm", **fields)
+    idle = sessions.create(question="Idle?", model_id="claude-opus-5-5", **fields)
+    # $4 / $20 per million on the main model; the plan on the fast one at $0.10 / $0.50.
+    calls.create(session=priced, purpose="thoughts", model="claude-opus-5-5",
+                 input_tokens=1_000_000, output_tokens=100_000)  # fmt: skip
+    calls.create(session=priced, purpose="plan", model="claude-haiku-5-5", input_tokens=1_000_000)
+    calls.create(session=local, purpose="thoughts", model="local-llm", input_tokens=5)
+
+    MigrationExecutor(connection).migrate(AFTER_COSTS)
+
+    new = _apps(AFTER_COSTS)
+    rows = new.get_model("thinking", "ModelCall").objects
+    stored = new.get_model("thinking", "ThinkingSession").objects
+    assert sorted(rows.values_list("model", "cost_usd")) == [
+        ("claude-haiku-5-5", Decimal("0.1")),
+        ("claude-opus-5-5", Decimal("6")),
+        ("local-llm", None),
+    ]
+    after = stored.get(pk=priced.pk)
+    assert (after.cost_usd, after.unpriced_calls) == (Decimal("6.1"), 0)
+    assert after.usage_by_model["claude-haiku-5-5"]["plan"] == {
+        "calls": 1, "input": 1_000_000, "output": 0, "cache_read": 0, "cache_write": 0,
+        "cost": 0.1,
+    }  # fmt: skip
+    assert stored.get(pk=local.pk).unpriced_calls == 1
+    assert stored.get(pk=local.pk).usage_by_model["local-llm"]["thoughts"]["cost"] is None
+    assert (stored.get(pk=idle.pk).cost_usd, stored.get(pk=idle.pk).usage_by_model) == (0, {})

@@ -233,16 +233,40 @@ def test_the_start_page_offers_budget_presets_and_explains_defaults(alice_client
 
 
 @pytest.mark.parametrize(
-    ("tools", "enabled", "think"),
-    [("", True, True), ("all", True, True), ("search", True, False), ("none", False, False)],
+    ("tools", "stored"),
+    [
+        (None, ["search", "think", "progress"]),  # not sent (an older page): the defaults
+        (["search", "think", "progress"], ["search", "think", "progress"]),
+        (["search"], ["search"]),
+        (["think", "progress"], ["think", "progress"]),
+        ([], []),  # the page's boxes all unticked: no tools
+    ],
 )
-def test_the_tools_choice_is_stored_on_the_session(
-    alice_client: Any, fake_claude: Any, tools: str, enabled: bool, think: bool
+def test_the_tools_ticked_on_the_form_are_the_sessions(
+    alice_client: Any, fake_claude: Any, tools: list[str] | None, stored: list[str]
 ):
-    data = {"question": "Q?", "minutes": "1", "tools": tools}
+    from thinking.tools import chosen
+
+    data: dict[str, Any] = {"question": "Q?", "minutes": "1"}
+    if tools is not None:
+        data.update(tools=tools, tools_chosen="True")
     assert alice_client.post(reverse("session-create"), data).status_code == 302
     session = ThinkingSession.objects.get()
-    assert (session.tools_enabled, session.think_tool) == (enabled, think)
+    assert chosen(session) == stored
+    assert session.tools_enabled == bool(stored)
+
+
+def test_a_tool_the_deployment_does_not_offer_is_refused(
+    alice_client: Any, fake_claude: Any, settings: Any
+):
+    settings.DEEPTHINK_THINK_TOOL = False
+    html = alice_client.get(reverse("home")).content.decode()
+    assert 'value="think"' not in html and 'value="progress"' in html
+    data = {"question": "Q?", "minutes": "1", "tools": ["think"], "tools_chosen": "True"}
+    response = alice_client.post(reverse("session-create"), data)
+    assert response.status_code == 422
+    assert "think is not a tool this deployment offers." in response.content.decode()
+    assert not ThinkingSession.objects.exists()
 
 
 def test_steering_offers_hint_or_sub_question_as_radio_buttons(

@@ -15,7 +15,7 @@ from accounts.models import Membership, Role, Team
 from research.knowledge import add_item
 from research.memory import search_memory
 from research.models import KnowledgeItem
-from tests.helpers import add_thought, communicator, login
+from tests.helpers import add_thought, communicator, login, record_call
 from thinking import limits
 from thinking.broadcast import publish
 from thinking.events import SessionEvent
@@ -152,7 +152,7 @@ def test_the_start_form_shares_with_my_team_and_enforces_limits(
 
     settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS = 1
     response = client.post(reverse("session-create"), {"question": "Again?", "minutes": "1"})
-    assert response.status_code == 422 and "already have 1 sessions thinking" in response.text
+    assert response.status_code == 422 and "already have 1 session thinking" in response.text
     assert ThinkingSession.objects.count() == 1
 
     client.force_login(bob)  # not in the team: cannot share with it
@@ -276,15 +276,25 @@ def test_a_reservation_outside_the_starting_transaction_is_a_programming_error(t
 
 
 @pytest.mark.django_db
-def test_a_model_without_a_price_never_hits_a_dollar_ceiling(make_session: Any):
-    from decimal import Decimal
+def test_a_team_dollar_budget_needs_a_priced_model(
+    team: Team, alice: Any, settings: Any, django_user_model: Any
+):
+    """A team session reserves dollars from the team's budget: on a model without a price
+    that reservation could never be held, so the start is refused until it is priced."""
+    from thinking.forms import StartSessionForm
 
-    from thinking import budget
+    settings.DEEPTHINK_MODEL = "a-local-model"
+    settings.DEEPTHINK_FAST_MODEL = ""
+    Team.objects.filter(pk=team.pk).update(monthly_cost_budget_usd=10)
+    data = {"question": "Q?", "minutes": 1, "team": team.pk}
+    form = StartSessionForm(data, user=alice)
+    assert not form.is_valid()
+    [message] = form.errors["max_cost_usd"]
+    assert "No price is known for the model 'a-local-model'" in message
+    assert "DEEPTHINK_PRICES" in message and "the team Lab's dollar budget" in message
 
-    unpriced = make_session(model_id="a-local-model", max_cost_usd=Decimal("0.01"),
-                            input_tokens=10**9)  # fmt: skip
-    assert budget.session_cost(unpriced) is None
-    assert budget.over_cost_ceiling(unpriced) is False
+    settings.DEEPTHINK_PRICES = {"a-local-model": {"input": 0.5, "output": 1.5}}
+    assert StartSessionForm(data, user=alice).is_valid()
 
 
 @pytest.mark.django_db
@@ -295,10 +305,10 @@ def test_a_session_that_has_spent_exactly_its_dollar_ceiling_stops(make_session:
     from thinking import budget
 
     # claude-sonnet-4 input is $3 per million tokens.
-    at_ceiling = make_session(model_id="claude-sonnet-4", max_cost_usd=Decimal("3.00"),
-                              input_tokens=1_000_000)  # fmt: skip
-    below = make_session(model_id="claude-sonnet-4", max_cost_usd=Decimal("3.00"),
-                         input_tokens=999_999)  # fmt: skip
+    at_ceiling = make_session(model_id="claude-sonnet-4", max_cost_usd=Decimal("3.00"))
+    record_call(at_ceiling, model="claude-sonnet-4", input_tokens=1_000_000)
+    below = make_session(model_id="claude-sonnet-4", max_cost_usd=Decimal("3.00"))
+    record_call(below, model="claude-sonnet-4", input_tokens=999_999)
     assert budget.session_cost(at_ceiling) == Decimal("3.0")
     assert budget.over_cost_ceiling(at_ceiling) is True
     assert budget.over_cost_ceiling(below) is False

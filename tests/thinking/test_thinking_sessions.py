@@ -10,7 +10,15 @@ from asgiref.sync import sync_to_async
 from django.urls import reverse
 
 from tests.fakes.anthropic_server import Reply
-from tests.helpers import FrozenClock, collect, communicator, each_call_takes, login, run
+from tests.helpers import (
+    FrozenClock,
+    collect,
+    communicator,
+    each_call_takes,
+    login,
+    record_call,
+    run,
+)
 from thinking import broadcast
 from thinking.export import session_document
 from thinking.models import CompletionReason, ModelCall, Status, ThinkingSession
@@ -134,17 +142,25 @@ async def test_a_token_ceiling_sends_the_session_to_its_final_answer(
 def test_usage_and_cost_show_on_the_page_and_in_the_admin(
     client: Any, alice: Any, make_session: Any, django_user_model: Any
 ):
-    session = make_session(
-        model_id="claude-opus-5-5", input_tokens=1_000_000, output_tokens=100_000,
-        cache_read_tokens=1_000_000, cache_write_tokens=0, status=Status.COMPLETED,
+    session = make_session(model_id="claude-opus-5-5", status=Status.COMPLETED)
+    record_call(
+        session, model="claude-opus-5-5", input_tokens=1_000_000, output_tokens=100_000,
+        cache_read_tokens=1_000_000,
     )  # fmt: skip
-    assert session.estimated_cost == pytest.approx(4 + 2 + 0.4)
+    # The plan on the fast model: $0.10 / $0.50 per million tokens.
+    record_call(session, model="claude-haiku-5-5", purpose="plan", input_tokens=1_000_000)
+    assert session.estimated_cost == pytest.approx(4 + 2 + 0.4 + 0.1)
     client.force_login(alice)
     html = client.get(session.get_absolute_url()).content.decode()
-    assert "$6.4000" in html and "2100000" in html
+    assert "$6.5000" in html and "3100000" in html
+    # Per model: calls, tokens, cost.
+    assert "<td>claude-opus-5-5</td><td>1</td><td>2100000</td><td>$6.4000</td>" in html
+    assert "<td>claude-haiku-5-5</td><td>1</td><td>1000000</td><td>$0.1000</td>" in html
     client.force_login(django_user_model.objects.create_superuser("root", password="pw"))
     admin = client.get(reverse("admin:thinking_thinkingsession_change", args=[session.pk]))
-    assert "6.4" in admin.content.decode()
+    page = admin.content.decode()
+    assert "6.5" in page
+    assert "<td>claude-opus-5-5</td><td>1</td><td>2100000</td><td>$6.4000</td>" in page
 
 
 @pytest.mark.django_db

@@ -1,5 +1,7 @@
 """`python manage.py think "QUESTION" --minutes M`: a session in this process, live in the
-terminal, then the final answer (or with --json, one JSON document)."""
+terminal, then the final answer (or with --json, one JSON document). Its expected cost is
+printed before it starts; `--estimate` prints only that. `--conclude ID` asks a running or
+paused session for its answer now."""
 
 from __future__ import annotations
 
@@ -17,12 +19,12 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.http import Http404
 
-from thinking import actions, broadcast, followups, limits, llm, notify
+from thinking import actions, broadcast, estimates, followups, limits, llm, notify, tools
 from thinking.access import get_session_for
 from thinking.events import SessionEvent
 from thinking.export import session_document
-from thinking.forms import StartSessionForm
-from thinking.models import Status, ThinkingSession
+from thinking.forms import EstimateForm, StartSessionForm
+from thinking.models import IllegalTransition, Status, ThinkingSession
 
 
 class TerminalPrinter:
@@ -61,6 +63,14 @@ def _given(value: object) -> object:
     return "" if value is None else value
 
 
+def _tool_choice(value: str | None) -> dict[str, Any]:
+    """--tools as the start form takes it: left out, the deployment's defaults."""
+    if value is None:
+        return {}
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    return {"tools": [] if names == ["none"] else names, "tools_chosen": "on"}
+
+
 class Command(BaseCommand):
     help = "Think about a question for a while, in this process, and print the answer."
 
@@ -71,6 +81,22 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--extend", metavar="ID", help="Give this completed session --minutes more time."
+        )
+        parser.add_argument(
+            "--add-remainder",
+            action="store_true",
+            help="With --extend: also add the thinking time it left unused.",
+        )
+        parser.add_argument(
+            "--conclude",
+            metavar="ID",
+            help="Ask this running or paused session for its answer now (a paused one is "
+            "run here to its answer).",
+        )
+        parser.add_argument(
+            "--estimate",
+            action="store_true",
+            help="Print the expected cost of these settings and start nothing.",
         )
         parser.add_argument("--parent", metavar="ID", help="Follow up this finished session.")
         parser.add_argument(
@@ -120,10 +146,19 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-web", action="store_true", help="Research never searches the web."
         )
+        parser.add_argument(
+            "--tools",
+            help="The tools the model may use while it thinks, comma-separated: "
+            f"{', '.join(tools.CHOICES)}; 'none' for none (default: every tool the "
+            "deployment offers).",
+        )
         parser.add_argument("--owner", help="Username of the owner (default: first superuser).")
         parser.add_argument("--json", action="store_true", help="Print one JSON document.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["estimate"]:
+            self._estimate(options)
+            return
         if not llm.is_configured():
             raise CommandError(llm.NOT_CONFIGURED)
         spec = ""
@@ -137,15 +172,26 @@ class Command(BaseCommand):
                     f"{options['format_spec']} is not a text file: a tag spec is JSON (UTF-8)."
                 ) from None
         owner = self._owner(options["owner"])
-        if options["extend"]:
-            session = self._extend(owner, options["extend"], options["minutes"])
+        quiet = options["json"]
+        if options["conclude"]:
+            session = self._conclude(owner, options["conclude"])
+            if session is None:
+                return
+            verb = "Writing the answer now for"
+        elif options["extend"]:
+            session = self._extend(
+                owner, options["extend"], options["minutes"], options["add_remainder"]
+            )
+            verb = "Thinking longer about"
         else:
             session = self._start(owner, options, spec)
-        quiet = options["json"]
+            verb = "Thinking about"
         if not quiet:
-            verb = "Thinking longer about" if options["extend"] else "Thinking about"
             self.stdout.write(self.style.MIGRATE_HEADING(f"{verb}: {session.question}"))
-            self.stdout.write(f"Session {session.pk} · budget {options['minutes']:g} min\n")
+            budget = f"budget {session.budget_seconds / 60:g} min"
+            self.stdout.write(f"Session {session.pk} · {budget}")
+            if not options["conclude"]:
+                self.stdout.write(self._estimated(session) + "\n")
         printer = TerminalPrinter(self.stdout.write, self.style)
         asyncio.run(self._run(session, printer, quiet))
         session.refresh_from_db()
@@ -159,17 +205,71 @@ class Command(BaseCommand):
                 self.stderr.write(self.style.ERROR(session.error_message))
             sys.exit(1)
 
-    def _extend(self, owner: Any, pk: str, minutes: float) -> ThinkingSession:
+    def _estimate(self, options: dict[str, Any]) -> None:
+        """--estimate: the expected cost of these settings, and nothing started."""
+        form = EstimateForm(
+            {
+                "minutes": options["minutes"],
+                "model": options["model"] or "",
+                "research": "off" if options["no_research"] else "on",
+                "max_cost_usd": _given(options["max_cost"]),
+                "token_ceiling": _given(options["token_ceiling"]),
+            }
+        )
+        found = form.estimate()
+        if found is None:
+            problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
+            raise CommandError(problems)
+        if options["json"]:
+            self.stdout.write(json.dumps({**found.as_json(), "summary": found.summary}, indent=2))
+        else:
+            self.stdout.write(found.summary)
+
+    def _estimated(self, session: ThinkingSession) -> str:
+        return estimates.estimate(
+            model=session.model_id,
+            minutes=session.budget_seconds / 60,
+            research=session.research_enabled,
+            max_cost_usd=session.max_cost_usd,
+            token_ceiling=session.token_ceiling,
+        ).summary
+
+    def _session(self, owner: Any, pk: str) -> ThinkingSession:
         try:
-            session = get_session_for(owner, pk)
+            return get_session_for(owner, pk)
         except (Http404, ValidationError):
             raise CommandError(f"No session {pk} that {owner} may see.") from None
+
+    def _conclude(self, owner: Any, pk: str) -> ThinkingSession | None:
+        """--conclude: ask for the answer now. A session a worker holds writes it there;
+        one no worker holds (it was paused) is run here, straight to its answer."""
+        session = self._session(owner, pk)
+        try:
+            actions.conclude(session, user=owner, doorbell=False)
+        except (actions.NotAllowed, IllegalTransition) as error:
+            raise CommandError(str(error)) from None
+        if session.worker_id:
+            self.stdout.write(
+                f"Session {session.pk} will stop thinking and write its answer; the worker "
+                "running it does that."
+            )
+            return None
+        return session
+
+    def _extend(self, owner: Any, pk: str, minutes: float, add_remainder: bool) -> ThinkingSession:
+        session = self._session(owner, pk)
         problem = followups.minutes_problem(minutes)
         if problem:
             raise CommandError(f"minutes: {problem}")
         try:
             # Run here, in this process: no doorbell for another worker.
-            actions.extend(session, user=owner, minutes=minutes, doorbell=False)
+            actions.extend(
+                session,
+                user=owner,
+                minutes=minutes,
+                add_remainder=add_remainder,
+                doorbell=False,
+            )
         except (actions.NotAllowed, followups.CannotExtend, limits.LimitRefused) as error:
             raise CommandError(str(error)) from None
         return session
@@ -195,6 +295,7 @@ class Command(BaseCommand):
                 "max_cost_usd": _given(options["max_cost"]),
                 "research": "off" if options["no_research"] else "on",
                 "web": "off" if options["no_web"] else "on",
+                **_tool_choice(options["tools"]),
                 "parent": options["parent"] or "",
                 "notify": "" if mail is None else str(mail).lower(),
                 "webhook_url": options["webhook_url"] or "",

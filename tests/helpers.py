@@ -390,14 +390,13 @@ def stored_thoughts(page: Any, session_id: str, *, notes: bool = False) -> list[
 
 
 def record_call(session: Any, *, model: str, purpose: str = "thoughts", **tokens: int) -> None:
-    """A model call stored as the loop stores it (`steps.record_calls`): its row, priced by
+    """A model call stored as the loop stores it (`Step.record_calls`): its row, priced by
     `model`, and the session's tokens, cost and usage per model (`tokens`: input_tokens,
     output_tokens, cache_read_tokens, cache_write_tokens)."""
-    from thinking import steps
     from thinking.llm import Reply, Usage
     from thinking.models import ThinkingSession
 
     reply = Reply(text="", model=model, usage=Usage(**tokens))
     with ThinkingSession.step(session.pk, stop_on_cancel=False) as step:
-        steps.record_calls(step, purpose, [reply])
+        step.record_calls(purpose, [reply])
     session.refresh_from_db()

@@ -17,7 +17,7 @@ UV := $(UV_HOME)/bin/uv
 RUN_STAMP := $(VENV)/.synced-run
 DEV_STAMP := $(VENV)/.synced-dev
 SYNC = py=$$(scripts/find-python) || exit 1; \
-	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --python "$$py" $(1) \
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --compile-bytecode --python "$$py" $(1) \
 	|| { echo "(if uv.lock is older than pyproject.toml's dependencies: make lock)" >&2; exit 1; }
 
 $(UV):

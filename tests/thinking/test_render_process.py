@@ -25,7 +25,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from tests.helpers import needs_postgresql
-from thinking import broadcast, render_process
+from thinking import broadcast, render_process, watchers
 from thinking.events import SessionEvent
 from thinking.models import Source, Thought
 
@@ -58,10 +58,11 @@ def gone_soon(pid: int, seconds: float = 10) -> bool:
 
 
 async def page_of(session_id: Any) -> Callable[[], Any]:
-    """A page watching the session (a channel in its group): the next message it gets."""
+    """A page watching the session (a channel that joined its group as a page does): the
+    next message it gets."""
     layer = get_channel_layer()
     channel = await layer.new_channel()
-    await layer.group_add(broadcast.group_name(session_id), channel)
+    await watchers.join(layer, broadcast.group_name(session_id), channel)
     return lambda: asyncio.wait_for(layer.receive(channel), timeout=30)
 
 

@@ -258,7 +258,7 @@ async def test_the_streams_events_read_as_json_give_what_the_sdks_typed_stream_g
         Reply(text="Looking.", tool_uses=[tool], stop_reason="tool_use", cache_read_tokens=5),
         Reply(redacted=True, text="ok", output_tokens=7),
     ]
-    sdk = client._client
+    sdk = client.sdk
     messages = [{"role": "user", "content": "Hi"}]
     request = {"model": "claude-test", "max_tokens": 100, "messages": messages}
     for reply in replies:
@@ -295,7 +295,7 @@ async def test_the_streams_events_read_as_json_give_what_the_sdks_typed_stream_g
 async def test_an_unreachable_provider_is_reported_in_words(settings: Any):
     settings.ANTHROPIC_BASE_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
     client = LLM.from_settings()
-    client._client = client._client.with_options(max_retries=0)
+    client.sdk = client.sdk.with_options(max_retries=0)
     try:
         with pytest.raises(LLMError, match="Could not reach the model provider"):
             await ask(client)
@@ -418,7 +418,7 @@ async def test_the_fake_refuses_a_thinking_type_the_listed_model_does_not_take(
         {"type": "adaptive"} if mode == "adaptive" else {"type": "enabled", "budget_tokens": 2048}
     )
     with pytest.raises(Exception) as raised:
-        await client._client.messages.create(
+        await client.sdk.messages.create(
             model="claude-x", max_tokens=4000, messages=[{"role": "user", "content": "Hi"}],
             thinking=body,  # type: ignore[arg-type]
         )  # fmt: skip

@@ -50,11 +50,22 @@ def _count_out(key: str) -> None:
         cache.decr(key)
 
 
+def _counted(key: str) -> int:
+    return int(cache.get(key, 0))
+
+
+# Django's caches may be used from any thread: these calls need not queue behind the views'
+# (and the consumers' database reads) on the one thread of `thread_sensitive`.
+_count_in_async = sync_to_async(_count_in, thread_sensitive=False)
+_count_out_async = sync_to_async(_count_out, thread_sensitive=False)
+_counted_async = sync_to_async(_counted, thread_sensitive=False)
+
+
 async def join(layer: BaseChannelLayer, group: str, channel: str) -> float:
     """Add a page's `channel` to `group`, then count it as watching. Returns when it was
     counted, for `leave`."""
     await layer.group_add(group, channel)
-    await sync_to_async(_count_in)(_key(group), _expiry(layer))
+    await _count_in_async(_key(group), _expiry(layer))
     return time.monotonic()
 
 
@@ -63,11 +74,11 @@ async def leave(layer: BaseChannelLayer, group: str, channel: str, joined: float
     group. A page counted longer ago than the expiry is not taken off: its count may have
     expired, and another page's since then must stand."""
     if time.monotonic() - joined < _expiry(layer):
-        await sync_to_async(_count_out)(_key(group))
+        await _count_out_async(_key(group))
     await layer.group_discard(group, channel)
 
 
 async def has_members(layer: BaseChannelLayer, group: str) -> bool:
     """Whether a page has joined `group` (`join`) and not left it, so a `group_send` on
     `layer` now would reach one."""
-    return int(await cache.aget(_key(group), 0)) > 0
+    return await _counted_async(_key(group)) > 0

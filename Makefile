@@ -4,18 +4,52 @@ VENV ?= .venv
 PORT ?= 8000
 HOST ?= 127.0.0.1
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck format install migrate fake-claude fake-exa bench mutate mutate-smoke clean
+.PHONY: run test lint typecheck format install install-dev migrate lock upgrade-lock fake-claude fake-exa bench mutate mutate-smoke clean
 
-$(STAMP): pyproject.toml
-	@py=$$(scripts/find-python) || exit 1; \
-	if [ ! -x $(BIN)/python ]; then echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; fi
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+# The venv holds exactly the versions in uv.lock: `make run` the runtime packages only,
+# `make test` (and the other developer targets) the `dev` group too. uv, pinned here, is
+# installed from PyPI into .tools/ on first use; it builds $(VENV) with the Python that
+# scripts/find-python picks.
+UV_VERSION := 0.13.10
+UV_HOME := .tools/uv-$(UV_VERSION)
+UV := $(UV_HOME)/bin/uv
+RUN_STAMP := $(VENV)/.synced-run
+DEV_STAMP := $(VENV)/.synced-dev
+SYNC = py=$$(scripts/find-python) || exit 1; \
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --compile-bytecode --python "$$py" $(1) \
+	|| { echo "(if uv.lock is older than pyproject.toml's dependencies: make lock)" >&2; exit 1; }
 
-install: $(STAMP)
+$(UV):
+	@py=$$(scripts/find-python) || exit 1; rm -rf $(UV_HOME); echo "Installing uv $(UV_VERSION) into $(UV_HOME)"; \
+	if "$$py" -m pip --version >/dev/null 2>&1; then \
+	  "$$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target $(UV_HOME) uv==$(UV_VERSION); \
+	else \
+	  "$$py" -m venv $(UV_HOME) && $(UV_HOME)/bin/python -m pip install --quiet uv==$(UV_VERSION); \
+	fi
+
+# A venv synced with the dev group serves `make run` as it is.
+$(RUN_STAMP): pyproject.toml uv.lock | $(UV)
+	@if [ ! $(DEV_STAMP) -nt uv.lock ] || [ ! $(DEV_STAMP) -nt pyproject.toml ]; then \
+	  $(call SYNC,--no-dev); \
+	fi
+	@touch $@
+
+$(DEV_STAMP): pyproject.toml uv.lock | $(UV)
+	@$(call SYNC,)
+	@touch $@
+
+install: $(RUN_STAMP)
+
+install-dev: $(DEV_STAMP)
+
+# After editing the dependencies in pyproject.toml: the lock, other versions kept.
+lock: | $(UV)
+	py=$$(scripts/find-python) && $(UV) lock --python "$$py"
+
+# Every locked version moved to the newest that pyproject.toml allows.
+upgrade-lock: | $(UV)
+	py=$$(scripts/find-python) && $(UV) lock --upgrade --python "$$py"
 
 migrate: install
 	$(BIN)/python manage.py migrate --noinput
@@ -42,21 +76,21 @@ fake-claude: install
 fake-exa: install
 	$(BIN)/python -m tests.fakes.exa_server --port $${FAKE_EXA_PORT:-8766} --delay $${FAKE_DELAY:-0.3}
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 # mypy with django-stubs over config, thinking, research and accounts (pyproject [tool.mypy]).
-typecheck: install
+typecheck: install-dev
 	$(BIN)/mypy
 
-format: install
+format: install-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 # Embedded defaults first (SQLite + in-memory layer), then the tests that need real
 # PostgreSQL/Redis when DATABASE_URL / REDIS_URL are set (they skip, with a reason, otherwise).
-test: install lint typecheck
+test: install-dev lint typecheck
 	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest
 	@# The services tests run in file order: in random order a test's leftover worker threads
 	@# can still hold pooled connections when the parallel-start test begins (see #17's note).
@@ -68,17 +102,17 @@ test: install lint typecheck
 # Benchmarks (bench/README.md): a throwaway SQLite file, or a throwaway PostgreSQL database
 # and the Redis variants when DATABASE_URL / REDIS_URL are set. BENCH_QUICK=1 is the smoke run
 # CI does: it checks that the suite works, not its numbers.
-bench: install
+bench: install-dev
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache mutants mutation/.cache
+	rm -rf $(VENV) .tools .pytest_cache .ruff_cache mutants mutation/.cache
 
 # Mutation testing (mutation/README.md): every covered module, or one with
 # MODULE=thinking/capabilities.py. Incremental; the fast suite only; MUTATE_WORKERS=2.
-mutate: install
+mutate: install-dev
 	$(BIN)/python -m mutation.run $(MODULE)
 
 # CI's smoke run: one small module, well under two minutes; the score is printed, not asserted.
-mutate-smoke: install
+mutate-smoke: install-dev
 	$(BIN)/python -m mutation.run --smoke

@@ -305,17 +305,17 @@ class SessionRun:
 
 @contextlib.asynccontextmanager
 async def watching(session_ids: list[uuid.UUID]) -> AsyncIterator[None]:
-    """One open page per session, as the channel layer sees it: a channel in the session's
-    group, its messages received as they come. Without it nobody watches, and the
-    publisher skips the renders (thinking/watchers.py)."""
+    """One open page per session, as the publisher sees it: a channel that joined the
+    session's group as a page does (`watchers.join`), its messages received as they come.
+    Without it nobody watches, and the publisher skips the renders (thinking/watchers.py)."""
     from channels.layers import get_channel_layer
 
+    from thinking import watchers
     from thinking.broadcast import group_name
 
     layer = get_channel_layer()
     members = [(group_name(pk), await layer.new_channel()) for pk in session_ids]
-    for group, channel in members:
-        await layer.group_add(group, channel)
+    joined = [await watchers.join(layer, group, channel) for group, channel in members]
 
     async def receive(channel: str) -> None:
         while True:
@@ -325,8 +325,8 @@ async def watching(session_ids: list[uuid.UUID]) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        for group, channel in members:
-            await layer.group_discard(group, channel)
+        for (group, channel), when in zip(members, joined, strict=True):
+            await watchers.leave(layer, group, channel, when)
         for reader in readers:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)

@@ -7,9 +7,7 @@
 2. the model client's CPU per request with 1, 50 and 100 idle connections in its pool, as the
    SDK builds it by default (httpx2) and on the SDK's aiohttp client (what the app does since
    2026-11-27; until then the default, each idle connection checked with one poll);
-3. the same for a web search on a worker's shared pool (its limits): exa-py's own httpx and
-   the app's, on aiohttp (since 2026-11-29; until then httpx, each idle connection checked
-   with one poll).
+3. the same for a web search on a worker's shared pool (its limits, on httpx).
 
     DATABASE_URL=postgres://... .venv/bin/python bench/idle_checks.py
 
@@ -143,27 +141,20 @@ async def model_requests(url: str) -> None:
 
 
 async def web_searches(url: str, key: str) -> None:
-    import httpx
     from exa_py import AsyncExa
 
-    from research.web import _SharedExa
-
-    class OnHttpx(_SharedExa):
-        """exa-py's own httpx client, with the shared pool's limits."""
-
-        http_client = httpx.AsyncClient
+    from research.web import SHARED_POOL_LIMITS, _Exa
 
     async def opened(exa: AsyncExa, index: int) -> None:
         await asyncio.sleep(index * 0.01)  # the fake's listen queue is short
         await exa.search("hold", num_results=1)
 
     cpu: dict[tuple[str, int], list[float]] = {}
-    kinds = ("httpx", "aiohttp")
+    kinds = ("httpx",)
     for _ in range(2):
         for kind in kinds:
             for idle in (1, 50, 100):
-                make = OnHttpx if kind == kinds[0] else _SharedExa
-                exa = make(api_key=key, api_base=url)
+                exa = _Exa(api_key=key, api_base=url, timeout=20.0, limits=SHARED_POOL_LIMITS)
                 await asyncio.gather(*(opened(exa, i) for i in range(idle)))
                 started = time.process_time()
                 for n in range(REQUESTS):

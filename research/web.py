@@ -17,16 +17,13 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import aiohttp
 import httpx
 from django.conf import settings
 from exa_py import AsyncExa
 from exa_py.api import ContentsOptions
-from httpx_aiohttp import HttpxAiohttpClient
-from httpx_aiohttp import transport as aiohttp_transport
 
 from .cache import cache_key, cache_row, cached_many, cached_results, store_rows
 from .models import SearchCache
@@ -244,60 +241,46 @@ def _to_result(result: Any, *, query: str) -> WebResult | None:
 
 # A worker's shared Exa client carries every session's searches at once (a burst of sessions
 # each searching 3 queries in parallel): the Anthropic SDK's pool size, not httpx's default
-# of 100 connections, which would queue them where per-session clients did not. (aiohttp
-# keeps every connection given back until its keep-alive runs out, 5 s: the keep-alive
-# bound is httpx's own.)
+# of 100 connections, which would queue them where per-session clients did not.
 SHARED_POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 
-# httpx-aiohttp 0.2 maps every aiohttp connection error to httpx.ConnectTimeout, so a refused
-# or dropped connection would read as a timeout. The Anthropic SDK's vendored copy of the
-# same transport carries the first two corrections; the third keeps a reply aiohttp cannot
-# parse (a broken gateway's) what it was on httpcore, a protocol error, retried.
-aiohttp_transport.AIOHTTP_EXC_MAP[aiohttp.ClientConnectionError] = httpx.ConnectError
-aiohttp_transport.AIOHTTP_EXC_MAP[aiohttp.ConnectionTimeoutError] = httpx.ConnectTimeout
-aiohttp_transport.AIOHTTP_EXC_MAP[aiohttp.ClientResponseError] = httpx.RemoteProtocolError
 
+class _Exa(AsyncExa):
+    """exa-py's client on an httpx pool of given limits, built (like exa-py's own, on first
+    request) on the event loop that uses it, and refusing any other loop. exa-py takes no
+    HTTP client or limits; its requests go through its public `client`, so that is where
+    this one gives its own (with exa-py's base URL, headers and timeout)."""
 
-class _AioExa(AsyncExa):
-    """exa-py's client with its httpx on aiohttp (`HttpxAiohttpClient`: proxies from the
-    environment too), built (like exa-py's own, on first request) on the event loop that
-    uses it. httpcore's pool asks every idle connection whether the server closed it each
-    time a request joins or leaves the pool, which a worker's shared pool paid for on every
-    search, more with every session; aiohttp's connector checks only the connection it
-    takes (bench/README, "The web searches on aiohttp")."""
-
-    http_client: ClassVar[type[httpx.AsyncClient]] = HttpxAiohttpClient
-    limits: ClassVar[httpx.Limits | None] = None  # None: httpx's default
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            sized: dict[str, Any] = {} if self.limits is None else {"limits": self.limits}
-            self._client = self.http_client(
-                base_url=self.base_url, headers=self.headers, timeout=self.timeout, **sized
-            )
-        return self._client
-
-
-class _SharedExa(_AioExa):
-    """The client a worker's sessions share: a pool sized for many sessions, refusing any
-    event loop but the one it was built on."""
-
-    limits = SHARED_POOL_LIMITS
-    _loop: asyncio.AbstractEventLoop | None = None
+    def __init__(
+        self, *, api_key: str, api_base: str, timeout: float, limits: httpx.Limits | None = None
+    ) -> None:
+        super().__init__(api_key=api_key, api_base=api_base, timeout=timeout)
+        self.limits = limits  # None: httpx's default
+        self.http: httpx.AsyncClient | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def client(self) -> httpx.AsyncClient:
         running = asyncio.get_running_loop()
-        if self._client is None:
-            self._loop = running
-        elif self._loop is not running:
-            raise RuntimeError("A shared web-search client belongs to one event loop")
-        return super().client
+        if self.http is None:
+            sized: dict[str, Any] = {} if self.limits is None else {"limits": self.limits}
+            self.http = httpx.AsyncClient(
+                base_url=self.base_url, headers=self.headers, timeout=self.timeout, **sized
+            )
+            self.loop = running
+        elif self.loop is not running:
+            raise RuntimeError("A web-search client belongs to the event loop that built it")
+        return self.http
 
     def open(self) -> httpx.AsyncClient:
         """The HTTP client, built now if it was not (on the running event loop)."""
         return self.client
+
+    async def aclose(self) -> None:
+        """Close the pool; a later request builds a new one."""
+        http, self.http, self.loop = self.http, None, None
+        if http is not None:
+            await http.aclose()
 
 
 class SharedWebClient:
@@ -310,7 +293,7 @@ class SharedWebClient:
     first request. `aclose()` when the worker stops."""
 
     def __init__(self) -> None:
-        self._clients: dict[tuple[str, str, float], _SharedExa] = {}
+        self._clients: dict[tuple[str, str, float], _Exa] = {}
         # web_search() runs in database hops, several threads at once on PostgreSQL.
         self._lock = threading.Lock()
 
@@ -322,15 +305,18 @@ class SharedWebClient:
             raise ResearchError(NOT_CONFIGURED, kind="not_configured")
         return WebSearch(**settings_, exa=self._shared(settings_))
 
-    def _shared(self, settings_: dict[str, Any]) -> _SharedExa:
+    def _shared(self, settings_: dict[str, Any]) -> _Exa:
         """The client for these settings (`WebSearch.settings_kwargs`), one per key, base
         URL and timeout."""
         key = (settings_["api_key"], settings_["base_url"], settings_["timeout"])
         with self._lock:
             exa = self._clients.get(key)
             if exa is None:
-                exa = self._clients[key] = _SharedExa(
-                    api_key=key[0], api_base=_api_base(key[1]), timeout=key[2]
+                exa = self._clients[key] = _Exa(
+                    api_key=key[0],
+                    api_base=_api_base(key[1]),
+                    timeout=key[2],
+                    limits=SHARED_POOL_LIMITS,
                 )
         return exa
 
@@ -392,7 +378,7 @@ class WebSearch:
         self._exa = (
             exa
             if exa is not None
-            else _AioExa(api_key=api_key, api_base=_api_base(base_url), timeout=timeout)
+            else _Exa(api_key=api_key, api_base=_api_base(base_url), timeout=timeout)
         )
 
     @staticmethod

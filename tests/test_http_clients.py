@@ -1,6 +1,7 @@
-"""The model client and the web client both run on aiohttp (thinking/llm.py,
-research/web.py): each keeps a connection alive between requests, and drops one the server
-closed instead of writing to it."""
+"""The model client (the SDK's aiohttp client, thinking/llm.py) and the web client (httpx,
+research/web.py) each keep a connection alive between requests, and drop one the server
+closed instead of writing to it; a worker's shared web client does not queue a burst of
+sessions' searches."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from httpx_aiohttp import AiohttpTransport
 
-from research.web import SharedWebClient, WebSearch
+from research.web import SharedWebClient
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.exa_server import FakeExa
 from tests.fakes.http_base import FakeServer
@@ -76,13 +76,23 @@ async def test_the_web_client_keeps_its_connection_and_not_one_the_server_closed
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_sessions_own_web_client_and_the_shared_one_run_on_aiohttp(fake_exa: FakeExa):
+async def test_a_workers_shared_web_client_carries_more_searches_at_once_than_httpxs_default(
+    fake_exa: FakeExa,
+):
+    """A burst of sessions each searching at once all reach the server together, not 100 at
+    a time (httpx's default pool) while the rest wait their turn."""
+    fake_exa.delay = 3  # each search held long enough for all of them to be in flight
     shared = SharedWebClient()
-    own = WebSearch.from_settings()
+    exa = shared.web_search()._exa
+    count = 120
+
+    async def search(index: int) -> Any:
+        await asyncio.sleep(index * 0.01)  # the fake's listen queue is short
+        return (await exa.search(f"query {index}", num_results=1)).results
+
     try:
-        for web in (own, shared.web_search()):
-            assert await web.search("which stack", num_results=2, scope="user:1")
-            assert isinstance(web._exa.client._transport, AiohttpTransport)
+        found = await asyncio.gather(*(search(i) for i in range(count)))
     finally:
-        await own.aclose()
         await shared.aclose()
+    assert all(found)
+    assert fake_exa.max_in_flight == count

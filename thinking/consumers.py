@@ -15,6 +15,7 @@ from django.contrib.sessions.backends.db import SessionStore
 
 from config.hops import db_hop
 
+from . import watchers
 from .access import find_session_for
 from .broadcast import (
     PageMarks,
@@ -81,6 +82,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
     """One per open session page. Clients only listen; anything they send is ignored."""
 
     group: str | None = None
+    joined = 0.0  # when watchers.join counted this page
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -100,14 +102,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
             # Refuse before joining any group: the handshake fails, nothing is revealed.
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        self.group = group_name(session.pk)
         self.session_id = session.pk
         self.owner = session.is_owned_by(user)
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
         self.checked_at = time.monotonic()
         # Join first, then read: an update committed in between arrives as a live message
-        # and is dropped below by sequence, so nothing is missed and nothing doubles.
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        # and is dropped below by sequence, so nothing is missed and nothing doubles. The
+        # join counts this page as watching (a session nobody watches is not rendered).
+        group = group_name(session.pk)
+        self.joined = await watchers.join(self.channel_layer, group, self.channel_name)
+        self.group = group
         await self.accept()
         await self._catch_up(session)
 
@@ -133,7 +137,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await watchers.leave(self.channel_layer, self.group, self.channel_name, self.joined)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         # Pages only listen; a large frame is abuse, and ends the connection.

@@ -230,7 +230,8 @@ class LLM:
         self.stream_retries = stream_retries
         self.retry_base_seconds = retry_base_seconds
         self._owns_client = client is None
-        self._client = client if client is not None else _new_client(api_key, base_url)
+        # The Anthropic SDK client every call goes through (a worker's, when lent).
+        self.sdk = client if client is not None else _new_client(api_key, base_url)
 
     @classmethod
     def from_settings(cls, *, client: anthropic.AsyncAnthropic | None = None) -> LLM:
@@ -249,17 +250,17 @@ class LLM:
 
     async def close(self) -> None:
         if self._owns_client:
-            await self._client.close()
+            await self.sdk.close()
 
     async def capabilities(self, model: str | None = None) -> Capabilities:
         """From the Models API when the server has it (cached); else the built-in table."""
         model = model or self.model
-        key = (str(self._client.base_url), model)
+        key = (str(self.sdk.base_url), model)
         cached = _capabilities_cache.get(key)
         if cached and time.monotonic() - cached[0] < CAPABILITIES_TTL:
             return cached[1]
         try:
-            info = await self._client.with_options(max_retries=0, timeout=10).models.retrieve(model)
+            info = await self.sdk.with_options(max_retries=0, timeout=10).models.retrieve(model)
             found = from_models_api(info) or table_capabilities(model)
         except (anthropic.AnthropicError, TypeError, ValueError):
             # Local servers (Ollama, vLLM) have no Models API: use what we know.
@@ -431,7 +432,7 @@ class LLM:
         if headers:
             extra["extra_headers"] = headers
         # The raw events, not the `messages.stream()` helper: see thinking/streaming.py.
-        created = await self._client.messages.create(
+        created = await self.sdk.messages.create(
             model=model,
             system=system_blocks(system),
             messages=cache_tool_loop(messages, system_marked=settings.DEEPTHINK_PROMPT_CACHING),  # type: ignore[arg-type]

@@ -5,8 +5,9 @@ SDK's) and returns the event stream. The SDK's `messages.stream()` helper on top
 rebuilds a snapshot of the whole message and a typed event for every delta; iterating the
 stream itself still builds one typed object per event. Both were most of the client's CPU
 per call (bench/README, "The model stream" and "The stream's events as JSON"). Here the
-events are read with the SDK's own SSE decoder (`AsyncStream.raw_events`) and each one's
-JSON taken as it is; an `error` event is raised as the SDK raises it. Each block's deltas
+events are read with the SDK's public SSE decoder (`AsyncStream.raw_events`) and each one's
+JSON taken as it is; an `error` event is raised as the SDK's public `APIStatusError`, with
+the stream's status (200) and the event's error type and message. Each block's deltas
 are kept as strings and joined once, when the stream ends; the blocks come out as request
 blocks, values untouched (signatures included), ready to be sent back inside a tool loop.
 """
@@ -39,20 +40,20 @@ class StreamedMessage:
 async def api_events(stream: anthropic.AsyncStream[Any]) -> AsyncIterator[dict[str, Any]]:
     """The events of a streamed reply, each the JSON object the API sent, as the SDK's own
     stream reads them (pings and nameless events skipped) but without a typed object per
-    event. An `error` event mid-stream raises the error the SDK's stream raises for it (its
-    client makes it: the class and the words follow the SDK's version)."""
+    event. An `error` event mid-stream raises `anthropic.APIStatusError` with the stream's
+    status (200); its `type` and `api_message` are the event's, as the SDK's own iterator
+    gives them."""
     response = stream.response
     async for sse in anthropic.AsyncStream.raw_events(response):
         if sse.event is None or sse.event == "ping":
             continue
         if sse.event == "error":
-            body: object = sse.data
             try:
-                body = json.loads(sse.data)
-                message = f"{body}"
+                body: object = json.loads(sse.data)
             except ValueError:
-                message = sse.data or f"Error code: {response.status_code}"
-            raise stream._client._make_status_error(message, body=body, response=response)
+                body = sse.data
+            message = sse.data or f"Error code: {response.status_code}"
+            raise anthropic.APIStatusError(message, response=response, body=body)
         if sse.data:
             yield json.loads(sse.data)
 

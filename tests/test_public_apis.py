@@ -17,8 +17,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ("config", "thinking", "research", "accounts")
-# Being removed (issue 66, "the ORM as Django engineers write it"); checked once gone.
-BEING_REMOVED = {"thinking/row_reads.py", "thinking/row_writes.py"}
 COMPILER_NAMES = {"InsertQuery", "UpdateQuery", "DeleteQuery", "SQLCompiler", "get_compiler"}
 # Underscored names that are public by contract: Django's model API (`Model._meta`, the
 # managers), named tuples' methods, `os._exit`.
@@ -37,9 +35,7 @@ PUBLIC_UNDERSCORED = {
 def app_sources() -> Iterator[tuple[str, str]]:
     for package in APP:
         for path in sorted((ROOT / package).rglob("*.py")):
-            name = path.relative_to(ROOT).as_posix()
-            if name not in BEING_REMOVED:
-                yield name, path.read_text()
+            yield path.relative_to(ROOT).as_posix(), path.read_text()
 
 
 def imported_names(tree: ast.Module) -> tuple[set[str], set[str]]:

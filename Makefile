@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck format install migrate fake-claude fake-exa bench mutate mutate-smoke clean
+.PHONY: run test lint typecheck format install migrate fake-claude fake-exa bench bench-compare mutate mutate-smoke clean
 
 $(STAMP): pyproject.toml
 	@py=$$(scripts/find-python) || exit 1; \
@@ -71,6 +71,10 @@ test: install lint typecheck
 bench: install
 	$(BIN)/python -m bench.run
 
+# The same benchmarks on BASE (a temporary git worktree) and on this tree, side by side.
+bench-compare: install
+	$(BIN)/python -m bench.compare $(BASE)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache mutants mutation/.cache
 
@@ -80,5 +84,6 @@ mutate: install
 	$(BIN)/python -m mutation.run $(MODULE)
 
 # CI's smoke run: one small module, well under two minutes; the score is printed, not asserted.
+# Results stay on this machine (mutation/results/, not in git).
 mutate-smoke: install
 	$(BIN)/python -m mutation.run --smoke

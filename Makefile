@@ -5,7 +5,7 @@ PORT ?= 8000
 HOST ?= 127.0.0.1
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck format install install-dev migrate lock upgrade-lock fake-claude fake-exa bench mutate mutate-smoke clean
+.PHONY: run test lint typecheck format install install-dev migrate lock upgrade-lock fake-claude fake-exa bench bench-compare mutate mutate-smoke clean
 
 # The venv holds exactly the versions in uv.lock: `make run` the runtime packages only,
 # `make test` (and the other developer targets) the `dev` group too. uv, pinned here, is
@@ -105,6 +105,10 @@ test: install-dev lint typecheck
 bench: install-dev
 	$(BIN)/python -m bench.run
 
+# The same benchmarks on BASE (a temporary git worktree) and on this tree, side by side.
+bench-compare: install-dev
+	$(BIN)/python -m bench.compare $(BASE)
+
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .ruff_cache mutants mutation/.cache
 
@@ -114,5 +118,6 @@ mutate: install-dev
 	$(BIN)/python -m mutation.run $(MODULE)
 
 # CI's smoke run: one small module, well under two minutes; the score is printed, not asserted.
+# Results stay on this machine (mutation/results/, not in git).
 mutate-smoke: install-dev
 	$(BIN)/python -m mutation.run --smoke

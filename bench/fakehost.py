@@ -1,52 +1,52 @@
-"""The fake Claude and Exa servers (tests/fakes), in a process of their own.
+"""The fake Claude and Exa servers, in a process of their own.
 
-A real model provider costs the worker nothing but waiting. A fake inside the worker's process
-would compete with it for the interpreter (it parses every request and streams every reply in
-Python), so the benchmarks run FakeAnthropic and FakeExa in a child process, on 127.0.0.1, and
-drive them over a pipe: set the per-call latency, read back what was requested and when.
+This is the one module of the benchmarks that imports the wire-level fakes: if they move,
+change the import below (`bench/compare.py` copies the folder they are in, found from
+the import, into the tree it compares with).
 
-The responder is the fakes' scripted mind with one MindState per session (so sessions running
-side by side each follow the same script) and a cycle limit: the N-th thought reply of a
-session reports a huge output-token count, which takes the session over its token ceiling, so
-it writes its final answer after exactly N thought cycles, whatever the clock says.
+A real model provider costs the worker nothing but waiting. A fake inside the worker's
+process would compete with it for the interpreter (it parses every request and streams every
+reply in Python), so the fakes run in a child process on 127.0.0.1, driven over a pipe: set
+the per-call latency, read back what was asked and when.
 
-Each session is recognised by the tag "(bench KEY)" at the end of its question.
-
-One change to the fakes' behaviour, in this process only: their handlers set TCP_NODELAY
-(see `_serve`); without it every response costs ~40 ms of Nagle/delayed-ACK stall.
+Every session follows the fakes' scripted mind with a state of its own (recognised by the tag
+"(bench KEY)" at the end of its question), and a cycle limit: the N-th thought reply of a
+session reports a huge output-token count, which takes it over its token ceiling, so it
+writes its final answer after exactly N thought cycles, whatever the clock says.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
 import os
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from tests.fakes import anthropic_server, exa_server
-from tests.fakes.anthropic_server import (
-    CHECK_PASSAGE,
-    FakeAnthropic,
-    MindState,
-    Reply,
-    scripted_mind,
-)
-from tests.fakes.exa_server import FakeExa, Recorded
 
+FAKES_DIR = Path(anthropic_server.__file__).resolve().parent
 BOMB_TOKENS = 10**9  # output tokens reported by a session's last cycle
 TOKEN_CEILING = 10**8  # the benchmark sessions' ceiling: far above real use, far below BOMB
 _KEY = re.compile(r"\(bench ([\w.-]+)\)")
+_KINDS = (
+    ("VERDICT:", "check"),
+    ("PLAN:", "plan"),
+    ("ANSWER:", "final"),
+    ("SYNTHESIS:", "synthesis"),
+    ("QUESTION:", "questions"),
+    ("THOUGHT:", "thoughts"),
+)
 
 
 def session_tag(key: str) -> str:
     return f"(bench {key})"
 
 
-def _first_user_text(body: dict) -> str:
+def _first_user_text(body: dict[str, Any]) -> str:
     messages = body.get("messages") or []
     if not messages or not isinstance(messages[0], dict):
         return ""
@@ -56,52 +56,13 @@ def _first_user_text(body: dict) -> str:
     return "\n".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
 
 
-def _kind(reply: Reply) -> str:
-    text = reply.text
-    if reply.tool_uses:
-        return "tool-round"
-    for marker, kind in (
-        ("VERDICT:", "check"),
-        ("PLAN:", "plan"),
-        ("ANSWER:", "final"),
-        ("SYNTHESIS:", "synthesis"),
-        ("QUESTION:", "questions"),
-        ("THOUGHT:", "thoughts"),
-    ):
-        if marker in text:
-            return kind
-    return "other"
-
-
-def _sizes(body: dict) -> dict[str, int]:
-    """Tokens (bytes / 4, as the fake counts) after the last cache breakpoint: the rest of the
-    first user message (its variable part) and the later turns of a tool loop."""
-    blocks: list[tuple[str, Any]] = [("tools", t) for t in body.get("tools") or []]
-    system = body.get("system")
-    blocks += [("system", b) for b in (system if isinstance(system, list) else [system])]
-    for index, message in enumerate(body.get("messages") or []):
-        content = message.get("content") if isinstance(message, dict) else None
-        where = "variable" if index == 0 else "turns"
-        blocks += [(where, b) for b in (content if isinstance(content, list) else [content])]
-    marked = [
-        i for i, (_, b) in enumerate(blocks) if isinstance(b, dict) and b.get("cache_control")
-    ]
-    after = blocks[(marked[-1] + 1 if marked else 0) :]
-    size = {"variable": 0, "turns": 0, "other": 0}
-    for where, block in after:
-        tokens = len(json.dumps(block)) // 4
-        size[where if where in size else "other"] += tokens
-    return size
-
-
 class _Host:
-    """The responder's state: one mind per session, cycle counts and a request log."""
+    """One scripted mind per session, their cycle counts, and what was asked when."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.local = threading.local()
         self.cycle_limit = 0
-        self.minds: dict[str, MindState] = {}
+        self.minds: dict[str, Any] = {}
         self.cycles: dict[str, int] = {}
         self.requests: list[dict[str, Any]] = []
         self.searches: list[dict[str, Any]] = []
@@ -113,105 +74,50 @@ class _Host:
             self.requests.clear()
             self.searches.clear()
 
-    def respond(self, body: dict) -> Reply:
+    def respond(self, body: dict[str, Any]) -> Any:
+        """The fake model's responder: called once a request is read and accepted, before
+        the fake waits out its latency."""
         arrived = time.monotonic()
-        # A citation check's passages come before its claims and carry whatever their pages
-        # say (a cached page found for another session names that session): its claims
-        # name its own.
-        match = _KEY.search(CHECK_PASSAGE.sub("", _first_user_text(body)))
+        # A citation check's passages may quote another session's pages: its claims, outside
+        # the passages, name its own session.
+        text = anthropic_server.CHECK_PASSAGE.sub("", _first_user_text(body))
+        match = _KEY.search(text)
         key = match.group(1) if match else "?"
         with self.lock:
-            mind = self.minds.setdefault(key, MindState())
-        reply = scripted_mind(body, mind)
-        kind = _kind(reply)
+            mind = self.minds.setdefault(key, anthropic_server.MindState())
+        reply = anthropic_server.scripted_mind(body, mind)
+        kind = "tool-round" if reply.tool_uses else "other"
+        if not reply.tool_uses:
+            kind = next((k for marker, k in _KINDS if marker in reply.text), "other")
         if kind == "thoughts":
             with self.lock:
                 done = self.cycles[key] = self.cycles.get(key, 0) + 1
             if self.cycle_limit and done >= self.cycle_limit:
                 reply.output_tokens = BOMB_TOKENS
-        record = {
-            "t": arrived,
-            "key": key,
-            "kind": kind,
-            "rounds": sum(1 for m in body.get("messages") or [] if m.get("role") == "assistant"),
-            **_sizes(body),
-        }
-        self.local.record = record
         with self.lock:
-            self.requests.append(record)
+            self.requests.append({"t": arrived, "key": key, "kind": kind})
         return reply
 
-
-class _Anthropic(FakeAnthropic):
-    bench: _Host
-
-    def _count_usage(self, usage: dict) -> None:
-        super()._count_usage(usage)
-        record = getattr(self.bench.local, "record", None)
-        if record is not None:
-            record["usage"] = {
-                "input": usage["input_tokens"],
-                "cache_read": usage["cache_read_input_tokens"],
-                "cache_write": usage["cache_creation_input_tokens"],
-                "output": usage["output_tokens"],
-            }
-
-
-class _Exa(FakeExa):
-    bench: _Host
-
-    def _answer(self, record: Recorded) -> tuple[int, dict[str, Any]]:
-        started = time.monotonic()
-        try:
-            return super()._answer(record)
-        finally:
-            query = record.body.get("query", "") if isinstance(record.body, dict) else ""
-            search = {"t0": started, "t1": time.monotonic(), "path": record.path, "query": query}
-            self.bench.local.search = search
-            with self.bench.lock:
-                self.bench.searches.append(search)
+    def searched(self, body: dict[str, Any]) -> None:
+        """The fake Exa's hook: called once a search has waited out its latency."""
+        query = body.get("query", "") if isinstance(body, dict) else ""
+        with self.lock:
+            self.searches.append({"t_end": time.monotonic(), "query": str(query)})
 
 
 def _serve(conn: Any) -> None:
     """The child process: start both fakes, then answer the parent until told to stop (or
     until the parent is gone)."""
     parent = os.getppid()
-    # The fakes write each SSE event (and each response's head) in a small write; with
-    # Nagle's algorithm on, the client's delayed ACK holds every response ~40 ms. A real
-    # provider does not cost that, so the benchmark's fakes send at once.
-    anthropic_server._Handler.disable_nagle_algorithm = True
-    exa_server._Handler.disable_nagle_algorithm = True
     host = _Host()
-
-    def timed(handle: Any, slot: str) -> Any:
-        # How long the fake took to answer a request: from the start of reading its body
-        # (checking it too) to the reply's last byte, the fake's own time that a real
-        # provider's latency holds, and the CPU its thread used meanwhile. Set on the record
-        # the request made (host.local's `slot`), if any.
-        def run(handler: Any) -> None:
-            received, cpu = time.monotonic(), time.thread_time()
-            setattr(host.local, slot, None)
-            try:
-                handle(handler)
-            finally:
-                record = getattr(host.local, slot)
-                if record is not None:
-                    record["provider_cpu"] = time.thread_time() - cpu
-                    record["provider"] = (received, time.monotonic())
-
-        return run
-
-    anthropic_server._Handler._post = timed(anthropic_server._Handler._post, "record")
-    exa_server._Handler.do_POST = timed(exa_server._Handler.do_POST, "search")
-    claude = _Anthropic()
-    claude.bench = host
-    exa = _Exa()
-    exa.bench = host
+    claude = anthropic_server.FakeAnthropic()
+    exa = exa_server.FakeExa()
 
     def reset() -> None:
         claude.reset()
         claude.responder = host.respond
         exa.reset()
+        exa.on_search = host.searched
         host.clear()
 
     claude.start()
@@ -237,7 +143,6 @@ def _serve(conn: Any) -> None:
                 reset()
                 conn.send(None)
             elif op == "stats":
-                cpu = os.times()
                 with host.lock:
                     requests = [dict(r) for r in host.requests]
                     searches = [dict(s) for s in host.searches]
@@ -245,10 +150,9 @@ def _serve(conn: Any) -> None:
                     {
                         "requests": requests,
                         "searches": searches,
-                        "usage_totals": dict(claude.usage_totals),
                         "cached_share": claude.cached_share,
+                        "usage_totals": dict(claude.usage_totals),
                         "exa_max_in_flight": exa.max_in_flight,
-                        "cpu_seconds": cpu.user + cpu.system,
                     }
                 )
             else:
@@ -266,6 +170,10 @@ class FakeHost:
         self._conn, child = context.Pipe()
         self._process = context.Process(target=_serve, args=(child,), name="bench-fakes")
         self.claude_url = self.exa_url = self.exa_key = ""
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
 
     def start(self) -> FakeHost:
         self._process.start()
@@ -288,20 +196,11 @@ class FakeHost:
             raise answer
         return answer
 
-    def configure(
-        self, *, delay: float | None = None, exa_delay: float | None = None, cycles: int = 0
-    ) -> None:
-        """Per-call latency of the model and of Exa (seconds), and the cycle limit (0: none)."""
-        args: dict[str, Any] = {"cycles": cycles}
-        if delay is not None:
-            args["delay"] = delay
-        if exa_delay is not None:
-            args["exa_delay"] = exa_delay
-        self._call("configure", **args)
-
-    def reset(self) -> None:
-        """Forget requests, prompt-cache prefixes, minds and counters."""
+    def configure(self, *, delay: float, exa_delay: float, cycles: int) -> None:
+        """Forget everything asked so far, then set the latency of each model call and
+        each web search (seconds) and the sessions' cycle limit."""
         self._call("reset")
+        self._call("configure", delay=delay, exa_delay=exa_delay, cycles=cycles)
 
     def stats(self) -> dict[str, Any]:
         return self._call("stats")

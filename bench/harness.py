@@ -1,7 +1,8 @@
-"""Setting the stage for the benchmarks: the environment before Django starts, a throwaway
-database, the machine, users, sessions, and running sessions through the real Supervisor.
+"""Setting the stage: the environment before Django starts, a throwaway database, users and
+sessions, a worker (the app's own `Supervisor`), pages open on a session (WebSocket viewers
+through the app's ASGI application), and the process's CPU and memory.
 
-Nothing here imports Django at module level: `prepare()` must run first.
+Nothing here imports Django or the app at module level: `prepare()` must run first.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,6 @@ QUESTIONS = (
     "What limits the speed of a database transaction?",
     "Why did the Bronze Age collapse?",
 )
-
 NOTES = (
     ("Dreams and memory", "REM sleep dreams replay memory and consolidate what was learned."),
     ("Sleep cycles", "Sleep cycles last about ninety minutes; dreams cluster in REM sleep."),
@@ -48,36 +49,33 @@ NOTES = (
 
 @dataclass
 class Setup:
-    """Where the benchmarks run: database, channel layers, fakes, and the options."""
+    """Where the benchmarks run: the database, Redis, the fakes, and the options."""
 
     quick: bool
     fakes: FakeHost
     database: str = "sqlite"  # or "postgresql"
     admin_url: str = ""  # the DATABASE_URL given, used to create and drop the bench database
-    database_url: str = ""  # the throwaway PostgreSQL database the benchmarks use
     database_name: str = ""
     sqlite_dir: str = ""
-    static_dir: str = ""  # collectstatic's output, as production serves it
-    redis_url: str = ""  # REDIS_URL given (the in-process benchmarks use the in-memory layer)
-    prefix: str = field(default_factory=lambda: f"bench-{os.getpid()}-{secrets.token_hex(3)}")
+    redis_url: str = ""  # REDIS_URL given (the benchmarks use the in-memory layer unless told)
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
-    notes: list[str] = field(default_factory=list)
 
-    def redis_layers(self, prefix: str = "") -> dict[str, Any]:
+    @property
+    def prefix(self) -> str:
+        return f"bench-{os.getpid()}-{self.run_id}"
+
+    def redis_layers(self) -> dict[str, Any]:
+        """Channel layers over REDIS_URL, as config/settings.py builds them."""
+        host = {"address": self.redis_url, "socket_timeout": None}
         return {
             "default": {
                 "BACKEND": "channels_redis.core.RedisChannelLayer",
-                "CONFIG": {"hosts": [self.redis_url], "prefix": prefix or self.prefix},
+                "CONFIG": {"hosts": [host], "prefix": self.prefix},
             }
         }
 
 
 MEMORY_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-
-
-def _with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
 def _admin_connection(url: str) -> Any:
@@ -96,29 +94,20 @@ def _admin_connection(url: str) -> Any:
 
 
 def prepare(*, quick: bool, fakes: FakeHost) -> Setup:
-    """Set the environment Django will read, before it starts."""
+    """Set the environment Django will read, before it starts: production-like (DEBUG off,
+    quiet logs), the fakes as the providers, a throwaway database."""
     setup = Setup(quick=quick, fakes=fakes)
     env = os.environ
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    # Production-like: DEBUG off (no query log), quiet logs.
     env.setdefault("DEBUG", "0")
     env.setdefault("SECRET_KEY", "bench-" + secrets.token_hex(24))
     env.setdefault("LOG_LEVEL", "WARNING")
-    # DEBUG off needs the host names (the test client's, and the live pages' origin first)
-    # and the static files collected, as a deployment does.
-    env.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
-    setup.static_dir = tempfile.mkdtemp(prefix="deepthink-bench-static-")
-    env["STATIC_ROOT"] = setup.static_dir
     env["DEEPTHINK_INPROCESS_WORKER"] = "0"
-    # The per-person limit on sessions thinking at once is a product rule, not the worker's
-    # capacity: the benchmarks start hundreds of sessions of one user.
-    env["DEEPTHINK_MAX_CONCURRENT_SESSIONS"] = "1000"
-    env["DEEPTHINK_SESSIONS_PER_HOUR"] = "100000"
     env["ANTHROPIC_BASE_URL"] = fakes.claude_url
     env["ANTHROPIC_API_KEY"] = "bench-key"
     env["EXA_BASE_URL"] = fakes.exa_url
     env["EXA_API_KEY"] = fakes.exa_key
-    # This process uses the in-memory layer unless a benchmark switches to Redis.
+    # The in-memory layer unless a benchmark switches to Redis (`layers`).
     setup.redis_url = env.pop("REDIS_URL", "").strip()
     admin_url = env.get("DATABASE_URL", "").strip()
     if admin_url:
@@ -129,8 +118,10 @@ def prepare(*, quick: bool, fakes: FakeHost) -> Setup:
         with _admin_connection(admin_url) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{setup.database_name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{setup.database_name}"')
-        setup.database_url = _with_database(admin_url, setup.database_name)
-        env["DATABASE_URL"] = setup.database_url
+        parts = urlsplit(admin_url)
+        env["DATABASE_URL"] = urlunsplit(
+            (parts.scheme, parts.netloc, "/" + setup.database_name, parts.query, parts.fragment)
+        )
     else:
         setup.sqlite_dir = tempfile.mkdtemp(prefix="deepthink-bench-")
         env["SQLITE_PATH"] = str(Path(setup.sqlite_dir) / "bench.sqlite3")
@@ -143,10 +134,6 @@ def start_django() -> None:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
-    call_command("collectstatic", interactive=False, verbosity=0)
-    # The ASGI application, loaded at start as daphne and `runworker` load it (and with it
-    # the start-up objects frozen out of the collector's full passes: config/startup.py).
-    import config.asgi  # noqa: F401
 
 
 def teardown(setup: Setup) -> None:
@@ -163,35 +150,32 @@ def teardown(setup: Setup) -> None:
             print(f"bench: could not drop {setup.database_name}: {error}", file=sys.stderr)
     if setup.sqlite_dir:
         shutil.rmtree(setup.sqlite_dir, ignore_errors=True)
-    if setup.static_dir:
-        shutil.rmtree(setup.static_dir, ignore_errors=True)
 
 
-# --- the machine -----------------------------------------------------------------------
+@contextlib.contextmanager
+def layers(config: dict[str, Any]) -> Any:
+    """Use these channel layers (a fresh backend) inside the block."""
+    from django.test import override_settings
+
+    with override_settings(CHANNEL_LAYERS=config):
+        yield
 
 
-def _memory_gb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
-    return None
+# --- the machine and the code ----------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+def _first_line(path: str, prefix: str) -> str:
+    with contextlib.suppress(OSError):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(prefix):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+    return ""
 
 
 def code_version() -> dict[str, Any]:
-    """The commit measured, and whether the working tree had other changes."""
+    """The commit measured, where its `thinking` package was imported from, and whether the
+    tree had other changes than the benchmarks'."""
+    import thinking
 
     def git(*args: str) -> str:
         try:
@@ -212,12 +196,14 @@ def code_version() -> dict[str, Any]:
         for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
         if not line[3:].startswith("bench/")
     ]
-    return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted_files": changed}
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "uncommitted_files": changed,
+        "thinking_from": str(Path(thinking.__file__).resolve().parent),
+    }
 
 
 def machine(setup: Setup) -> dict[str, Any]:
-    from importlib.metadata import version
-
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -226,7 +212,7 @@ def machine(setup: Setup) -> dict[str, Any]:
             database = f"PostgreSQL {cursor.fetchone()[0]}"
         else:
             cursor.execute("select sqlite_version()")
-            database = f"SQLite {cursor.fetchone()[0]} (WAL, one file)"
+            database = f"SQLite {cursor.fetchone()[0]}"
     redis = "not used (REDIS_URL unset)"
     if setup.redis_url:
         try:
@@ -237,171 +223,101 @@ def machine(setup: Setup) -> dict[str, Any]:
             client.close()
         except Exception as error:
             redis = f"Redis unreachable ({error})"
+    memory = _first_line("/proc/meminfo", "MemTotal")
     return {
-        "cpu": _cpu_model(),
+        "cpu": _first_line("/proc/cpuinfo", "model name") or platform.processor(),
         "cores": os.cpu_count(),
-        "memory_gb": _memory_gb(),
-        "os": f"{platform.system()} {platform.release()}",
+        "memory_gb": round(int(memory.split()[0]) / 1024 / 1024, 1) if memory else None,
         "python": platform.python_version(),
         "database": database,
         "redis": redis,
-        "packages": {
-            name: version(name)
-            for name in ("Django", "channels", "channels_redis", "anthropic", "httpx", "exa-py")
-        },
     }
 
 
-# --- users and sessions ----------------------------------------------------------------
+# --- CPU and memory of the worker --------------------------------------------------------
 
 
-def make_user(name: str, *, notes: int = len(NOTES)) -> Any:
-    """A user with a few knowledge-base notes, so memory searches find something."""
-    from django.contrib.auth import get_user_model
-
-    from research.knowledge import add_item
-
-    user = get_user_model().objects.create_user(name, password=None)
-    for title, body in NOTES[:notes]:
-        add_item(owner=user, title=title, body=body)
-    return user
+def rss_mb() -> float:
+    """Resident memory of this process now, in MB (Linux; 0 elsewhere)."""
+    value = _first_line("/proc/self/status", "VmRSS")
+    return int(value.split()[0]) / 1024 if value else 0.0
 
 
-def create_session(
-    owner: Any, key: str, *, synthesis_seconds: float = 36000.0, index: int = 0
-) -> uuid.UUID:
-    """A session as the start form makes it, tagged for the fake model, with a token ceiling
-    (the fake ends it after its cycle limit) and an hour of budget it never reaches."""
-    from django.db import transaction
+def children_cpu_seconds(fakes: FakeHost) -> float:
+    """CPU seconds so far of the processes this one started and theirs (a tree that renders
+    live updates in child processes), but not of the fakes' process: a real provider costs
+    the worker nothing but waiting."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / ticks
+    total = 0.0
+    waiting = [p for p in children.get(os.getpid(), []) if p != fakes.pid]
+    while waiting:
+        pid = waiting.pop()
+        total += cpu.get(pid, 0.0)
+        waiting += children.get(pid, [])
+    return total
 
-    from thinking.forms import StartSessionForm
 
-    form = StartSessionForm(
-        data={
-            "question": f"{QUESTIONS[index % len(QUESTIONS)]} {session_tag(key)}",
-            "minutes": 60,
-            "synthesis_minutes": synthesis_seconds / 60,
-            "token_ceiling": TOKEN_CEILING,
-        }
-    )
-    if not form.is_valid():
-        raise RuntimeError(f"the start form refused the session: {form.errors.as_json()}")
-    with transaction.atomic():
-        return form.create_session(owner=owner).pk
+def worker_cpu_seconds(fakes: FakeHost) -> float:
+    """CPU seconds so far of this process and of the processes it started (not the fakes)."""
+    own = os.times()
+    return own.user + own.system + children_cpu_seconds(fakes)
 
 
-@dataclass
-class SessionRun:
-    key: str
-    id: uuid.UUID
-    started: float = 0.0  # monotonic, when the supervisor was asked to start it
-    ended: float = 0.0  # monotonic, when its task finished
-    status: str | None = None
+async def settle(fakes: FakeHost, *, timeout: float = 60.0) -> None:
+    """Wait until the processes this one started are idle: a child the app starts on its
+    first live update (to render them) takes seconds of CPU to start, which no session's
+    figures should carry."""
+    deadline = time.monotonic() + timeout
+    before = children_cpu_seconds(fakes)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        now = children_cpu_seconds(fakes)
+        if now - before < 0.05:
+            return
+        before = now
+
+
+class PeakRSS:
+    """The highest resident memory seen while the block runs (a thread samples it, so a
+    busy event loop does not hide a peak)."""
+
+    def __init__(self, every: float = 0.02) -> None:
+        self.every = every
+        self.before = self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="bench-rss", daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every):
+            self.peak = max(self.peak, rss_mb())
+
+    def __enter__(self) -> PeakRSS:
+        import gc
+
+        gc.collect()
+        self.before = self.peak = rss_mb()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb())
 
     @property
-    def wall(self) -> float:
-        return self.ended - self.started
-
-
-@contextlib.asynccontextmanager
-async def watching(session_ids: list[uuid.UUID]) -> AsyncIterator[None]:
-    """One open page per session, as the publisher sees it: a channel that joined the
-    session's group as a page does (`watchers.join`), its messages received as they come.
-    Without it nobody watches, and the publisher skips the renders (thinking/watchers.py)."""
-    from channels.layers import get_channel_layer
-
-    from thinking import watchers
-    from thinking.broadcast import group_name
-
-    layer = get_channel_layer()
-    members = [(group_name(pk), await layer.new_channel()) for pk in session_ids]
-    joined = [await watchers.join(layer, group, channel) for group, channel in members]
-
-    async def receive(channel: str) -> None:
-        while True:
-            await layer.receive(channel)
-
-    readers = [asyncio.create_task(receive(channel)) for _, channel in members]
-    try:
-        yield
-    finally:
-        for (group, channel), when in zip(members, joined, strict=True):
-            await watchers.leave(layer, group, channel, when)
-        for reader in readers:
-            reader.cancel()
-        await asyncio.gather(*readers, return_exceptions=True)
-
-
-def pages(session_ids: list[uuid.UUID], watched: bool) -> contextlib.AbstractAsyncContextManager:
-    """`watching` these sessions, or nobody watching (the renders skipped)."""
-    return watching(session_ids) if watched else contextlib.nullcontext()
-
-
-PAGES = {True: "a page open each", False: "no page open"}  # how the figures name the two
-
-
-async def run_supervised(
-    runs: list[SessionRun], *, publish: Any = None, timeout: float = 600.0, watched: bool = True
-) -> list[SessionRun]:
-    """Start every session at once on one Supervisor (the worker's own class, with its
-    heartbeat running), and wait until all have finished; with `watched`, each with a page
-    open (`watching`), so every step is rendered and sent as for a person watching."""
-    async with pages([run.id for run in runs], watched):
-        return await _run_supervised(runs, publish=publish, timeout=timeout)
-
-
-async def _run_supervised(
-    runs: list[SessionRun], *, publish: Any, timeout: float
-) -> list[SessionRun]:
-    from thinking import broadcast
-    from thinking.worker import Supervisor, new_worker_id
-
-    supervisor = Supervisor(
-        worker_id=new_worker_id("bench"),
-        capacity=max(1, len(runs)),
-        publish=publish or broadcast.publish,
-        sweeping=False,
-    )
-    # A worker builds its model and web clients once in its life, not once a session (as
-    # this harness's supervisor per run would): built before any session's clock starts.
-    supervisor.open_clients()
-    beat = asyncio.create_task(supervisor.run_forever())
-
-    def finisher(run: SessionRun) -> Any:
-        def done(task: asyncio.Task[Any]) -> None:
-            run.ended = time.monotonic()
-            if not task.cancelled() and task.exception() is None:
-                run.status = task.result()
-
-        return done
-
-    try:
-        for run in runs:
-            run.started = time.monotonic()
-            if not await supervisor.start(run.id):
-                raise RuntimeError(f"the supervisor could not claim session {run.key}")
-            supervisor.running[run.id].add_done_callback(finisher(run))
-        try:
-            await asyncio.wait_for(supervisor.wait_idle(), timeout)
-        except TimeoutError:
-            for task in list(supervisor.running.values()):
-                task.cancel()
-            await asyncio.gather(*supervisor.running.values(), return_exceptions=True)
-            raise RuntimeError(f"sessions still running after {timeout:.0f} s") from None
-    finally:
-        beat.cancel()
-        await asyncio.gather(beat, return_exceptions=True)
-        await supervisor.aclose()  # the client pools its sessions shared
-    failed = [r for r in runs if r.status != "completed"]
-    if failed:
-        raise RuntimeError(
-            f"{len(failed)} of {len(runs)} sessions did not complete "
-            f"(e.g. {failed[0].key}: {failed[0].status})"
-        )
-    return runs
-
-
-# --- small statistics ------------------------------------------------------------------
+    def rise(self) -> float:
+        return self.peak - self.before
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -411,44 +327,200 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[rank - 1]
 
 
-def merged_intervals(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Overlapping (start, end) spans merged: searches run in parallel count once."""
-    merged: list[tuple[float, float]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
+def covered(spans: list[tuple[float, float]]) -> float:
+    """Seconds inside any of the spans: spans that overlap count once."""
+    total, end = 0.0, -math.inf
+    for start, stop in sorted(spans):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
 
 
-@contextlib.contextmanager
-def layers(config: dict[str, Any]) -> Iterator[None]:
-    """Use these channel layers (a fresh backend) inside the block."""
-    from django.test import override_settings
-
-    with override_settings(CHANNEL_LAYERS=config):
-        yield
+# --- users, sessions, pages ----------------------------------------------------------------
 
 
-def with_benchmark_session(tag: str, use: Callable[[Setup, uuid.UUID], None]) -> None:
-    """One 30-cycle benchmark session run against the fake servers in a throwaway database,
-    then `use(setup, its id)`, for the benchmarks that read a real session's rows back
-    (`row_read_cost`, `log_growth`); everything is torn down after."""
-    fakes = FakeHost().start()
-    setup = prepare(quick=False, fakes=fakes)
+async def new_user(name: str) -> Any:
+    """A user with a few knowledge-base notes, so memory searches find something."""
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth import get_user_model
+
+    from . import app
+
+    def make() -> Any:
+        user = get_user_model().objects.create_user(name, password=None)
+        for title, body in NOTES:
+            app.add_item(owner=user, title=title, body=body)
+        return user
+
+    return await sync_to_async(make)()
+
+
+async def new_sessions(
+    user: Any, keys: list[str], *, synthesis_seconds: float = 36000.0
+) -> list[uuid.UUID]:
+    """Sessions of an hour's budget (never reached: the fake ends each after its cycle
+    limit), tagged for the fake model, a synthesis every `synthesis_seconds` of active time."""
+    from asgiref.sync import sync_to_async
+    from django.conf import settings
+
+    from . import app
+
+    def make() -> list[uuid.UUID]:
+        return [
+            app.ThinkingSession.objects.create(
+                owner=user,
+                question=f"{QUESTIONS[i % len(QUESTIONS)]} {session_tag(key)}",
+                budget_seconds=3600.0,
+                synthesis_interval_seconds=synthesis_seconds,
+                model_id=settings.DEEPTHINK_MODEL,
+                token_ceiling=TOKEN_CEILING,
+            ).pk
+            for i, key in enumerate(keys)
+        ]
+
+    return await sync_to_async(make)()
+
+
+class Page:
+    """A page open on a session: a WebSocket through the app's ASGI application, as a
+    browser's. With `keep`, every message is kept with the wall-clock time it arrived."""
+
+    def __init__(self, communicator: Any, *, keep: bool) -> None:
+        self.communicator = communicator
+        self.keep = keep
+        self.messages: list[tuple[float, str]] = []
+        self.received = 0
+        self.task: asyncio.Task[None] | None = None
+
+    async def read(self) -> None:
+        while True:
+            # A long timeout: on a timeout the communicator cancels the consumer itself.
+            text = await self.communicator.receive_from(timeout=3600)
+            self.received += 1
+            if self.keep:
+                self.messages.append((time.time(), text))
+
+
+@contextlib.asynccontextmanager
+async def open_pages(
+    user: Any, session_ids: list[uuid.UUID], *, per_session: int = 1, keep: bool = False
+) -> AsyncIterator[list[Page]]:
+    """`per_session` pages open on each session, logged in as `user`, each up to date
+    (connected at the session's current revision), reading every message as it comes."""
+    from asgiref.sync import sync_to_async
+    from channels.testing import WebsocketCommunicator
+    from django.conf import settings
+    from django.test import AsyncClient
+
+    from . import app
+
+    client = AsyncClient()
+    await client.aforce_login(user)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    host = next((h for h in settings.ALLOWED_HOSTS if h and "*" not in h), "127.0.0.1")
+    headers = [(b"origin", f"http://{host.lstrip('.')}".encode()), (b"cookie", cookie.encode())]
+    revisions = await sync_to_async(
+        lambda: dict(
+            app.ThinkingSession.objects.filter(pk__in=session_ids).values_list("pk", "revision")
+        )
+    )()
+    pages: list[Page] = []
     try:
-        start_django()
-        from .scenarios import _new_sessions, _new_user
-
-        async def one_session() -> uuid.UUID:
-            fakes.configure(delay=0.0, exa_delay=0.0, cycles=30)
-            user = await _new_user(f"{tag}-{setup.run_id}")
-            runs = await _new_sessions(user, [f"{setup.run_id}-{tag}"], synthesis_seconds=0.5)
-            await run_supervised(runs, timeout=300)
-            return runs[0].id
-
-        use(setup, asyncio.run(one_session()))
+        for session_id in session_ids:
+            path = app.WS_PATH.format(session_id=session_id, revision=revisions[session_id])
+            for _ in range(per_session):
+                communicator = WebsocketCommunicator(app.application, path, headers=headers)
+                connected, code = await communicator.connect(timeout=30)
+                if not connected:
+                    raise RuntimeError(f"a page was refused ({code})")
+                page = Page(communicator, keep=keep)
+                page.task = asyncio.create_task(page.read())
+                pages.append(page)
+        yield pages
     finally:
-        teardown(setup)
-        fakes.stop()
+        for page in pages:
+            if page.task is not None:
+                page.task.cancel()
+        await asyncio.gather(*(p.task for p in pages if p.task), return_exceptions=True)
+        for page in pages:
+            with contextlib.suppress(Exception):
+                await page.communicator.disconnect(timeout=5)
+
+
+# --- the worker ----------------------------------------------------------------------------
+
+
+@dataclass
+class Batch:
+    """Sessions started at once on a worker: each one's wall time, and the worker's CPU."""
+
+    walls: dict[uuid.UUID, float]
+    seconds: float
+    cpu_seconds: float
+
+
+class Worker:
+    """One worker, as `manage.py runworker thinking` runs it: the app's `Supervisor` with its
+    heartbeat, its model and web clients built before any session starts (once in a
+    worker's life)."""
+
+    def __init__(self, fakes: FakeHost, capacity: int = 1000) -> None:
+        from . import app
+
+        self.fakes = fakes
+        self.supervisor = app.Supervisor(
+            worker_id=f"bench-{secrets.token_hex(4)}", capacity=capacity, sweeping=False
+        )
+        self.beat: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Worker:
+        self.supervisor.open_clients()
+        self.beat = asyncio.create_task(self.supervisor.run_forever())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.beat is not None:
+            self.beat.cancel()
+            await asyncio.gather(self.beat, return_exceptions=True)
+        await self.supervisor.aclose()
+
+    async def run(self, session_ids: list[uuid.UUID], *, timeout: float) -> Batch:
+        """Start the sessions at once and wait until all have finished; each must complete."""
+        supervisor = self.supervisor
+        ended: dict[uuid.UUID, tuple[float, Any]] = {}
+
+        def finisher(session_id: uuid.UUID, began: float) -> Any:
+            def done(task: asyncio.Task[Any]) -> None:
+                status = None
+                if not task.cancelled() and task.exception() is None:
+                    status = task.result()
+                ended[session_id] = (time.monotonic() - began, status)
+
+            return done
+
+        cpu = worker_cpu_seconds(self.fakes)
+        began = time.monotonic()
+        for session_id in session_ids:
+            started = time.monotonic()
+            if not await supervisor.start(session_id):
+                raise RuntimeError(f"the worker could not claim session {session_id}")
+            supervisor.running[session_id].add_done_callback(finisher(session_id, started))
+        try:
+            await asyncio.wait_for(supervisor.wait_idle(), timeout)
+        except TimeoutError:
+            tasks = [supervisor.running[s] for s in session_ids if s in supervisor.running]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise RuntimeError(f"sessions still running after {timeout:.0f} s") from None
+        seconds = time.monotonic() - began
+        cpu = worker_cpu_seconds(self.fakes) - cpu
+        failed = [(s, status) for s, (_, status) in ended.items() if status != "completed"]
+        if failed or len(ended) != len(session_ids):
+            example = failed[0] if failed else ("?", "no result")
+            raise RuntimeError(
+                f"{len(failed)} of {len(session_ids)} sessions did not complete "
+                f"(e.g. {example[0]}: {example[1]})"
+            )
+        return Batch({s: wall for s, (wall, _) in ended.items()}, seconds, cpu)

@@ -96,24 +96,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_followups.py",  # extend: more time for a completed session
         "tests/thinking/test_views.py",  # start: the form's errors on the page
     ),
-    "thinking/models.py": (
-        *LIFECYCLE_TESTS,
-        "tests/thinking/test_kept_log.py",
-        "tests/thinking/test_step_stores.py",
-    ),
-    # the session row every step locks and every live update reads, without the ORM's work
-    "thinking/row_reads.py": (
-        "tests/thinking/test_row_reads.py",
-        "tests/thinking/test_models.py",
-        "tests/thinking/test_step_hops.py",
-        "tests/thinking/test_consumers.py",
-    ),
-    # the UPDATE every stored step ends with, without the ORM's work
-    "thinking/row_writes.py": (
-        "tests/thinking/test_row_writes.py",
-        "tests/thinking/test_models.py",
-        "tests/thinking/test_step_hops.py",
-    ),
+    "thinking/models.py": (*LIFECYCLE_TESTS, "tests/thinking/test_step_stores.py"),
     # the stores one at a time (a cancel mid-failure, the notice while waiting), then sessions
     "thinking/steps.py": ("tests/thinking/test_step_stores.py", *LOOP_TESTS),
     # the loop (the longest runs)
@@ -123,10 +106,9 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/thinking/test_schedule.py",
         *LOOP_TESTS,
     ),
-    # the session log every model call carries, and the log a run keeps between calls
+    # the session log every model call carries
     "thinking/transcript.py": (
         "tests/thinking/test_transcript.py",
-        "tests/thinking/test_kept_log.py",
         "tests/thinking/test_prompts.py",
     ),
 }
@@ -136,11 +118,9 @@ MODULES: dict[str, tuple[str, ...]] = {
 MUTANTS: dict[str, tuple[str, ...]] = {
     "thinking/models.py": (
         "thinking.models.x__open_step__mutmut_*",
-        "thinking.models.x__apply_locally__mutmut_*",
         "thinking.models.xǁStepǁ*",
         "thinking.models.xǁSessionQuerySetǁ*",
         "thinking.models.xǁThinkingSessionǁ*",
-        "thinking.models.xǁLoggedRowǁ*",
         "thinking.models.xǁSubQuestionǁ*",
     ),
 }

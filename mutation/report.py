@@ -1,6 +1,7 @@
 """The mutation table: killed / survived / equivalent / timeout per module, and survivors by
-file and line. `python -m mutation.report` prints it and rewrites mutation/README.md from the
-results mutmut left (the active `mutants/` and the parked ones in mutation/.cache/).
+file and line. `python -m mutation.report` prints it and writes mutation/results/report.md
+from the results mutmut left on this machine (the active `mutants/` and the parked ones in
+mutation/.cache/); a module with none there keeps its row from the previous report.
 
 Equivalent mutants (no behaviour a person could notice changes) are listed in
 mutation/equivalents/<module>.toml with a one-line reason and the mutated line; an entry
@@ -25,7 +26,8 @@ from pathlib import Path
 from mutation.modules import DEFAULT_ORDER, MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "mutation" / "README.md"
+# The report of the last runs on this machine, like the verdicts beside it (not in git).
+REPORT = ROOT / "mutation" / "results" / "report.md"
 EQUIVALENTS = ROOT / "mutation" / "equivalents"  # one file per module: <module>.toml
 TARGET = 90.0
 # mutmut files a run whose test harness raised (e.g. pytest answering "not found" for a
@@ -181,8 +183,9 @@ def summarise(module: str, mutants_dir: Path, *, only: str = "") -> Row:
 
 @dataclass
 class Earlier:
-    """What the README already says of modules with no results here (a clean clone has no
-    mutmut caches): their table rows and sections, kept with the commit they were measured at."""
+    """What the previous report says of modules with no mutmut results here now (their
+    caches were cleared): their table rows and sections, with the commit they were measured
+    at."""
 
     commit: str = ""
     rows: dict[str, str] = field(default_factory=dict)
@@ -245,66 +248,19 @@ def _commit() -> str:
         return result.stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    # This report and the verdicts the run keeps are not changes to what was measured.
-    changed = git(
-        "status",
-        "--porcelain",
-        "--",
-        ".",
-        ":(exclude)mutation/README.md",
-        ":(exclude)mutation/results",
-    )
+    changed = git("status", "--porcelain", "--untracked-files=no")
     return commit + (" (with uncommitted changes)" if changed else "")
 
 
-def readme(rows: list[Row], kept: Earlier | None = None) -> str:
+def markdown(rows: list[Row], kept: Earlier | None = None) -> str:
+    """The report: the table, then each module's survivors and equivalents."""
     kept = kept or Earlier()
     today = datetime.date.today().isoformat()
     parts = [
-        "# Mutation testing (issue 16)",
+        "# Mutation testing: the last results",
         "",
-        "Which promises of the core would break quietly: mutmut changes the code one small",
-        "step at a time (a `<` for a `<=`, a dropped argument, a `True` for a `False`) and",
-        "runs the module's fast tests against each change. A mutant the tests do not notice",
-        "is a promise nobody guards.",
-        "",
-        "```sh",
-        "make mutate                                # every covered module, then this file",
-        "make mutate MODULE=thinking/capabilities.py  # one module (incremental: only changed",
-        "                                           # functions and new tests run again)",
-        "make mutate-smoke                          # CI: one small module, the score printed",
-        ".venv/bin/python -m mutation.report        # reprint this table from the last results",
-        "```",
-        "",
-        "Each module runs against its own test files (`mutation/modules.py`), without browser",
-        "and service tests, on 2 workers (`MUTATE_WORKERS`). `mutants/` is the module being",
-        "worked on (`.venv/bin/mutmut show <name>` and `mutmut browse` work on it); the",
-        "other modules' results wait in `mutation/.cache/`. Both are ignored by git; each",
-        "module's verdicts are also kept in `mutation/results/<module>.json`, which is in",
-        "git: a clone without local results resumes from them (mutmut tests again only the",
-        "functions whose code changed, and the survivors not listed as equivalent). A",
-        "module given more test files keeps its verdicts the same way (mutmut alone would",
-        "test every mutant again); one that loses a test file starts over.",
-        "Of `thinking/models.py` only the lifecycle and the step context are mutated (the",
-        "step door, `Step`, the session's verbs and `visible_to`; the filters are in",
-        "`mutation/modules.py`), not field declarations or other models' display helpers.",
-        "mutmut skips every decorated function, so the database hops wrap plain functions",
-        "(`begin = db_hop(_begin)`, see `config/hops.py`) instead of decorating them: until",
-        "2026-11-25 the steps' stores, the research stores, `select_focus` and",
-        "`save_progress` were never mutated. Properties and other decorated helpers are",
-        "still not mutated.",
-        "A compiled read (`thinking/row_reads.py`) builds its query once per connection, so",
-        "a statement compiled earlier hid a mutant of the query it was built from, and",
-        "mutmut mapped the builder to only the first test that compiled it. Every test now",
-        "compiles its reads anew (`tests/conftest.py`); after such a change, delete the",
-        "module's `mutants/mutmut-stats.json` so mutmut maps the tests again (done for",
-        "`thinking/loop.py` on 2026-11-25).",
-        "",
-        "% killed = (killed + timeout) / (mutants - equivalent). A mutant with no tests, or",
-        "not run (not checked yet, or mutmut's harness failed), counts as not killed.",
-        "Equivalent mutants are listed in `mutation/equivalents/<module>.toml` with a reason",
-        "and the mutated line (an entry goes stale, and counts as a survivor again, when the",
-        "code under it changes).",
+        "Written by `make mutate` and `python -m mutation.report` (mutation/README.md says how",
+        "to read it). % killed = (killed + timeout) / (mutants - equivalent).",
         "",
         f"Measured on {today} at commit {_commit()}, mutmut {metadata.version('mutmut')}.",
         "",
@@ -364,11 +320,12 @@ def readme(rows: list[Row], kept: Earlier | None = None) -> str:
 
 
 def _kept() -> Earlier | None:
-    return earlier(README.read_text()) if README.exists() else None
+    return earlier(REPORT.read_text()) if REPORT.exists() else None
 
 
-def write_readme(rows: list[Row] | None = None) -> None:
-    README.write_text(readme(rows if rows is not None else all_rows(), _kept()))
+def write_report(rows: list[Row] | None = None) -> None:
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(markdown(rows if rows is not None else all_rows(), _kept()))
 
 
 def main() -> int:
@@ -378,8 +335,8 @@ def main() -> int:
         for s in row.survivors:
             print(f"  survived: {row.module}:{s.line} `{s.before}` -> `{s.after}` ({s.name})")
     if "--no-write" not in sys.argv:
-        write_readme(rows)
-        print("\nWrote mutation/README.md")
+        write_report(rows)
+        print(f"\nWrote {REPORT.relative_to(ROOT)}")
     return 0
 
 

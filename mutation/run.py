@@ -1,6 +1,7 @@
 """`make mutate`: mutation testing of the core modules with mutmut, one module at a time.
 
     python -m mutation.run                           # every module, then the report
+                                                     # (mutation/results/report.md)
     python -m mutation.run thinking/capabilities.py  # one module (make mutate MODULE=...)
     python -m mutation.run --smoke                   # CI: one small module, score printed
 
@@ -39,7 +40,8 @@ from mutation.modules import (
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS = ROOT / "mutants"
 CACHE = ROOT / "mutation" / ".cache"
-RESULTS = ROOT / "mutation" / "results"  # each module's last verdicts, kept in git (resume)
+# Each module's last verdicts, outliving mutants/ and mutation/.cache/ (not in git).
+RESULTS = ROOT / "mutation" / "results"
 MARKER = "deepthink-module.txt"  # which slot (a module, or "smoke") the current mutants/ is
 TESTS = "deepthink-tests.txt"  # the test files the slot's local results were measured with
 SMOKE = "smoke"
@@ -97,9 +99,10 @@ def kept_verdicts(module: str) -> Path:
 
 
 def resume(module: str) -> None:
-    """A module with no local results starts from the verdicts kept in git: mutmut keeps
-    those of functions whose code is unchanged (it compares each function's hash) and
-    tests the rest, so a fresh clone does not run every mutant of the loop again (hours)."""
+    """A module with no mutmut results starts from the verdicts kept in mutation/results/:
+    mutmut keeps those of functions whose code is unchanged (it compares each function's
+    hash) and tests the rest, so a cleared cache does not run every mutant of the loop again
+    (hours)."""
     meta = MUTANTS / (module + ".meta")
     if not meta.exists() and kept_verdicts(module).exists():
         meta.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +110,7 @@ def resume(module: str) -> None:
 
 
 def keep(module: str) -> None:
-    """Save the module's verdicts where git keeps them (also after an interrupted run)."""
+    """Save the module's verdicts in mutation/results/ (also after an interrupted run)."""
     meta = MUTANTS / (module + ".meta")
     if meta.exists():
         RESULTS.mkdir(exist_ok=True)
@@ -117,8 +120,8 @@ def keep(module: str) -> None:
 def widen_tests(module: str, tests: tuple[str, ...]) -> None:
     """mutmut throws every verdict away when a module's test files change. When files were
     only added, a kill still stands (it had fewer tests against it) and survivors are tested
-    again anyway, so the local results are kept in git's copy and the local cache starts over
-    from them (the fresh-clone path) instead of re-running every mutant (hours for the loop).
+    again anyway, so the results are kept in mutation/results/ and the cache starts over
+    from them (as `resume` does) instead of re-running every mutant (hours for the loop).
     A file taken away resets as mutmut does: a kill may have come from it."""
     recorded = MUTANTS / TESTS
     before = set(recorded.read_text().split()) if recorded.exists() else None
@@ -250,8 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"\nmutmut could not finish: {', '.join(failed)}", file=sys.stderr)
         return 1
-    report.write_readme()
-    print("\nWrote mutation/README.md")
+    report.write_report()
+    print(f"\nWrote {report.REPORT.relative_to(ROOT)}")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The mutation report (issue 16) keeps what an earlier run measured for modules that have no
-results on this machine (mutmut's caches are not in git), saying when it was measured."""
+"""The mutation report (issue 16) keeps what an earlier run measured for modules whose mutmut
+results are gone (their caches cleared), saying when it was measured."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_a_module_without_results_keeps_its_earlier_row_and_says_when_it_was_mea
         report.Row("thinking/limits.py", ran=True, killed=10),  # measured again: replaced
         report.Row("thinking/loop.py"),
     ]
-    text = report.readme(rows, kept)
+    text = report.markdown(rows, kept)
     assert (
         "| thinking/access.py | 9 | 9 | 0 | 0 | 0 | 0 | 0 | 100.0% (measured at abc1234) |" in text
     )
@@ -45,7 +45,7 @@ def test_a_module_without_results_keeps_its_earlier_row_and_says_when_it_was_mea
 
 
 def test_an_earlier_rows_section_comes_with_it():
-    text = report.readme([report.Row("thinking/limits.py")], report.earlier(EARLIER))
+    text = report.markdown([report.Row("thinking/limits.py")], report.earlier(EARLIER))
     assert "| thinking/limits.py | 10 | 8 | 2 |" in text
     assert "- thinking/limits.py:5 `a` -> `b` (x)" in text
 
@@ -76,7 +76,7 @@ def test_survivors_are_tested_again_but_not_those_listed_as_equivalent(tmp_path,
     }
 
 
-def test_a_fresh_clone_resumes_from_the_verdicts_kept_in_git(tmp_path, monkeypatch):
+def test_a_cleared_cache_resumes_from_the_kept_verdicts(tmp_path, monkeypatch):
     from mutation import run
 
     module = "thinking/loop.py"
@@ -95,7 +95,7 @@ def test_a_fresh_clone_resumes_from_the_verdicts_kept_in_git(tmp_path, monkeypat
     meta.write_text(json.dumps(local))
     run.resume(module)  # local results win over the kept ones
     assert json.loads(meta.read_text()) == local
-    run.keep(module)  # and are kept for the next clone
+    run.keep(module)  # and are kept for the next time the cache is cleared
     assert json.loads((results / "thinking.loop.json").read_text()) == local
 
 

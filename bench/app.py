@@ -1,0 +1,29 @@
+"""The app's entry points the benchmarks use, all of them, in one place.
+
+Only what a deployment or a person relies on: the worker's `Supervisor` (what
+`manage.py runworker thinking` runs), the models, the ASGI application with its WebSocket URL
+(what a page connects to), and the knowledge base's `add_item`. No module's private function,
+no internal step: `bench/compare.py` runs these same benchmarks on an older tree, so they
+must mean the same thing on both. Import this module only after Django is set up
+(`harness.start_django`).
+"""
+
+from __future__ import annotations
+
+from config.asgi import application
+from research.knowledge import add_item
+from thinking.models import Synthesis, ThinkingSession, Thought
+from thinking.worker import Supervisor
+
+# The page's WebSocket: ws/sessions/<id>/?rev=<the revision the page shows>.
+WS_PATH = "/ws/sessions/{session_id}/?rev={revision}"
+
+__all__ = [
+    "WS_PATH",
+    "Supervisor",
+    "Synthesis",
+    "ThinkingSession",
+    "Thought",
+    "add_item",
+    "application",
+]

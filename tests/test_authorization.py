@@ -140,9 +140,9 @@ def member_may(route: str) -> set[int]:
     if route.startswith(("sessions/", "api/sessions/")):
         # 409: allowed to try, but the session's state refuses (resuming a running one).
         # 400/422: allowed to steer through the API (access is checked before the body), but
-        # this matrix sends no JSON to steer with. Cancelling ends someone's session;
-        # extending it spends their money (#19): owner only.
-        owner_only = ("cancel/", "cancel", "extend/", "extend")
+        # this matrix sends no JSON to steer with. Cancelling ends someone's session,
+        # concluding it ends its thinking, extending it spends their money: owner only.
+        owner_only = ("cancel/", "cancel", "extend/", "extend", "conclude/", "conclude")
         if route.endswith(owner_only):
             return {403}
         return {200, 302, 409, 400, 422} if route.endswith("/steer") else {200, 302, 409}

@@ -102,6 +102,9 @@ def prepare(*, quick: bool, fakes: FakeHost) -> Setup:
     env.setdefault("DEBUG", "0")
     env.setdefault("SECRET_KEY", "bench-" + secrets.token_hex(24))
     env.setdefault("LOG_LEVEL", "WARNING")
+    # DEBUG off needs the host names and the static files collected, as a deployment does.
+    env.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+    env["STATIC_ROOT"] = tempfile.mkdtemp(prefix="deepthink-bench-static-")
     env["DEEPTHINK_INPROCESS_WORKER"] = "0"
     env["ANTHROPIC_BASE_URL"] = fakes.claude_url
     env["ANTHROPIC_API_KEY"] = "bench-key"
@@ -134,6 +137,7 @@ def start_django() -> None:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
+    call_command("collectstatic", interactive=False, verbosity=0)
 
 
 def teardown(setup: Setup) -> None:
@@ -150,6 +154,8 @@ def teardown(setup: Setup) -> None:
             print(f"bench: could not drop {setup.database_name}: {error}", file=sys.stderr)
     if setup.sqlite_dir:
         shutil.rmtree(setup.sqlite_dir, ignore_errors=True)
+    if static := os.environ.get("STATIC_ROOT", "").strip():
+        shutil.rmtree(static, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -20,8 +20,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from config.http import AuthenticatedHttpRequest
 
-from . import throttle
-from .clients import client_address
+from . import login_throttle
+from .login_throttle import ThrottledAuthenticationForm
 from .models import ApiToken, MailChoice, NotificationPreference
 from .tokens import create_token, revoke_token
 
@@ -108,42 +108,16 @@ def notification_settings(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 class ThrottledLoginView(LoginView):
     """Django's login, refusing further attempts for a while after repeated failures, per
-    client address and username and per client address alone.
+    client and username and per client alone (accounts.login_throttle, shared with the
+    admin's login). A refused attempt answers 429 and never checks the password."""
 
-    The address is the real client's (accounts.clients: X-Forwarded-For only through trusted
-    proxies), so one client failing many logins never locks out another, and failures on a
-    username from one client do not lock that user out of their own logins elsewhere.
-    """
-
-    def _client(self) -> str:
-        return client_address(self.request.META) or "unknown"
-
-    def _keys(self) -> list[tuple[str, ...]]:
-        username = (self.request.POST.get("username") or "").strip().lower()[:150]
-        return [("login", self._client(), username), ("login-ip", self._client())]
-
-    def _limits(self) -> list[int]:
-        return [settings.DEEPTHINK_LOGIN_ATTEMPTS, settings.DEEPTHINK_LOGIN_ATTEMPTS * 5]
-
-    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if any(
-            throttle.too_many(*key, limit=limit)
-            for key, limit in zip(self._keys(), self._limits(), strict=True)
-        ):
-            form = self.get_form()
-            minutes = max(1, settings.DEEPTHINK_LOGIN_WINDOW_SECONDS // 60)
-            form.add_error(None, f"Too many failed logins. Try again in {minutes} minutes.")
-            return self.render_to_response(self.get_context_data(form=form), status=429)
-        return super().post(request, *args, **kwargs)
+    authentication_form = ThrottledAuthenticationForm
 
     def form_invalid(self, form: Any) -> HttpResponse:
-        for key in self._keys():
-            throttle.count(*key, window_seconds=settings.DEEPTHINK_LOGIN_WINDOW_SECONDS)
-        return super().form_invalid(form)
-
-    def form_valid(self, form: Any) -> HttpResponse:
-        throttle.reset(*self._keys()[0])
-        return super().form_valid(form)
+        response = super().form_invalid(form)
+        if login_throttle.was_throttled(form):
+            response.status_code = 429
+        return response
 
 
 class SignupForm(UserCreationForm):

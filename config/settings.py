@@ -121,7 +121,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "ninja",  # serves the API docs' assets from our own static files, not a CDN
-    "django.contrib.admin",
+    "accounts.admin_apps.AdminConfig",  # django.contrib.admin, its login throttled
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 import time_machine
 from asgiref.sync import sync_to_async
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import Membership, Role, Team
+from accounts.tokens import create_token
 from research.knowledge import add_item
 from research.memory import search_memory
 from research.models import KnowledgeItem
@@ -19,7 +21,7 @@ from tests.helpers import add_thought, communicator, login
 from thinking import limits
 from thinking.broadcast import publish
 from thinking.events import SessionEvent
-from thinking.models import Status, ThinkingSession
+from thinking.models import CompletionReason, Status, ThinkingSession
 
 
 @pytest.fixture
@@ -302,3 +304,37 @@ def test_a_session_that_has_spent_exactly_its_dollar_ceiling_stops(make_session:
     assert budget.session_cost(at_ceiling) == Decimal("3.0")
     assert budget.over_cost_ceiling(at_ceiling) is True
     assert budget.over_cost_ceiling(below) is False
+
+
+@pytest.mark.django_db
+def test_a_team_owner_giving_teammates_sessions_time_stays_within_their_limit(
+    alice: Any, carol: Any, make_session: Any, settings: Any, team: Team
+):
+    """The per-person cap applies to whoever's sessions think: a team owner's "Think longer"
+    or resume on a teammate's session counts against the teammate's cap, not only their own
+    (the finding: 7 of one person's sessions thinking with a limit of 3)."""
+    settings.ANTHROPIC_API_KEY = "test-key"  # configured; no worker runs
+    settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS = 2
+    done = {"status": Status.COMPLETED, "completion_reason": CompletionReason.BUDGET}
+    finished = [make_session(owner=carol, team=team, **done) for _ in range(3)]
+    paused = make_session(owner=carol, team=team, status=Status.PAUSED)
+    api = Client(headers={"Authorization": f"Bearer {create_token(alice, 's')[1]}"})
+
+    def extend(session: ThinkingSession) -> Any:
+        return api.post(f"/api/sessions/{session.pk}/extend", {"minutes": 1},
+                        content_type="application/json")  # fmt: skip
+
+    assert extend(finished[0]).status_code == 200
+    assert extend(finished[1]).status_code == 200
+    refused = extend(finished[2])
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == (
+        "2 sessions of this owner are thinking; the limit is 2. Wait for one to finish, then "
+        "give this one more time."
+    )
+    resumed = api.post(f"/api/sessions/{paused.pk}/resume")
+    assert resumed.status_code == 409 and "the limit is 2" in resumed.json()["detail"]
+    running = [Status.CREATED, Status.THINKING]
+    assert ThinkingSession.objects.filter(owner=carol, status__in=running).count() == 2
+    # Alice's own cap is untouched by carol's sessions: she may still start her own.
+    assert limits.refuse_start(alice, minutes=1) == ""

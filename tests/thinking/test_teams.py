@@ -338,3 +338,41 @@ def test_a_team_owner_giving_teammates_sessions_time_stays_within_their_limit(
     assert ThinkingSession.objects.filter(owner=carol, status__in=running).count() == 2
     # Alice's own cap is untouched by carol's sessions: she may still start her own.
     assert limits.refuse_start(alice, minutes=1) == ""
+
+
+@pytest.mark.django_db
+def test_a_sessions_webhook_url_is_its_owners_alone(
+    admin_client: Any, alice: Any, carol: Any, make_session: Any, team: Team
+):
+    """Teammates may watch and export a shared session, but its webhook URL (and any secret
+    in its path) is not theirs: not in the API, the exports, the page or the admin."""
+    from django.contrib.auth.models import Permission
+
+    from thinking.models import Delivery
+
+    url = "https://hooks.example.org/hook/s3cret-path-token"
+    session = make_session(team=team, webhook_url=url, status=Status.COMPLETED)
+    Delivery.objects.create(session=session, kind="webhook", target=url, body="{}")
+
+    def api(user: Any) -> Client:
+        return Client(headers={"Authorization": f"Bearer {create_token(user, 's')[1]}"})
+
+    assert api(alice).get(f"/api/sessions/{session.pk}").json()["webhook_url"] == url
+    as_carol = api(carol)
+    detail = as_carol.get(f"/api/sessions/{session.pk}")
+    assert detail.status_code == 200 and detail.json()["webhook_url"] is None
+    for fmt in ("json", "md"):
+        export = as_carol.get(f"/api/sessions/{session.pk}/export?format={fmt}")
+        assert export.status_code == 200 and "s3cret" not in export.content.decode()
+    page = Client()
+    page.force_login(carol)
+    assert "s3cret" not in page.get(session.get_absolute_url()).text
+
+    # Staff who are not superusers see only their own sessions' deliveries in the admin.
+    carol.is_staff = True
+    carol.save()
+    carol.user_permissions.add(Permission.objects.get(codename="view_delivery"))
+    page.force_login(carol)
+    deliveries = page.get("/admin/thinking/delivery/")
+    assert deliveries.status_code == 200 and "s3cret" not in deliveries.text
+    assert "s3cret" in admin_client.get("/admin/thinking/delivery/").text

@@ -43,17 +43,48 @@ def _listed_address(address: Address) -> bool:
     """A non-public address passes only when it (or its network) is listed explicitly."""
     for entry in _allowed():
         try:
-            if address in ipaddress.ip_network(entry.strip("[]"), strict=False):
-                return True
+            network = ipaddress.ip_network(entry.strip("[]"), strict=False)
         except ValueError:
             continue  # a host name, not an address
+        if address.version == network.version and address in network:
+            return True
     return False
 
 
-def _public(address: Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
+# IPv6 forms that carry an IPv4 address in their last 32 bits, and reach it: IPv4-mapped
+# (::ffff:a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d), IPv4-compatible (::a.b.c.d) and the
+# well-known NAT64 prefix (64:ff9b::a.b.c.d, which a NAT64 gateway forwards to a.b.c.d).
+_CARRIES_IPV4 = tuple(
+    ipaddress.IPv6Network(net)
+    for net in ("::ffff:0:0/96", "::ffff:0:0:0/96", "::/96", "64:ff9b::/96")
+)
+_UNSPECIFIED_OR_LOOPBACK = ipaddress.IPv6Network("::/127")
+
+
+def carried_ipv4(address: Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (see _CARRIES_IPV4; also 6to4's
+    2002:a.b.c.d::), or None."""
+    if isinstance(address, ipaddress.IPv4Address) or address in _UNSPECIFIED_OR_LOOPBACK:
+        return None
+    if any(address in network for network in _CARRIES_IPV4):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address.sixtofour
+
+
+def _allowed_address(address: Address) -> bool:
+    """Public, or listed. An IPv6 address carrying an IPv4 address is judged as that IPv4
+    address, however it is written ([::127.0.0.1], [::ffff:0:7f00:1], [64:ff9b::7f00:1])."""
+    if _listed_address(address):
+        return True
+    inner = carried_ipv4(address)
+    if inner is not None:
+        return _listed_address(inner) or (inner.is_global and not inner.is_multicast)
     return address.is_global and not address.is_multicast
+
+
+def _described(address: Address) -> str:
+    inner = carried_ipv4(address)
+    return f"{address} (the IPv4 address {inner})" if inner is not None else str(address)
 
 
 @dataclass(frozen=True)
@@ -105,10 +136,10 @@ def check(url: str) -> Target:
     if not addresses:
         raise Refused(f"The host {host} has no address.")
     for address in addresses:
-        if not _public(address) and not _listed_address(address):
+        if not _allowed_address(address):
             raise Refused(
-                f"The host {host} resolves to {address}, a private, loopback or link-local "
-                "address; webhooks may not call it unless it is listed in "
+                f"The host {host} resolves to {_described(address)}, a private, loopback or "
+                "link-local address; webhooks may not call it unless it is listed in "
                 "DEEPTHINK_WEBHOOK_ALLOWED_HOSTS."
             )
     return Target(url=url, host=host, port=port, address=str(addresses[0]))

@@ -363,3 +363,31 @@ async def test_the_request_goes_to_the_checked_address_under_the_hosts_name(
     outcome = await webhooks.post(hook.url(host="localhost"), b"{}")
     assert outcome.delivered
     assert hook.received[0]["headers"]["Host"] == f"localhost:{hook.port}"
+
+
+@pytest.mark.parametrize(
+    ("host", "carried"),
+    [
+        ("[::ffff:127.0.0.1]", "127.0.0.1"),  # IPv4-mapped
+        ("[::ffff:7f00:1]", "127.0.0.1"),  # the same, in hex
+        ("[::ffff:0:7f00:1]", "127.0.0.1"),  # IPv4-translated
+        ("[::127.0.0.1]", "127.0.0.1"),  # IPv4-compatible
+        ("[::a9fe:a9fe]", "169.254.169.254"),
+        ("[64:ff9b::7f00:1]", "127.0.0.1"),  # NAT64, well-known prefix
+        ("[64:ff9b::10.1.2.3]", "10.1.2.3"),
+        ("[2002:7f00:1::1]", "127.0.0.1"),  # 6to4
+    ],
+)
+def test_ipv6_forms_of_private_ipv4_addresses_are_refused(settings: Any, host: str, carried: str):
+    settings.DEEPTHINK_WEBHOOK_SECRET = SECRET
+    settings.DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = []
+    reason = webhooks.refusal(f"http://{host}:8080/hook")
+    assert f"(the IPv4 address {carried})" in reason
+
+
+def test_local_use_nat64_is_refused_and_public_ipv4_behind_ipv6_forms_passes(settings: Any):
+    settings.DEEPTHINK_WEBHOOK_SECRET = SECRET
+    settings.DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = []
+    assert "64:ff9b:1::a00:1" in webhooks.refusal("http://[64:ff9b:1::a00:1]/hook")
+    for host in ("[64:ff9b::808:808]", "[::ffff:8.8.8.8]", "[2606:4700::1111]"):
+        assert webhooks.refusal(f"http://{host}/hook") == "", host

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from config.http import AuthenticatedHttpRequest
 
-from . import login_throttle
+from . import login_throttle, webhook_secrets
 from .login_throttle import ThrottledAuthenticationForm
 from .models import ApiToken, MailChoice, NotificationPreference
 from .tokens import create_token, revoke_token
@@ -59,30 +59,50 @@ class NotificationForm(forms.Form):
             user.save(update_fields=["email"])
 
 
+def _account_page(
+    request: AuthenticatedHttpRequest,
+    *,
+    form: TokenForm | None = None,
+    status: int = 200,
+    **shown: Any,
+) -> HttpResponse:
+    """The tokens page; `shown` carries a token or webhook key made by this request, which
+    exists only in this response (never cached)."""
+    context = {
+        "form": form or TokenForm(),
+        "tokens": ApiToken.objects.filter(user=request.user),
+        "new_token": None,
+        "new_secret": "",
+        "webhook_key": webhook_secrets.of(request.user),
+        "new_webhook_key": "",
+        "notification_form": NotificationForm.for_user(request.user),
+        **shown,
+    }
+    response = render(request, "accounts/tokens.html", context, status=status)
+    if shown:
+        add_never_cache_headers(response)  # no copy of the secret in any cache
+    return response
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def token_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = TokenForm(request.POST if request.method == "POST" else None)
-    created: tuple[ApiToken, str] | None = None
-    status = 200
-    if form.is_bound:
-        if form.is_valid():
-            # Rendered here rather than redirected to: the token exists only in this response.
-            created = create_token(request.user, form.cleaned_data["name"])
-            form = TokenForm()
-        else:
-            status = 422
-    context = {
-        "form": form,
-        "tokens": ApiToken.objects.filter(user=request.user),
-        "new_token": created[0] if created else None,
-        "new_secret": created[1] if created else "",
-        "notification_form": NotificationForm.for_user(request.user),
-    }
-    response = render(request, "accounts/tokens.html", context, status=status)
-    if created:
-        add_never_cache_headers(response)  # no copy of the secret in any cache
-    return response
+    if not form.is_bound:
+        return _account_page(request, form=form)
+    if not form.is_valid():
+        return _account_page(request, form=form, status=422)
+    # Rendered here rather than redirected to: the token exists only in this response.
+    token, secret = create_token(request.user, form.cleaned_data["name"])
+    return _account_page(request, new_token=token, new_secret=secret)
+
+
+@login_required
+@require_POST
+def webhook_key(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Make the person's webhook signing key, or a new one in place of it; shown only in this
+    response, like a new token."""
+    return _account_page(request, new_webhook_key=webhook_secrets.rotate(request.user))
 
 
 @login_required

@@ -229,9 +229,10 @@ class StartIn(Schema):
     webhook_url: str | None = Field(
         None,
         max_length=2000,
-        description="When it ends, POST its summary here, signed: header "
-        "X-Deepthink-Signature-256: sha256=<HMAC-SHA256 of the raw body>. A private, "
-        "loopback or link-local address is refused (422).",
+        description="When it ends, POST its summary here, signed with your webhook key "
+        "(Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature; make the key "
+        "on /settings/tokens/ first). A private, loopback or link-local address is refused "
+        "(422).",
     )
     parent: uuid.UUID | None = Field(
         None, description="Follow up this finished session: its answer and sources carry over."

@@ -219,9 +219,10 @@ class Outcome:
 
 
 def _snippet(data: bytes) -> str:
-    """The start of a reply, for the delivery's record (stored, shown escaped in the admin)."""
-    text = " ".join(data.decode("utf-8", "replace").split())
-    return text[:200]
+    """The start of a reply, for the delivery's record (stored, shown escaped in the admin):
+    printable text only (a NUL, say, cannot be stored in PostgreSQL's text)."""
+    text = "".join(c if c.isprintable() else " " for c in data.decode("utf-8", "replace"))
+    return " ".join(text.split())[:200]
 
 
 async def _start_of(response: httpx.Response) -> bytes:

@@ -308,6 +308,7 @@ async def test_huge_and_compressed_replies_never_reach_memory(
     peak, row = await peak_while_delivering(alice, receiver.url())
     assert peak < small + 2 * MB, f"{peak / MB:.1f} MB at the peak"
     assert row.status == DeliveryStatus.FAILED and "answered 500" in row.last_error
+    assert row.last_error.isprintable(), "binary bytes are not stored (PostgreSQL refuses NUL)"
     sent = receiver.received[-1]["headers"]
     assert sent["Accept-Encoding"] == "identity"
 

@@ -494,10 +494,13 @@ DEEPTHINK_WEBHOOK_TIMEOUT_SECONDS = env_float(
 DEEPTHINK_WEBHOOK_MAX_ATTEMPTS = env_int("DEEPTHINK_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
 DEEPTHINK_WEBHOOK_BACKOFF_SECONDS = env_float("DEEPTHINK_WEBHOOK_BACKOFF_SECONDS", 30.0, minimum=0)
 
-# --- Webhooks a receiver can trust (issue 73) ----------------------------------------------
+# --- Security round three (issue 73): webhooks, live pages per person -----------------------
 # Each person signs their sessions' webhooks with a key of their own (Standard Webhooks; made
 # on the account page). 0 turns webhooks off for everyone.
 DEEPTHINK_WEBHOOKS = env_bool("DEEPTHINK_WEBHOOKS", True)
 # Deliveries one worker process sends at once, each in a task of its own: a slow receiver
 # holds up only its own. DEEPTHINK_WEBHOOK_TIMEOUT_SECONDS is each one's total deadline.
 DEEPTHINK_WEBHOOK_PARALLEL = env_int("DEEPTHINK_WEBHOOK_PARALLEL", 8, minimum=1)
+# Live pages (WebSockets) one person may have open at once, across every web process; one
+# more is closed with 4429 (thinking/sockets.py).
+DEEPTHINK_WS_MAX_PER_USER = env_int("DEEPTHINK_WS_MAX_PER_USER", 20, minimum=1)

@@ -23,6 +23,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import time_machine
 from channels.db import database_sync_to_async
@@ -494,3 +495,26 @@ async def test_the_request_goes_to_the_address_the_check_approved(
     assert internal.received == []
     [request] = approved.received
     assert request["headers"]["Host"] == f"rebind.test:{approved.port}"
+
+
+async def test_whatever_breaks_while_sending_is_an_attempt_counted_with_its_reason(
+    alice: Any, receiver: Receiver, settings: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """The finding: a reply too big for memory left its delivery pending with attempts=0,
+    retried every two minutes forever. Any error while sending now counts, and gives up."""
+    settings.DEEPTHINK_WEBHOOK_MAX_ATTEMPTS = 2
+
+    async def out_of_memory(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryError("reading the reply")
+
+    monkeypatch.setattr(httpx.AsyncClient, "send", out_of_memory)
+    await database_sync_to_async(webhook_secrets.rotate)(alice)
+    row = await database_sync_to_async(ended_with_webhook)(alice, receiver.url())
+    await notify.deliver_due()
+    row = await Delivery.objects.aget(pk=row.pk)
+    assert row.status == DeliveryStatus.PENDING and row.attempts == 1
+    assert row.last_error == "MemoryError: reading the reply"
+    await notify.deliver_due()
+    row = await Delivery.objects.aget(pk=row.pk)
+    assert row.status == DeliveryStatus.FAILED and row.attempts == 2
+    assert row.last_error == "Gave up after 2 attempts. MemoryError: reading the reply"

@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from .models import ApiToken, Membership, NotificationPreference, Team
+from .models import ApiToken, Membership, NotificationPreference, Team, WebhookSecret
 
 
 class MembershipInline(admin.TabularInline):
@@ -49,3 +49,17 @@ class ApiTokenAdmin(admin.ModelAdmin):
 @admin.register(NotificationPreference)
 class NotificationPreferenceAdmin(admin.ModelAdmin):
     list_display = ("user", "mail")
+
+
+@admin.register(WebhookSecret)
+class WebhookSecretAdmin(admin.ModelAdmin):
+    """Keys are made on the account page or with `webhook_key` (the only places one is shown);
+    here only their hints, and deleting one stops its owner's webhooks until they make another."""
+
+    list_display = ("user", "hint", "created_at")
+    search_fields = ("user__username",)
+    fields = ("user", "hint", "created_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

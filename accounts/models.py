@@ -168,3 +168,28 @@ class NotificationPreference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.get_mail_display()}"
+
+
+class WebhookSecret(models.Model):
+    """A person's key for signing their sessions' webhooks (Standard Webhooks: `whsec_` and
+    base64 of 32 random bytes; accounts.webhook_secrets).
+
+    Stored as it is, not hashed: signing needs the key itself, and a hash could not sign. It
+    is shown once, when made or rotated; afterwards pages show only its hint. `previous` is
+    the key before the last rotation: deliveries carry a signature with it too for a day, so
+    a receiver can switch keys without rejecting anything."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="webhook_secret"
+    )
+    secret = models.CharField(max_length=100)
+    previous = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(help_text="When this key was made (its last rotation).")
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.hint}"
+
+    @property
+    def hint(self) -> str:
+        """Enough to recognise the key, never enough to use it."""
+        return f"whsec_…{self.secret[-4:]}"

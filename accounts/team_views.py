@@ -91,7 +91,9 @@ def team_remove_member(request: HttpRequest, pk: int, user_id: int) -> HttpRespo
     leaving = user_id == request.user.pk
     if not leaving:
         _owner_only(team, request.user)
-    membership = get_object_or_404(team.memberships, user_id=user_id)
+    # Members only: a pending invitation answers as "no such member" does, or the route
+    # would tell an owner, id by id, who has an account and what their username is.
+    membership = get_object_or_404(team.memberships.accepted(), user_id=user_id)
     try:
         teams.remove(team, membership)
     except teams.TeamError as refused:

@@ -12,6 +12,7 @@ urlpatterns = [
     path("settings/tokens/", views.token_list, name="api-tokens"),
     path("settings/tokens/<int:pk>/revoke/", views.token_revoke, name="api-token-revoke"),
     path("settings/notifications/", views.notification_settings, name="notification-settings"),
+    path("settings/webhook-key/", views.webhook_key, name="webhook-key"),
     path("teams/", team_views.team_list, name="team-list"),
     path("teams/<int:pk>/", team_views.team_detail, name="team-detail"),
     path(

@@ -16,13 +16,12 @@ from django.contrib.auth.views import LoginView
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import add_never_cache_headers
-from django.utils.translation import ngettext
 from django.views.decorators.http import require_http_methods, require_POST
 
 from config.http import AuthenticatedHttpRequest
 
-from . import throttle
-from .clients import client_address
+from . import login_throttle, webhook_secrets
+from .login_throttle import ThrottledAuthenticationForm
 from .models import ApiToken, MailChoice, NotificationPreference
 from .tokens import create_token, revoke_token
 
@@ -60,30 +59,50 @@ class NotificationForm(forms.Form):
             user.save(update_fields=["email"])
 
 
+def _account_page(
+    request: AuthenticatedHttpRequest,
+    *,
+    form: TokenForm | None = None,
+    status: int = 200,
+    **shown: Any,
+) -> HttpResponse:
+    """The tokens page; `shown` carries a token or webhook key made by this request, which
+    exists only in this response (never cached)."""
+    context = {
+        "form": form or TokenForm(),
+        "tokens": ApiToken.objects.filter(user=request.user),
+        "new_token": None,
+        "new_secret": "",
+        "webhook_key": webhook_secrets.of(request.user),
+        "new_webhook_key": "",
+        "notification_form": NotificationForm.for_user(request.user),
+        **shown,
+    }
+    response = render(request, "accounts/tokens.html", context, status=status)
+    if shown:
+        add_never_cache_headers(response)  # no copy of the secret in any cache
+    return response
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def token_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = TokenForm(request.POST if request.method == "POST" else None)
-    created: tuple[ApiToken, str] | None = None
-    status = 200
-    if form.is_bound:
-        if form.is_valid():
-            # Rendered here rather than redirected to: the token exists only in this response.
-            created = create_token(request.user, form.cleaned_data["name"])
-            form = TokenForm()
-        else:
-            status = 422
-    context = {
-        "form": form,
-        "tokens": ApiToken.objects.filter(user=request.user),
-        "new_token": created[0] if created else None,
-        "new_secret": created[1] if created else "",
-        "notification_form": NotificationForm.for_user(request.user),
-    }
-    response = render(request, "accounts/tokens.html", context, status=status)
-    if created:
-        add_never_cache_headers(response)  # no copy of the secret in any cache
-    return response
+    if not form.is_bound:
+        return _account_page(request, form=form)
+    if not form.is_valid():
+        return _account_page(request, form=form, status=422)
+    # Rendered here rather than redirected to: the token exists only in this response.
+    token, secret = create_token(request.user, form.cleaned_data["name"])
+    return _account_page(request, new_token=token, new_secret=secret)
+
+
+@login_required
+@require_POST
+def webhook_key(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Make the person's webhook signing key, or a new one in place of it; shown only in this
+    response, like a new token."""
+    return _account_page(request, new_webhook_key=webhook_secrets.rotate(request.user))
 
 
 @login_required
@@ -109,43 +128,16 @@ def notification_settings(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 class ThrottledLoginView(LoginView):
     """Django's login, refusing further attempts for a while after repeated failures, per
-    client address and username and per client address alone.
+    client and username and per client alone (accounts.login_throttle, shared with the
+    admin's login). A refused attempt answers 429 and never checks the password."""
 
-    The address is the real client's (accounts.clients: X-Forwarded-For only through trusted
-    proxies), so one client failing many logins never locks out another, and failures on a
-    username from one client do not lock that user out of their own logins elsewhere.
-    """
-
-    def _client(self) -> str:
-        return client_address(self.request.META) or "unknown"
-
-    def _keys(self) -> list[tuple[str, ...]]:
-        username = (self.request.POST.get("username") or "").strip().lower()[:150]
-        return [("login", self._client(), username), ("login-ip", self._client())]
-
-    def _limits(self) -> list[int]:
-        return [settings.DEEPTHINK_LOGIN_ATTEMPTS, settings.DEEPTHINK_LOGIN_ATTEMPTS * 5]
-
-    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if any(
-            throttle.too_many(*key, limit=limit)
-            for key, limit in zip(self._keys(), self._limits(), strict=True)
-        ):
-            form = self.get_form()
-            minutes = max(1, settings.DEEPTHINK_LOGIN_WINDOW_SECONDS // 60)
-            wait = ngettext("%(n)d minute", "%(n)d minutes", minutes) % {"n": minutes}
-            form.add_error(None, f"Too many failed logins. Try again in {wait}.")
-            return self.render_to_response(self.get_context_data(form=form), status=429)
-        return super().post(request, *args, **kwargs)
+    authentication_form = ThrottledAuthenticationForm
 
     def form_invalid(self, form: Any) -> HttpResponse:
-        for key in self._keys():
-            throttle.count(*key, window_seconds=settings.DEEPTHINK_LOGIN_WINDOW_SECONDS)
-        return super().form_invalid(form)
-
-    def form_valid(self, form: Any) -> HttpResponse:
-        throttle.reset(*self._keys()[0])
-        return super().form_valid(form)
+        response = super().form_invalid(form)
+        if login_throttle.was_throttled(form):
+            response.status_code = 429
+        return response
 
 
 class SignupForm(UserCreationForm):

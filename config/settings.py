@@ -132,7 +132,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "ninja",  # serves the API docs' assets from our own static files, not a CDN
-    "django.contrib.admin",
+    "accounts.admin_apps.AdminConfig",  # django.contrib.admin, its login throttled
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -550,8 +550,6 @@ if DEEPTHINK_HEARTBEAT_SECONDS >= DEEPTHINK_LEASE_SECONDS:
 
 # Hearing when a session ends (#19). Links in mails and webhooks start with the base URL.
 DEEPTHINK_BASE_URL = env_str("DEEPTHINK_BASE_URL", "http://127.0.0.1:8000")
-# Webhooks are signed with this secret (HMAC-SHA256); without it they are off.
-DEEPTHINK_WEBHOOK_SECRET = env_str("DEEPTHINK_WEBHOOK_SECRET")
 # Hosts webhooks may call (empty: any public host). Private, loopback and link-local
 # addresses are refused unless the address (or its network, e.g. 10.0.0.0/8) is listed.
 DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = env_list("DEEPTHINK_WEBHOOK_ALLOWED_HOSTS", [])
@@ -560,3 +558,14 @@ DEEPTHINK_WEBHOOK_TIMEOUT_SECONDS = env_float(
 )
 DEEPTHINK_WEBHOOK_MAX_ATTEMPTS = env_int("DEEPTHINK_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
 DEEPTHINK_WEBHOOK_BACKOFF_SECONDS = env_float("DEEPTHINK_WEBHOOK_BACKOFF_SECONDS", 30.0, minimum=0)
+
+# --- Security round three (issue 73): webhooks, live pages per person -----------------------
+# Each person signs their sessions' webhooks with a key of their own (Standard Webhooks; made
+# on the account page). 0 turns webhooks off for everyone.
+DEEPTHINK_WEBHOOKS = env_bool("DEEPTHINK_WEBHOOKS", True)
+# Deliveries one worker process sends at once, each in a task of its own: a slow receiver
+# holds up only its own. DEEPTHINK_WEBHOOK_TIMEOUT_SECONDS is each one's total deadline.
+DEEPTHINK_WEBHOOK_PARALLEL = env_int("DEEPTHINK_WEBHOOK_PARALLEL", 8, minimum=1)
+# Live pages (WebSockets) one person may have open at once, across every web process; one
+# more is closed with 4429 (thinking/sockets.py).
+DEEPTHINK_WS_MAX_PER_USER = env_int("DEEPTHINK_WS_MAX_PER_USER", 20, minimum=1)

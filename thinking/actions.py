@@ -147,8 +147,9 @@ def extend(
     plus the time it left unused) and runs again from what it stored. NotAllowed unless
     `may_extend`; followups.CannotExtend unless it completed; limits.LimitRefused when the
     limits (as for a start: the person's running sessions and starts per hour, the team's
-    budget) refuse, decided atomically with the write. `doorbell=False` for a session run in
-    this process (`think_here`)."""
+    budget; and the session owner's running sessions, when someone else gives it time)
+    refuse, decided atomically with the write. `doorbell=False` for a session run in this
+    process (`think_here`)."""
     _require(may_extend(session, user), "Only the owner can give this session more time.")
     problem = followups.refuse_extension(session)
     if problem:  # early, so a wrong state is not reported as a limit
@@ -157,7 +158,7 @@ def extend(
         with transaction.atomic():
             # User row, then team row, then (in reopen's step) the session row: the order
             # every start and resume takes them in.
-            refused = limits.reserve_start(user, minutes=minutes, team=session.team)
+            refused = limits.reserve_extension(session, user, minutes=minutes)
             if refused:
                 raise limits.LimitRefused(refused)
             followups.reopen(

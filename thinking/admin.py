@@ -285,6 +285,14 @@ class DeliveryAdmin(admin.ModelAdmin):
     list_filter = ("kind", "status")
     readonly_fields = ("session", "kind", "target", "subject", "body", "created_at")
 
+    def get_queryset(self, request: HttpRequest) -> Any:
+        # A webhook URL (and any secret in its path) is its owner's: staff who are not
+        # superusers see the deliveries of their own sessions only.
+        rows = super().get_queryset(request)
+        if getattr(request.user, "is_superuser", False):
+            return rows
+        return rows.filter(session__owner_id=getattr(request.user, "pk", None))
+
 
 @admin.register(Extension)
 class ExtensionAdmin(admin.ModelAdmin):

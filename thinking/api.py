@@ -271,9 +271,10 @@ class StartIn(Schema):
     webhook_url: str | None = Field(
         None,
         max_length=2000,
-        description="When it ends, POST its summary here, signed: header "
-        "X-Deepthink-Signature-256: sha256=<HMAC-SHA256 of the raw body>. A private, "
-        "loopback or link-local address is refused (422).",
+        description="When it ends, POST its summary here, signed with your webhook key "
+        "(Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature; make the key "
+        "on /settings/tokens/ first). A private, loopback or link-local address is refused "
+        "(422).",
     )
     parent: uuid.UUID | None = Field(
         None, description="Follow up this finished session: its answer and sources carry over."
@@ -440,7 +441,7 @@ class SessionOut(SessionSummaryOut):
     parent: SessionLinkOut | None = Field(description="The session this one follows up.")
     children: list[SessionLinkOut] = Field(description="Follow-ups of this session.")
     notify: bool = Field(description="A mail goes to the owner when it ends.")
-    webhook_url: str | None
+    webhook_url: str | None = Field(description="Only its owner sees it; null for others.")
     extensions: list[ExtensionOut] = Field(description="Each time it was given more time.")
     completion_note: str | None
     error: str | None
@@ -558,7 +559,10 @@ def detail(session: ThinkingSession, viewer: Any = None) -> dict[str, Any]:
         "format_errors": list(session.format_errors),
         **followups.links(session, viewer or session.owner),
         "notify": session.notify_email,
-        "webhook_url": session.webhook_url or None,
+        # The owner's alone: the URL (and any secret in its path) is not the team's.
+        "webhook_url": (session.webhook_url or None)
+        if session.is_owned_by(viewer or session.owner)
+        else None,
         "extensions": list(session.extensions.values("minutes", "created_at")),
     }
 

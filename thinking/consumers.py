@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import parse_qs
 
+from asgiref.sync import sync_to_async
+from autobahn.exception import Disconnected
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -15,7 +20,7 @@ from django.contrib.sessions.backends.db import SessionStore
 
 from config.hops import db_hop
 
-from . import watchers
+from . import sockets, watchers
 from .access import find_session_for
 from .broadcast import (
     PageMarks,
@@ -35,7 +40,19 @@ logger = logging.getLogger(__name__)
 CLOSE_NOT_FOUND = 4404  # no such session, or not this person's; also unknown paths
 CLOSE_GONE = 4403  # logged out, or no longer allowed to see the session
 CLOSE_TOO_BIG = 4413  # a client frame over DEEPTHINK_WS_MAX_FRAME_BYTES
+CLOSE_TOO_MANY = 4429  # this person has DEEPTHINK_WS_MAX_PER_USER live pages open already
 CLOSE_CATCH_UP_FAILED = 4500  # the catch-up could not be sent: reloading is the way out
+
+# What sending to a client that has just closed raises, before the server tells the consumer
+# it is gone: daphne's autobahn raises Disconnected ("send on a closed protocol"), a server
+# that follows the ASGI spec an OSError.
+CLIENT_GONE = (OSError, Disconnected)
+
+
+def _off_loop[**P, R](fn: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """A cache call (thinking.sockets) on a thread of its own: with Redis it waits on the
+    network, and it touches no database."""
+    return sync_to_async(fn, thread_sensitive=False)
 
 
 def still_allowed(user: Any, session_key: str | None, session_id: Any) -> bool:
@@ -93,6 +110,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Sub-question id -> its row's state (explored, priority), as the page shows it.
         self.questions: dict[int, str] = {}
         self.owner = False
+        self.closed = False  # by us, or the client went while an update was on its way
+        self.slot: str | None = None  # the lease on one of its user's slots (thinking.sockets)
+        self.holding: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -102,6 +122,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
             # Refuse before joining any group: the handshake fails, nothing is revealed.
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        self.slot = await _off_loop(sockets.take_slot)(user.pk, self.channel_name)
+        if self.slot is None:
+            # Accepted first, so the page can read the code: a refused handshake is only 1006.
+            await self.accept()
+            await self.close(code=CLOSE_TOO_MANY)
+            return
+        self.holding = asyncio.create_task(self._hold_slot(user.pk))
         self.session_id = session.pk
         self.owner = session.is_owned_by(user)
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
@@ -135,9 +162,53 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.source = plan.source
         self.questions = plan.questions
 
+    async def _hold_slot(self, user_id: int) -> None:
+        """Renew this socket's slot while it is open; if it was lost (the loop stalled past
+        the lease and another socket took it), take another or close."""
+        while True:
+            await asyncio.sleep(sockets.RENEW_SECONDS)
+            try:
+                if self.slot is not None and await _off_loop(sockets.renew)(
+                    self.slot, self.channel_name
+                ):
+                    continue
+                self.slot = await _off_loop(sockets.take_slot)(user_id, self.channel_name)
+            except Exception:
+                logger.exception("Could not renew a live page's slot")
+                continue
+            if self.slot is None:
+                await self.close(code=CLOSE_TOO_MANY)
+                return
+
     async def disconnect(self, code: int) -> None:
+        self.closed = True
+        if self.holding is not None:
+            self.holding.cancel()
+        if self.slot is not None:
+            await _off_loop(sockets.release)(self.slot, self.channel_name)
         if self.group:
             await watchers.leave(self.channel_layer, self.group, self.channel_name, self.joined)
+
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
+        """Nothing is written to a client that has gone. An update can race a client's close:
+        the server has the close frame, the consumer hears of it a moment later; writing in
+        between raised "send on a closed protocol". Such a send is dropped, and so is every
+        one after it: the disconnect follows."""
+        if self.closed:
+            return
+        try:
+            await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+        except CLIENT_GONE:
+            self.closed = True
+
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(*CLIENT_GONE):  # already gone: nothing to close
+            await super().close(code=code, reason=reason)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         # Pages only listen; a large frame is abuse, and ends the connection.

@@ -302,7 +302,7 @@ class StartSessionForm(forms.Form):
 
     def clean_webhook_url(self) -> str:
         url = self.cleaned_data.get("webhook_url") or ""
-        problem = webhooks.refusal(url) if url else ""
+        problem = webhooks.refusal(url, owner=self.user) if url else ""
         if problem:
             raise forms.ValidationError(problem, code="refused")
         return url

@@ -14,6 +14,7 @@ The one start/resume path calls, inside `transaction.atomic()`:
 
     refused = limits.reserve_start(owner, minutes=…, team=…)   # before inserting
     refused = limits.reserve_resume(session)                   # before session.resume()
+    refused = limits.reserve_extension(session, user, minutes=…)  # before reopening it
 
 and raises `LimitRefused(refused)` (or reports it) when the answer is not "". `refuse_start`
 stays for early, friendly form validation; it is not a decision on its own.
@@ -105,6 +106,31 @@ def reserve_start(user: Any, *, minutes: float, team: Team | None = None) -> str
     insert it in the same transaction (see the module's docstring)."""
     _lock_owner(user, team)
     return refuse_start(user, minutes=minutes, team=team)
+
+
+def reserve_extension(session: ThinkingSession, user: Any, *, minutes: float) -> str:
+    """The atomic decision to give a completed session more time (#19). The person who asks
+    starts something (their starts per hour, the longest budget, the team's budget), and the
+    session thinks again as its owner's: a team owner's "Think longer" on a teammate's
+    session counts against that teammate's concurrency cap too, as a resume does."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("Limit decisions must run inside transaction.atomic().")
+    # Both people's rows, lowest id first, then the team's: the order every decision takes.
+    people = sorted({user.pk, session.owner_id})
+    list(get_user_model().objects.select_for_update().filter(pk__in=people).order_by("pk"))
+    refused = reserve_start(user, minutes=minutes, team=session.team)
+    if refused or session.owner_id == user.pk:
+        return refused
+    running = ThinkingSession.objects.filter(
+        owner_id=session.owner_id, status__in=[Status.CREATED, Status.THINKING]
+    ).count()
+    if running >= settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS:
+        return (
+            f"{running} sessions of this owner are thinking; the limit is "
+            f"{settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS}. Wait for one to finish, then "
+            "give this one more time."
+        )
+    return ""
 
 
 def reserve_resume(session: ThinkingSession) -> str:

@@ -991,6 +991,9 @@ class Delivery(models.Model):
         ThinkingSession, on_delete=models.CASCADE, related_name="deliveries"
     )
     kind = models.CharField(max_length=8)  # mail / webhook
+    # The webhook's `webhook-id` (Standard Webhooks): the same on every attempt, so a
+    # receiver can tell a retry (same id, fresh timestamp) from a new event.
+    message_id = models.UUIDField(default=uuid.uuid4, editable=False)
     target = models.CharField(max_length=2000, help_text="The address or URL.")
     body = models.TextField(help_text="The webhook's JSON exactly as signed, or the mail text.")
     subject = models.CharField(max_length=300, blank=True)

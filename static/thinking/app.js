@@ -108,6 +108,8 @@
       giveUp("Signed out, or no longer shared with you: reload to sign in again");
     } else if (code === 4404) {
       giveUp("This session is not available: reload the page");
+    } else if (code === 4429) {
+      giveUp("Too many live pages open: close some, then reload this one");
     } else if (code === 4500) {
       giveUp("The page could not catch up: reload it");
     } else if (code === 1000 || (code >= 4000 && code < 5000)) {

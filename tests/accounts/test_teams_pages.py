@@ -199,3 +199,21 @@ def test_password_reset_pages_match_the_app(client: Any, alice: Any, mailoutbox:
     assert "Reset your password" in page and "Deep Think" in page
     client.post(reverse("password_reset"), {"email": "alice@example.com"})
     assert len(mailoutbox) == 1 and "/accounts/reset/" in mailoutbox[0].body
+
+
+def test_the_remove_route_tells_nothing_about_pending_invitees(
+    client: Any, alice: Any, carol: Any, django_user_model: Any, lab: Team
+):
+    """An owner trying ids on the remove route learns no username and no account: a pending
+    invitee answers as an id with nobody behind it does, and the invitation stays."""
+    client.force_login(alice)
+    client.post(lab.get_absolute_url(), {"username": "carol", "role": Role.MEMBER})
+    invited = Membership.objects.get(team=lab, user=carol)
+    nobody = django_user_model.objects.order_by("-pk").first().pk + 100
+
+    pending = client.post(reverse("team-remove-member", args=[lab.pk, carol.pk]))
+    missing = client.post(reverse("team-remove-member", args=[lab.pk, nobody]))
+    assert pending.status_code == missing.status_code == 404
+    assert "carol" not in pending.text
+    assert pending.text == missing.text.replace(str(nobody), str(carol.pk))
+    assert Membership.objects.filter(pk=invited.pk).exists()

@@ -84,3 +84,73 @@ def test_the_middleware_gives_everything_after_it_the_real_client(settings: Any)
     request = RequestFactory().get("/", headers={"X-Forwarded-For": "6.6.6.6, 198.51.100.2"})
     middleware(request)
     assert seen == ["127.0.0.1", "198.51.100.2"]
+
+
+# --- every password form, every address family (issue 73) -----------------------------------
+
+ADMIN = "/admin/login/"
+
+
+def admin_attempt(client: Any, username: str, password: str) -> Any:
+    return client.post(ADMIN, {"username": username, "password": password, "next": "/admin/"})
+
+
+def test_the_admin_login_answers_429_after_as_many_failures_as_the_site_login(
+    admin_user: Any, settings: Any
+):
+    settings.DEEPTHINK_LOGIN_ATTEMPTS = 3
+    client = Client()
+    for _ in range(3):
+        response = admin_attempt(client, "admin", "wrong")
+        assert response.status_code == 200
+        assert "Please enter the correct username and password" in response.text
+    response = admin_attempt(client, "admin", "password")  # the right one, refused
+    assert response.status_code == 429
+    assert "Too many failed logins" in response.text
+    assert "_auth_user_id" not in client.session
+
+
+def test_the_admin_and_the_site_login_share_their_counts(admin_user: Any, settings: Any):
+    settings.DEEPTHINK_LOGIN_ATTEMPTS = 4
+    client = Client()
+    for _ in range(2):
+        assert attempt(client, "admin", "wrong") == 200
+    for _ in range(2):
+        assert admin_attempt(client, "admin", "wrong").status_code == 200
+    assert attempt(client, "admin", "password") == 429
+    assert admin_attempt(client, "admin", "password").status_code == 429
+
+
+def test_the_admin_login_still_signs_staff_in_and_clears_the_count(admin_user: Any, settings: Any):
+    settings.DEEPTHINK_LOGIN_ATTEMPTS = 3
+    client = Client()
+    for _ in range(2):
+        admin_attempt(client, "admin", "wrong")
+    response = admin_attempt(client, "admin", "password")
+    assert response.status_code == 302 and "_auth_user_id" in client.session
+    client.logout()
+    for _ in range(2):
+        admin_attempt(client, "admin", "wrong")
+    assert admin_attempt(client, "admin", "password").status_code == 302
+
+
+def test_ipv6_clients_are_counted_by_their_64(alice: Any, settings: Any):
+    settings.DEEPTHINK_LOGIN_ATTEMPTS = 2  # 10 per client (five times as many)
+    for n in range(10):  # ten addresses of one /64, ten usernames
+        response = Client(REMOTE_ADDR=f"2001:db8:1:2::{n + 1:x}").post(
+            URL, {"username": f"nobody{n}", "password": "wrong"}
+        )
+        assert response.status_code == 200
+    good = {"username": "alice", "password": "alice-pass-123"}
+    same_64 = Client(REMOTE_ADDR="2001:db8:1:2:ffff:ffff:ffff:fffe")
+    assert same_64.post(URL, good).status_code == 429
+    # The next /64 is another client.
+    assert Client(REMOTE_ADDR="2001:db8:1:3::1").post(URL, good).status_code == 302
+
+
+def test_an_ipv4_mapped_client_is_the_ipv4_client(alice: Any, settings: Any):
+    settings.DEEPTHINK_LOGIN_ATTEMPTS = 2
+    for _ in range(2):
+        Client(REMOTE_ADDR="198.51.100.9").post(URL, {"username": "alice", "password": "wrong"})
+    good = {"username": "alice", "password": "alice-pass-123"}
+    assert Client(REMOTE_ADDR="::ffff:198.51.100.9").post(URL, good).status_code == 429

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Any
 
 import pytest
@@ -1007,3 +1008,138 @@ async def test_the_models_reasoning_reaches_an_open_page_escaped(make_session: A
     assert "Now weighing &lt;b&gt;tides&lt;/b&gt; &amp; the moon&#x27;s pull" in frame
     assert "<b>tides" not in frame and "a synthesis" in frame
     assert frame.count("Early musing.") < reasoning.count("Early musing.")  # the newest part
+
+
+# --- open pages per person, and clients that have gone (issue 73) -----------------------------
+
+
+async def test_a_person_has_at_most_so_many_live_pages_open(
+    make_session: Any, alice: Any, bob: Any, settings: Any
+):
+    settings.DEEPTHINK_WS_MAX_PER_USER = 2
+    session = await sync_to_async(make_session)(revision=0)
+    pages = [communicator(session.pk, await login(alice), rev=0) for _ in range(2)]
+    for page in pages:
+        assert (await page.connect())[0]
+
+    one_more = communicator(session.pk, await login(alice), rev=0)  # another browser, too
+    connected, _ = await one_more.connect()
+    assert connected, "accepted, so the page can read why it is closed"
+    assert await one_more.receive_output(timeout=2) == {"type": "websocket.close", "code": 4429}
+
+    # Someone else's pages are their own.
+    bobs = await sync_to_async(make_session)(owner=bob, revision=0)
+    bobs_page = communicator(bobs.pk, await login(bob), rev=0)
+    assert (await bobs_page.connect())[0] and await bobs_page.receive_nothing(timeout=0.2)
+
+    # A page closed frees its place.
+    await pages[0].disconnect()
+    again = communicator(session.pk, await login(alice), rev=0)
+    assert (await again.connect())[0] and await again.receive_nothing(timeout=0.2)
+    for page in (pages[1], bobs_page, again):
+        await page.disconnect()
+
+
+def test_the_page_says_why_it_was_closed_for_too_many_pages():
+    from pathlib import Path
+
+    app_js = (Path(__file__).resolve().parents[2] / "static/thinking/app.js").read_text()
+    assert "code === 4429" in app_js and "Too many live pages open" in app_js
+
+
+async def test_places_held_by_a_process_that_died_run_out(
+    make_session: Any, alice: Any, settings: Any
+):
+    import time_machine
+
+    from thinking import sockets
+
+    # The process's own memory (embedded defaults), where the test can move the clock.
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    settings.DEEPTHINK_WS_MAX_PER_USER = 1
+    session = await sync_to_async(make_session)(revision=0)
+    assert sockets.take_slot(alice.pk, "gone.process!page") is not None  # then kill -9
+    refused = communicator(session.pk, await login(alice), rev=0)
+    await refused.connect()
+    assert (await refused.receive_output(timeout=2))["code"] == 4429
+
+    with time_machine.travel(time.time() + sockets.LEASE_SECONDS + 1):
+        page = communicator(session.pk, await login(alice), rev=0)
+        assert (await page.connect())[0] and await page.receive_nothing(timeout=0.2)
+        await page.disconnect()
+
+
+def test_an_open_page_keeps_its_place_by_renewing_it(alice: Any, settings: Any):
+    import time_machine
+
+    from thinking import sockets
+
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    settings.DEEPTHINK_WS_MAX_PER_USER = 1
+    slot = sockets.take_slot(alice.pk, "open.page")
+    assert slot is not None
+    start = time.time()
+    for minutes in range(1, 4):  # renewed every RENEW_SECONDS, it never runs out
+        with time_machine.travel(start + minutes * sockets.RENEW_SECONDS * 2):
+            assert sockets.renew(slot, "open.page")
+            assert sockets.take_slot(alice.pk, "another.page") is None
+    sockets.release(slot, "open.page")
+    assert sockets.take_slot(alice.pk, "another.page") is not None
+
+
+async def test_an_update_racing_the_clients_close_is_not_written_and_raises_nothing(
+    make_session: Any, alice: Any
+):
+    """The client's close frame has reached the server, which has not yet told the consumer:
+    an update sent then is what daphne refuses with "Attempt to send on a closed protocol".
+    The consumer drops it, writes nothing more, and ends cleanly at the disconnect."""
+    from autobahn.exception import Disconnected
+
+    from config.asgi import application
+    from thinking.broadcast import publish
+    from thinking.presenters import session_ws_path
+
+    session = await sync_to_async(make_session)(status=Status.THINKING, revision=0)
+    cookie = await login(alice)
+    inbound: asyncio.Queue[dict] = asyncio.Queue()
+    sent: list[dict] = []
+    closed_by_client = asyncio.Event()
+    refused_after_close: list[dict] = []
+
+    async def send(message: dict) -> None:
+        # As daphne does: the close frame is in, the protocol refuses to send.
+        if closed_by_client.is_set() and message["type"] == "websocket.send":
+            refused_after_close.append(message)
+            raise Disconnected("Attempt to send on a closed protocol")
+        sent.append(message)
+
+    scope = {
+        "type": "websocket",
+        "path": session_ws_path(session.pk),
+        "query_string": b"rev=0",
+        "headers": [(b"origin", b"http://testserver"), (b"host", b"testserver"),
+                    (b"cookie", f"sessionid={cookie}".encode())],
+        "subprotocols": [],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }  # fmt: skip
+    app = asyncio.create_task(application(scope, inbound.get, send))
+    await inbound.put({"type": "websocket.connect"})
+    for _ in range(100):
+        if any(m["type"] == "websocket.accept" for m in sent):
+            break
+        await asyncio.sleep(0.02)
+    assert any(m["type"] == "websocket.accept" for m in sent)
+
+    closed_by_client.set()
+    for sequence in range(2):
+        await add_thought(session, sequence, f"racing the close {sequence}")
+        await publish(SessionEvent(session.pk, thoughts=(sequence,)))
+    for _ in range(100):
+        if refused_after_close or app.done():
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.1)  # the second update is handled too
+    await inbound.put({"type": "websocket.disconnect", "code": 1001})
+    await asyncio.wait_for(app, timeout=5)  # ends cleanly: no traceback
+    assert len(refused_after_close) == 1, "after the first refusal, nothing more is written"

@@ -5,8 +5,6 @@ private, loopback and link-local targets, also behind a redirect."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import socket
 import threading
@@ -25,6 +23,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
+from accounts import webhook_secrets
 from accounts.models import MailChoice, NotificationPreference
 from tests.fakes.anthropic_server import HttpError, Reply
 from tests.helpers import prompt_of
@@ -33,8 +32,6 @@ from thinking.models import CompletionReason, Delivery, DeliveryStatus, Status, 
 from thinking.worker import Supervisor
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-SECRET = "test-webhook-secret"
 
 
 def think(*args: str) -> None:
@@ -102,17 +99,19 @@ class Hook:
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
+        self.key = ""  # alice's webhook signing key
+
     def url(self, path: str = "/hook", host: str = "127.0.0.1") -> str:
         return f"http://{host}:{self.port}{path}"
 
 
 @pytest.fixture
-def hook(settings: Any) -> Iterator[Hook]:
-    settings.DEEPTHINK_WEBHOOK_SECRET = SECRET
+def hook(settings: Any, alice: Any) -> Iterator[Hook]:
     # Loopback is refused unless listed: the test server's address is listed explicitly.
     settings.DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
     settings.DEEPTHINK_WEBHOOK_BACKOFF_SECONDS = 0
     server = Hook()
+    server.key = webhook_secrets.rotate(alice)  # sessions with a webhook need their owner's
     server.thread.start()
     yield server
     server.server.shutdown()
@@ -220,9 +219,12 @@ def test_a_finished_session_posts_a_correctly_signed_webhook(
 
     session = ThinkingSession.objects.get()
     [request] = hook.received
-    body = request["body"]
-    expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-    assert request["headers"]["X-Deepthink-Signature-256"] == expected
+    body, headers = request["body"], request["headers"]
+    # Standard Webhooks, under alice's own key (tests/thinking/test_webhooks.py checks it
+    # with the receiver's code from the README).
+    message_id, timestamp = headers["webhook-id"], int(headers["webhook-timestamp"])
+    signature = webhooks.signature(message_id, timestamp, body, [hook.key])
+    assert headers["webhook-signature"] == signature and message_id.startswith("msg_")
     assert request["path"] == "/hooks/deep?x=1"
     assert request["headers"]["Content-Type"] == "application/json"
     summary = json.loads(body)
@@ -230,8 +232,9 @@ def test_a_finished_session_posts_a_correctly_signed_webhook(
     assert summary["final_answer"] == session.final_answer
     assert summary["final_confidence"] == session.final_confidence
     assert summary["url"].endswith(f"/sessions/{session.pk}/")
-    # A receiver with another secret would reject it.
-    assert webhooks.sign(body, "another-secret") != expected
+    # A receiver with another key would reject it.
+    other = webhook_secrets.new_secret()
+    assert webhooks.signature(message_id, timestamp, body, [other]) != signature
 
 
 async def test_failed_deliveries_are_retried_and_survive_a_worker_restart(
@@ -302,7 +305,6 @@ def test_private_and_odd_webhook_urls_are_refused_at_submit(
     url: str, reason: str,
 ):  # fmt: skip
     monkeypatch.setattr("thinking.actions.llm.is_configured", lambda: True)
-    settings.DEEPTHINK_WEBHOOK_SECRET = SECRET
     settings.DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = []  # any public host; nothing private listed
     client.force_login(alice)
     response = client.post("/api/sessions", {"question": "Q?", "minutes": 1, "webhook_url": url},
@@ -314,7 +316,6 @@ def test_private_and_odd_webhook_urls_are_refused_at_submit(
 
 
 def test_hosts_are_limited_to_the_allowed_list(settings: Any):
-    settings.DEEPTHINK_WEBHOOK_SECRET = SECRET
     settings.DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.org", "127.0.0.1"]
     assert "not among the allowed" in webhooks.refusal("https://evil.example.net/x")
     # Listing a name is not enough when it resolves to loopback: the address must be listed.
@@ -322,8 +323,8 @@ def test_hosts_are_limited_to_the_allowed_list(settings: Any):
     assert "127.0.0.1" in webhooks.refusal("http://localhost:8/x") or "::1" in (
         webhooks.refusal("http://localhost:8/x")
     )
-    settings.DEEPTHINK_WEBHOOK_SECRET = ""
-    assert "DEEPTHINK_WEBHOOK_SECRET" in webhooks.refusal("https://hooks.example.org/x")
+    settings.DEEPTHINK_WEBHOOKS = False
+    assert "Webhooks are off here" in webhooks.refusal("https://hooks.example.org/x")
 
 
 @pytest.mark.parametrize(
@@ -363,3 +364,29 @@ async def test_the_request_goes_to_the_checked_address_under_the_hosts_name(
     outcome = await webhooks.post(hook.url(host="localhost"), b"{}")
     assert outcome.delivered
     assert hook.received[0]["headers"]["Host"] == f"localhost:{hook.port}"
+
+
+@pytest.mark.parametrize(
+    ("host", "carried"),
+    [
+        ("[::ffff:127.0.0.1]", "127.0.0.1"),  # IPv4-mapped
+        ("[::ffff:7f00:1]", "127.0.0.1"),  # the same, in hex
+        ("[::ffff:0:7f00:1]", "127.0.0.1"),  # IPv4-translated
+        ("[::127.0.0.1]", "127.0.0.1"),  # IPv4-compatible
+        ("[::a9fe:a9fe]", "169.254.169.254"),
+        ("[64:ff9b::7f00:1]", "127.0.0.1"),  # NAT64, well-known prefix
+        ("[64:ff9b::10.1.2.3]", "10.1.2.3"),
+        ("[2002:7f00:1::1]", "127.0.0.1"),  # 6to4
+    ],
+)
+def test_ipv6_forms_of_private_ipv4_addresses_are_refused(settings: Any, host: str, carried: str):
+    settings.DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = []
+    reason = webhooks.refusal(f"http://{host}:8080/hook")
+    assert f"(the IPv4 address {carried})" in reason
+
+
+def test_local_use_nat64_is_refused_and_public_ipv4_behind_ipv6_forms_passes(settings: Any):
+    settings.DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = []
+    assert "64:ff9b:1::a00:1" in webhooks.refusal("http://[64:ff9b:1::a00:1]/hook")
+    for host in ("[64:ff9b::808:808]", "[::ffff:8.8.8.8]", "[2606:4700::1111]"):
+        assert webhooks.refusal(f"http://{host}/hook") == "", host

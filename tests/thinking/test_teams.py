@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 import time_machine
 from asgiref.sync import sync_to_async
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import Membership, Role, Team
+from accounts.tokens import create_token
 from research.knowledge import add_item
 from research.memory import search_memory
 from research.models import KnowledgeItem
@@ -19,7 +21,7 @@ from tests.helpers import add_thought, communicator, login, record_call
 from thinking import limits
 from thinking.broadcast import publish
 from thinking.events import SessionEvent
-from thinking.models import Status, ThinkingSession
+from thinking.models import CompletionReason, Status, ThinkingSession
 
 
 @pytest.fixture
@@ -312,3 +314,75 @@ def test_a_session_that_has_spent_exactly_its_dollar_ceiling_stops(make_session:
     assert budget.session_cost(at_ceiling) == Decimal("3.0")
     assert budget.over_cost_ceiling(at_ceiling) is True
     assert budget.over_cost_ceiling(below) is False
+
+
+@pytest.mark.django_db
+def test_a_team_owner_giving_teammates_sessions_time_stays_within_their_limit(
+    alice: Any, carol: Any, make_session: Any, settings: Any, team: Team
+):
+    """The per-person cap applies to whoever's sessions think: a team owner's "Think longer"
+    or resume on a teammate's session counts against the teammate's cap, not only their own
+    (the finding: 7 of one person's sessions thinking with a limit of 3)."""
+    settings.ANTHROPIC_API_KEY = "test-key"  # configured; no worker runs
+    settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS = 2
+    done = {"status": Status.COMPLETED, "completion_reason": CompletionReason.BUDGET}
+    finished = [make_session(owner=carol, team=team, **done) for _ in range(3)]
+    paused = make_session(owner=carol, team=team, status=Status.PAUSED)
+    api = Client(headers={"Authorization": f"Bearer {create_token(alice, 's')[1]}"})
+
+    def extend(session: ThinkingSession) -> Any:
+        return api.post(f"/api/sessions/{session.pk}/extend", {"minutes": 1},
+                        content_type="application/json")  # fmt: skip
+
+    assert extend(finished[0]).status_code == 200
+    assert extend(finished[1]).status_code == 200
+    refused = extend(finished[2])
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == (
+        "2 sessions of this owner are thinking; the limit is 2. Wait for one to finish, then "
+        "give this one more time."
+    )
+    resumed = api.post(f"/api/sessions/{paused.pk}/resume")
+    assert resumed.status_code == 409 and "the limit is 2" in resumed.json()["detail"]
+    running = [Status.CREATED, Status.THINKING]
+    assert ThinkingSession.objects.filter(owner=carol, status__in=running).count() == 2
+    # Alice's own cap is untouched by carol's sessions: she may still start her own.
+    assert limits.refuse_start(alice, minutes=1) == ""
+
+
+@pytest.mark.django_db
+def test_a_sessions_webhook_url_is_its_owners_alone(
+    admin_client: Any, alice: Any, carol: Any, make_session: Any, team: Team
+):
+    """Teammates may watch and export a shared session, but its webhook URL (and any secret
+    in its path) is not theirs: not in the API, the exports, the page or the admin."""
+    from django.contrib.auth.models import Permission
+
+    from thinking.models import Delivery
+
+    url = "https://hooks.example.org/hook/s3cret-path-token"
+    session = make_session(team=team, webhook_url=url, status=Status.COMPLETED)
+    Delivery.objects.create(session=session, kind="webhook", target=url, body="{}")
+
+    def api(user: Any) -> Client:
+        return Client(headers={"Authorization": f"Bearer {create_token(user, 's')[1]}"})
+
+    assert api(alice).get(f"/api/sessions/{session.pk}").json()["webhook_url"] == url
+    as_carol = api(carol)
+    detail = as_carol.get(f"/api/sessions/{session.pk}")
+    assert detail.status_code == 200 and detail.json()["webhook_url"] is None
+    for fmt in ("json", "md"):
+        export = as_carol.get(f"/api/sessions/{session.pk}/export?format={fmt}")
+        assert export.status_code == 200 and "s3cret" not in export.content.decode()
+    page = Client()
+    page.force_login(carol)
+    assert "s3cret" not in page.get(session.get_absolute_url()).text
+
+    # Staff who are not superusers see only their own sessions' deliveries in the admin.
+    carol.is_staff = True
+    carol.save()
+    carol.user_permissions.add(Permission.objects.get(codename="view_delivery"))
+    page.force_login(carol)
+    deliveries = page.get("/admin/thinking/delivery/")
+    assert deliveries.status_code == 200 and "s3cret" not in deliveries.text
+    assert "s3cret" in admin_client.get("/admin/thinking/delivery/").text

@@ -4,14 +4,11 @@
     interval] -> ... until the time budget is used (or the model's stop signal, after a
     synthesis) -> final answer
 
-Every step has the same four parts: it opens what its prompt needs in one database hop
-(entering its stage), asks the model outside any transaction (`asking.ask`), stores what
-the model said in one transaction through `ThinkingSession.step` (`steps.py`), and
-publishes once that is committed. What comes next is decided here, from the session as the
-store returned it. A step is stored only while this worker still holds the session's
-lease, so a session taken over by another worker is never written twice. Everything the
-loop reaches outside the database (the model, research, the live stream, time) comes in one
-`Run`.
+Every step opens what its prompt needs in one database hop (entering its stage), asks the
+model outside any transaction (`asking.ask`), stores the reply in one transaction through
+`ThinkingSession.step` (`steps.py`, only while this worker holds the lease) and publishes
+after the commit. What comes next is decided here, from the session the store returned.
+Everything outside the database (model, research, live stream, time) comes in one `Run`.
 """
 
 from __future__ import annotations
@@ -68,12 +65,17 @@ STOPPING = (Status.PAUSED, Status.CANCELLED)
 # --- what the steps read -------------------------------------------------------------------
 
 
-def _open_cycle(session_id: uuid.UUID, *, worker_id: str) -> tuple[ThinkingSession, Focus]:
-    """A cycle's start: the session as stored now (a person may have paused or cancelled
-    it; LeaseLost if another worker holds it) and the focus it would think about."""
-    session = ThinkingSession.objects.get(pk=session_id)
+# Changed outside the loop's stores: a person's pause, cancel or conclude; a takeover.
+CHANGED_BY_OTHERS = ("status", "conclude_requested", "worker_id", "revision")
+
+
+def _open_cycle(session: ThinkingSession, *, worker_id: str) -> tuple[ThinkingSession, Focus]:
+    """A cycle's start: the session as its last store left it, with what others may have
+    changed read again (LeaseLost if another worker holds it), and the focus it would
+    think about."""
+    session.refresh_from_db(fields=CHANGED_BY_OTHERS)
     if session.worker_id != worker_id:
-        raise LeaseLost(session_id)
+        raise LeaseLost(session.pk)
     return session, steps.select_focus(session)
 
 
@@ -296,10 +298,8 @@ async def plan_research(
 def ending_reason(session: ThinkingSession) -> str:
     """Why the session should go to its final synthesis now; empty while it should go on.
 
-    A ceiling counts what the next step and the answer will cost (`budget.ceiling_reached`).
-    Time is the checkpointed active time (the Run's meter, lapped at each stored step), so
-    research after a plan is counted with the next step: a short session still gets its
-    first thought cycle."""
+    A ceiling counts what the next step and the answer will cost (`budget.ceiling_reached`);
+    time is the active time checkpointed at each stored step."""
     if session.conclude_requested:  # a person asked for the answer now
         return CompletionReason.CONCLUDED
     if session.stop_requested:
@@ -347,7 +347,7 @@ async def deliberate(session: ThinkingSession, run: Run) -> str:
     if steps.plans_first(session):  # research off: no plan, no searches
         session = await plan_research(session=session, run=run)
     while True:
-        session, focus = await open_cycle(session.pk, worker_id=run.worker_id)
+        session, focus = await open_cycle(session, worker_id=run.worker_id)
         if session.status in STOPPING:
             session = await steps.stop_running(session.pk, worker_id=run.worker_id, meter=run.meter)
             await publish_safely(

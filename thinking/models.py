@@ -227,7 +227,12 @@ def _open_step(
             changes.update(active_seconds=F("active_seconds") + meter.lap(), running_since=now)
         changes.update(step.changes)
         cls.objects.filter(pk=pk).update(**changes)
-        session.refresh_from_db()
+        # The row as stored: the values set as given, the expressions (counters) read back.
+        computed = [name for name, value in changes.items() if hasattr(value, "resolve_expression")]
+        for name, value in changes.items():
+            if name not in computed:
+                setattr(session, name, value)
+        session.refresh_from_db(fields=computed)
         if on_commit is not None:
             for event in step.events:
                 transaction.on_commit(partial(on_commit, event))

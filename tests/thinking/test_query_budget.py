@@ -166,7 +166,7 @@ def test_a_cycles_start_reads_the_session_and_its_focus_in_one_hop(
     session = grown(make_session, cycles=40)
 
     async def start(run_: Run) -> None:
-        opened, focus = await loop.open_cycle(session.pk, worker_id=WORKER)
+        opened, focus = await loop.open_cycle(session, worker_id=WORKER)
         assert opened.status == Status.THINKING and focus.sub_question_id is not None
 
     cost = measured(start, monkeypatch)

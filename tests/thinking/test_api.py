@@ -427,6 +427,18 @@ def test_a_thinking_budget_that_cannot_apply_is_refused_with_the_reason(
     assert not ThinkingSession.objects.exists()
 
 
+def test_a_thinking_budget_of_zero_is_refused_not_taken_as_unset(
+    api: Client, provider: None, settings: Any
+):
+    settings.DEEPTHINK_MODEL = "a-local-model"  # manual thinking: a budget applies
+    body = {"question": "Q?", "minutes": 1, "thinking_mode": "manual", "thinking_budget": 0}
+    response = post(api, "/api/sessions", body)
+    assert response.status_code == 422, response.content
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", "payload", "thinking_budget"]
+    assert not ThinkingSession.objects.exists()
+
+
 # --- reading -----------------------------------------------------------------------------
 
 

@@ -209,10 +209,14 @@ def _open_step(
     meter: Lap | None,
     stop_on_cancel: bool,
     on_commit: Callable[[SessionEvent], None] | None,
+    only: Sequence[str] = (),
 ) -> Iterator[Step]:
     """`ThinkingSession.step`'s body: the one door every write goes through."""
     with transaction.atomic():
-        session = cls.objects.select_for_update().get(pk=pk)
+        rows = cls.objects.select_for_update()
+        if only:
+            rows = rows.only("status", "worker_id", *only)
+        session = rows.get(pk=pk)
         if worker_id is not None and session.worker_id != worker_id:
             raise LeaseLost(pk)
         if stop_on_cancel and session.status == Status.CANCELLED:
@@ -522,8 +526,11 @@ class ThinkingSession(models.Model):
         meter: Lap | None = None,
         stop_on_cancel: bool = True,
         on_commit: Callable[[SessionEvent], None] | None = None,
+        only: Sequence[str] = (),
     ) -> Iterator[Step]:
-        """Every write to a session and its rows goes through here, in one transaction:
+        """Every write to a session and its rows goes through here, in one transaction.
+        `only`: the fields the body reads, when it reads few (`QuerySet.only`: the locked read
+        then skips the rest, and any other field is read when first used):
 
         lock the row; check the lease (`worker_id`: the worker that must hold it; None for a
         person, who holds none) and cancel (a cancelled session takes no more writes,
@@ -540,6 +547,7 @@ class ThinkingSession(models.Model):
             meter=meter,
             stop_on_cancel=stop_on_cancel,
             on_commit=on_commit,
+            only=only,
         )
 
     # --- state changes requested by people (views, API, CLI, admin: thinking/actions.py) ----

@@ -115,6 +115,10 @@ def record(session: ThinkingSession, *items: StageEntry) -> dict[str, Any]:
     return changes
 
 
+# What `record` reads of the session (the step reads only these).
+RECORD_READS = ("stage_count", "plan")
+
+
 class _Finished(Exception):
     """The session already ended: nothing is stored (rolls the step back)."""
 
@@ -124,7 +128,7 @@ def record_sync(session_id: uuid.UUID, *items: StageEntry, worker_id: str | None
     while that worker holds the lease (LeaseLost otherwise; Stopped once cancelled, as every
     writer). Never on a finished session: False then, True if stored."""
     try:
-        with ThinkingSession.step(session_id, worker_id=worker_id) as step:
+        with ThinkingSession.step(session_id, worker_id=worker_id, only=RECORD_READS) as step:
             if step.session.is_finished:
                 raise _Finished
             step.update(**record(step.session, *items))

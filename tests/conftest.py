@@ -182,3 +182,11 @@ async def background_tasks() -> Any:
         task.cancel()
     await asyncio.gather(*leftovers, return_exceptions=True)
     await database_sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
+def rang(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The sessions whose start doorbell was rung (the worker is not started)."""
+    calls: list[Any] = []
+    monkeypatch.setattr("thinking.actions.request_start", calls.append)
+    return calls

@@ -400,3 +400,38 @@ def record_call(session: Any, *, model: str, purpose: str = "thoughts", **tokens
     with ThinkingSession.step(session.pk, stop_on_cancel=False) as step:
         step.record_calls(purpose, [reply])
     session.refresh_from_db()
+
+
+async def stopped_mid_stream(
+    session: Any, fake: Any, stop: Callable[[], Any], *, after: float, timeout: float
+) -> tuple[str | None, list[SessionEvent]]:
+    """Run `session` (claimed here) while its first reply streams slowly (40 s: 2 s per
+    20-character chunk); `after` seconds into that stream, a person's `stop` (a synchronous
+    action) is made. The session must then end within `timeout`: its final status and what
+    it published."""
+    from tests.fakes.anthropic_server import Reply as Scripted
+    from thinking import loop
+    from thinking.llm import LLM
+
+    fake.enqueue(Scripted(text="THOUGHT: " + "slow " * 80, chunk_delay=2.0))
+    await claim(session)
+    llm = LLM.from_settings()
+    events: list[SessionEvent] = []
+
+    async def publish(event: SessionEvent) -> None:
+        events.append(event)
+
+    task = asyncio.create_task(
+        loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
+    )
+    try:
+        for _ in range(200):  # until the slow stream has started
+            if fake.requests:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(after)
+        await sync_to_async(stop)()
+        return await asyncio.wait_for(task, timeout=timeout), events
+    finally:
+        task.cancel()
+        await llm.close()

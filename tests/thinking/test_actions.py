@@ -4,7 +4,6 @@ what, and the doorbell and live update only after the commit."""
 from __future__ import annotations
 
 import contextlib
-import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -21,13 +20,6 @@ from thinking.forms import StartSessionForm, SteerForm
 from thinking.models import CompletionReason, IllegalTransition, Status, ThinkingSession, Thought
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def rang(monkeypatch: pytest.MonkeyPatch) -> list[uuid.UUID]:
-    calls: list[uuid.UUID] = []
-    monkeypatch.setattr("thinking.actions.request_start", calls.append)
-    return calls
 
 
 @pytest.fixture

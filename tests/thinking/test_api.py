@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
@@ -54,14 +53,6 @@ def bob_api(bob: Any) -> Client:
 def provider(settings: Any) -> None:
     # The start form refuses without a provider; nothing is called (on_commit never runs).
     settings.ANTHROPIC_API_KEY = "test-key"
-
-
-@pytest.fixture
-def rang(monkeypatch: pytest.MonkeyPatch) -> list[uuid.UUID]:
-    """The sessions whose start doorbell was rung."""
-    calls: list[uuid.UUID] = []
-    monkeypatch.setattr("thinking.actions.request_start", calls.append)
-    return calls
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ thinking, writes its final answer from what it has, checks its citations and com
 from __future__ import annotations
 
 import asyncio
-import uuid
 from io import StringIO
 from typing import Any
 
@@ -17,11 +16,8 @@ from django.utils import timezone
 
 from accounts.models import Membership, Role, Team
 from accounts.tokens import create_token
-from tests.fakes.anthropic_server import Reply
-from tests.helpers import WORKER, bearer, claim, post, run
-from thinking import actions, interrupt, loop
-from thinking.events import SessionEvent
-from thinking.llm import LLM
+from tests.helpers import bearer, post, run, stopped_mid_stream
+from thinking import actions, interrupt
 from thinking.models import (
     CitationCheck,
     CompletionReason,
@@ -32,13 +28,6 @@ from thinking.models import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def rang(monkeypatch: pytest.MonkeyPatch) -> list[uuid.UUID]:
-    calls: list[uuid.UUID] = []
-    monkeypatch.setattr("thinking.actions.request_start", calls.append)
-    return calls
 
 
 def with_sources(session: ThinkingSession) -> ThinkingSession:
@@ -67,29 +56,13 @@ async def test_conclude_stops_the_thought_call_in_flight_and_writes_a_checked_an
 ):
     settings.DEEPTHINK_INTERRUPT_POLL_SECONDS = 0.05
     session = await sync_to_async(lambda: with_sources(make_session(budget_seconds=600)))()
-    # The first thought cycle's reply would take 40 s to stream: 2 s per 20 characters.
-    fake_claude.enqueue(Reply(text="THOUGHT: " + "slow " * 80, chunk_delay=2.0))
-    await claim(session)
-    llm = LLM.from_settings()
-    events: list[SessionEvent] = []
-
-    async def publish(event: SessionEvent) -> None:
-        events.append(event)
-
-    task = asyncio.create_task(
-        loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
+    status, events = await stopped_mid_stream(
+        session,
+        fake_claude,
+        lambda: actions.conclude(session, user=alice),
+        after=0.5,
+        timeout=15,  # well before the stream would end
     )
-    try:
-        for _ in range(200):  # until the slow stream has started
-            if fake_claude.requests:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
-        await sync_to_async(actions.conclude)(session, user=alice)
-        status = await asyncio.wait_for(task, timeout=15)  # well before the stream would end
-    finally:
-        task.cancel()
-        await llm.close()
 
     await session.arefresh_from_db()
     assert status == Status.COMPLETED

@@ -24,6 +24,7 @@ from tests.helpers import (
     prompt_of,
     run,
     stage_history,
+    stopped_mid_stream,
     take_over,
 )
 from thinking import evidence, loop
@@ -675,30 +676,13 @@ async def test_a_pause_stops_the_model_stream_in_flight(
     fake_claude: Any, make_session: Any, background_tasks: None
 ):
     session = await sync_to_async(make_session)(budget_seconds=60, synthesis_interval_seconds=60)
-    # A reply that would take 40 seconds to stream: 2 s per 20-character chunk.
-    fake_claude.enqueue(Reply(text="THOUGHT: " + "slow " * 80, chunk_delay=2.0))
-    await claim(session)
-    llm = LLM.from_settings()
-    events: list[SessionEvent] = []
-
-    async def publish(event: SessionEvent) -> None:
-        events.append(event)
-
-    task = asyncio.create_task(
-        loop.run_session(session.pk, llm=llm, publish=publish, worker_id=WORKER)
+    status, _ = await stopped_mid_stream(
+        session,
+        fake_claude,
+        lambda: ThinkingSession.objects.get(pk=session.pk).pause(),
+        after=1.5,
+        timeout=10,  # well before the stream would end on its own
     )
-    try:
-        for _ in range(200):  # until the stream has started
-            if fake_claude.requests:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(1.5)
-        await sync_to_async(lambda: ThinkingSession.objects.get(pk=session.pk).pause())()
-        # Well before the stream would end on its own.
-        status = await asyncio.wait_for(task, timeout=10)
-    finally:
-        task.cancel()
-        await llm.close()
 
     await session.arefresh_from_db()
     assert status == Status.PAUSED

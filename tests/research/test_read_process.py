@@ -82,8 +82,9 @@ def test_pages_answer_at_once_while_an_upload_is_being_read(app: AppServer):
     assert still_reading, "the pages were asked for while the file was being read"
     assert max(waits) < 1, waits  # they took minutes while a regex held the interpreter
     [response] = answer
+    # Refused, not a 500. (Which of the reader's limits stops it can vary with the machine's
+    # load; tests/research/test_hostile_documents.py checks each limit's own wording.)
     assert response.status_code == 422
-    assert "“slow.pdf” took longer than 6 s to read" in response.text
 
 
 def test_the_import_command_says_what_it_did_and_prints_no_parser_noise(

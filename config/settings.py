@@ -358,15 +358,34 @@ LOGGING = {
 
 # --- Deep Think ---------------------------------------------------------------------------
 
-# The model provider. The SDK's own environment variables are honoured: ANTHROPIC_API_KEY,
-# and ANTHROPIC_BASE_URL for a local Anthropic-compatible server (Ollama, vLLM, LiteLLM, ...).
+# The model provider's wire protocol (docs/providers.md): "anthropic", the Messages API
+# (Anthropic, or a local Anthropic-compatible server: Ollama, LiteLLM, ...), or "openai",
+# Chat Completions (vLLM, LM Studio, llama.cpp, Ollama's /v1, OpenRouter, ...). The SDKs' own
+# environment variables are honoured: ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL, or
+# OPENAI_API_KEY and OPENAI_BASE_URL.
+DEEPTHINK_PROVIDER = env_str("DEEPTHINK_PROVIDER", "anthropic").lower() or "anthropic"
+if DEEPTHINK_PROVIDER not in ("anthropic", "openai"):
+    raise ImproperlyConfigured(
+        f"DEEPTHINK_PROVIDER must be anthropic or openai, not {DEEPTHINK_PROVIDER!r}"
+    )
 ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL")
+OPENAI_API_KEY = env_str("OPENAI_API_KEY")
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
+if DEEPTHINK_PROVIDER == "openai" and not env_str("DEEPTHINK_MODEL"):
+    raise ImproperlyConfigured(
+        "DEEPTHINK_PROVIDER=openai needs DEEPTHINK_MODEL: the model id the server knows "
+        "(for example qwen3:8b on Ollama)."
+    )
 # Model roles: DEEPTHINK_MODEL thinks (thought cycles, syntheses, the final answer; a session
 # may pick another on the start form); DEEPTHINK_FAST_MODEL does the utility work (plan,
 # sub-question lists, re-ranking, checks), always without thinking. Empty: the main model.
 DEEPTHINK_MODEL = env_str("DEEPTHINK_MODEL", "claude-opus-5-5")
 DEEPTHINK_FAST_MODEL = env_str("DEEPTHINK_FAST_MODEL")
+# The models a session may pick (comma-separated; DEEPTHINK_MODEL and DEEPTHINK_FAST_MODEL
+# are always among them). Unset: those the provider lists, else (Anthropic) the built-in
+# table, else (OpenAI-compatible) just the two configured.
+DEEPTHINK_MODELS = env_list("DEEPTHINK_MODELS", [])
 DEEPTHINK_MAX_TOKENS = env_int("DEEPTHINK_MAX_TOKENS", 4096, minimum=256)
 # Thinking: auto | off | adaptive | manual; a budget for manual; effort low..max. Unset means
 # "the best this model takes" (adaptive, else manual with a budget that fits, else off),

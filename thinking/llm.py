@@ -1,4 +1,5 @@
-"""Claude access: the only module that imports `anthropic`.
+"""Model access: the only module that imports `anthropic` (the OpenAI-compatible wire is
+`thinking.openai_chat`, used by `OpenAICompatibleLLM` here; DEEPTHINK_PROVIDER picks).
 
 One call shape: `await llm.stream(messages, system=..., on_text=...) -> Reply`. Calls always
 stream (long replies would time out otherwise). The SDK retries errors that happen before a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -27,7 +29,7 @@ from anthropic import AsyncStream
 from anthropic.types import CacheControlEphemeralParam, RawMessageStreamEvent, TextBlockParam
 from django.conf import settings
 
-from . import streaming
+from . import openai_chat, streaming
 from .capabilities import Capabilities, ThinkingSettings, build_request, from_models_api
 from .capabilities import builtin_capabilities as table_capabilities
 from .streaming import RestartCallback, TextCallback
@@ -40,7 +42,8 @@ RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", 
 
 NOT_CONFIGURED = (
     "No model provider is configured. Set ANTHROPIC_API_KEY, or ANTHROPIC_BASE_URL for a "
-    "local Anthropic-compatible server, and restart."
+    "local Anthropic-compatible server; or DEEPTHINK_PROVIDER=openai with OPENAI_BASE_URL "
+    "(and OPENAI_API_KEY if the server needs one); and restart."
 )
 
 
@@ -109,6 +112,42 @@ class Reply:
         return [*self.cut_off, self]
 
 
+# A 400 that says the server does not take a feature, by feature: Ollama's "does not support
+# tools" / "does not support thinking", vLLM's "tool choice requires
+# --enable-auto-tool-choice", llama.cpp's "tools param requires --jinja".
+_REFUSALS = {
+    name: re.compile(
+        rf"\b{words}\b[^.]*\b(not supported|unsupported|not enabled|not available|requires)\b"
+        rf"|\b(does not|doesn't|do not|cannot|can't) (support|accept|use)\w*\b[^.]*\b{words}\b",
+        re.IGNORECASE,
+    )
+    for name, words in (
+        ("tools", r"(tools?|tool[ _]choice|function calling)"),
+        ("thinking", r"(thinking|reasoning)"),
+    )
+}
+# What servers refused, by (address, model): (when, features). Kept as long as capabilities.
+_refused: dict[tuple[str, str], tuple[float, frozenset[str]]] = {}
+
+
+def refused_features(key: tuple[str, str]) -> frozenset[str]:
+    """The features (tools, thinking) the server at this address refused for this model."""
+    found = _refused.get(key)
+    if found is None or time.monotonic() - found[0] >= CAPABILITIES_TTL:
+        return frozenset()
+    return found[1]
+
+
+def refused_feature(error: LLMError, offered: set[str]) -> str | None:
+    """Which of the features sent the server's refusal names, if it is one."""
+    if error.kind != "bad_request":
+        return None
+    for feature in sorted(offered):
+        if _REFUSALS[feature].search(str(error)):
+            return feature
+    return None
+
+
 # Call kinds that are utility work: the fast model, never thinking.
 UTILITY_PURPOSES = frozenset({"plan", "questions", "rerank", "check"})
 # A cut-off reply is asked again with this much more room (capped by the model's maximum).
@@ -120,14 +159,26 @@ _capabilities_cache: dict[tuple[str, str], tuple[float, Capabilities]] = {}
 CAPABILITIES_TTL = 3600.0
 
 
+def provider_settings() -> tuple[str, str, str]:
+    """(provider, API key, base URL) of the configured provider (DEEPTHINK_PROVIDER)."""
+    if settings.DEEPTHINK_PROVIDER == "openai":
+        return "openai", settings.OPENAI_API_KEY, settings.OPENAI_BASE_URL
+    return "anthropic", settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL
+
+
 def is_configured() -> bool:
-    return bool(settings.ANTHROPIC_API_KEY or settings.ANTHROPIC_BASE_URL)
+    _provider, key, url = provider_settings()
+    return bool(key or url)
 
 
 def describe_error(error: Exception) -> LLMError:
     """Turn an SDK exception into words a person can act on."""
     if isinstance(error, LLMError):
         return error
+    words = openai_chat.error_words(error)
+    if words is not None:
+        kind, message, retryable = words
+        return LLMError(message, kind=kind, retryable=retryable)
     if isinstance(error, anthropic.AuthenticationError):
         return LLMError(
             "The model provider refused the API key (check ANTHROPIC_API_KEY).", kind="auth"
@@ -219,7 +270,7 @@ class LLM:
         base_url: str = "",
         stream_retries: int = 3,
         retry_base_seconds: float = 1.0,
-        client: anthropic.AsyncAnthropic | None = None,
+        client: Any = None,
     ) -> None:
         if not (api_key or base_url):
             raise LLMNotConfigured()
@@ -230,19 +281,32 @@ class LLM:
         self.stream_retries = stream_retries
         self.retry_base_seconds = retry_base_seconds
         self._owns_client = client is None
+        self._connect(client, api_key, base_url)
+
+    def _connect(self, client: Any, api_key: str, base_url: str) -> None:
         # The Anthropic SDK client every call goes through (a worker's, when lent).
-        self.sdk = client if client is not None else _new_client(api_key, base_url)
+        self.sdk: anthropic.AsyncAnthropic = (
+            client if client is not None else _new_client(api_key, base_url)
+        )
+
+    @property
+    def address(self) -> str:
+        """The server this client talks to (what a server refused is remembered by it)."""
+        return str(self.sdk.base_url)
 
     @classmethod
-    def from_settings(cls, *, client: anthropic.AsyncAnthropic | None = None) -> LLM:
-        """A client for the configured model; on `client`'s pool when given (borrowed: the
+    def from_settings(cls, *, client: Any = None) -> LLM:
+        """A client for the configured provider and model (DEEPTHINK_PROVIDER: an
+        `OpenAICompatibleLLM` for "openai"); on `client`'s pool when given (borrowed: the
         caller closes it), else on its own."""
-        return cls(
+        provider, api_key, base_url = provider_settings()
+        kind = OpenAICompatibleLLM if provider == "openai" else LLM
+        return kind(
             model=settings.DEEPTHINK_MODEL,
             fast_model=settings.DEEPTHINK_FAST_MODEL,
             max_tokens=settings.DEEPTHINK_MAX_TOKENS,
-            api_key=settings.ANTHROPIC_API_KEY,
-            base_url=settings.ANTHROPIC_BASE_URL,
+            api_key=api_key,
+            base_url=base_url,
             stream_retries=settings.DEEPTHINK_STREAM_RETRIES,
             retry_base_seconds=settings.DEEPTHINK_RETRY_BASE_SECONDS,
             client=client,
@@ -288,11 +352,68 @@ class LLM:
         fails for good. `on_restart` is awaited before a call is made again (after such an
         error, or a reply cut off at max_tokens): the deltas handed on so far are not part of
         the reply. `system` and `tools` are sent as given, so a tool loop that passes the
-        same ones keeps the prompt cache and its thinking blocks valid."""
+        same ones keeps the prompt cache and its thinking blocks valid.
+
+        A server that refuses tool definitions or thinking (a local model without them) is
+        asked again without; that is remembered for the server and model, so later calls
+        leave them out from the start (the tool loop then ends at once: the plan's research
+        stands in for the model's searches)."""
+        model = model or self.model
+        key = (self.address, model)
+        refused = refused_features(key)
+        try:
+            return await self._stream_fitted(
+                messages,
+                system=system,
+                max_tokens=max_tokens,
+                thinking=thinking,
+                skip_thinking=skip_thinking or "thinking" in refused,
+                tools=None if "tools" in refused else tools,
+                on_text=on_text,
+                on_thinking=on_thinking,
+                on_restart=on_restart,
+                model=model,
+            )
+        except LLMError as error:
+            offered = {"tools"} if tools else set()
+            if not skip_thinking:
+                offered.add("thinking")
+            feature = refused_feature(error, offered - refused)
+            if feature is None:
+                raise
+        logger.warning("%s refuses %s for %s: asking without", self.address, feature, model)
+        _refused[key] = (time.monotonic(), refused | {feature})
+        return await self.stream(
+            messages,
+            system=system,
+            max_tokens=max_tokens,
+            thinking=thinking,
+            skip_thinking=skip_thinking,
+            tools=tools,
+            on_text=on_text,
+            on_thinking=on_thinking,
+            on_restart=on_restart,
+            model=model,
+        )
+
+    async def _stream_fitted(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        system: str,
+        max_tokens: int | None,
+        thinking: ThinkingSettings | None,
+        skip_thinking: bool,
+        tools: list[dict[str, Any]] | None,
+        on_text: TextCallback | None,
+        on_thinking: TextCallback | None,
+        on_restart: RestartCallback | None,
+        model: str,
+    ) -> Reply:
+        """`stream` with the request fitted to the model, and a cut-off reply asked again."""
         wanted = thinking or ThinkingSettings(max_tokens=max_tokens or self.max_tokens)
         if thinking is not None and max_tokens:
             wanted = replace(wanted, max_tokens=max_tokens)
-        model = model or self.model
         caps = await self.capabilities(model)
         call = partial(
             self._stream_retrying,
@@ -390,7 +511,7 @@ class LLM:
                     attempt = await self._back_off(attempt, error_type, on_restart)
                     continue
                 raise describe_error(error) from error
-            except httpx2.TransportError as error:
+            except (httpx2.TransportError, openai_chat.BrokenStream) as error:
                 # The connection was lost (or went quiet) after the reply began: the SDK's
                 # retries cover only the request and its headers.
                 if attempt < self.stream_retries:
@@ -445,25 +566,78 @@ class LLM:
         async with stream:
             events = streaming.api_events(stream)
             final = await streaming.collect(events, on_text=on_text, on_thinking=on_thinking)
-        usage, content = final.usage, final.content
-        return Reply(
-            text="".join(block["text"] for block in content if block["type"] == "text"),
-            content=content,
-            usage=Usage(
-                input_tokens=usage.get("input_tokens", 0),
-                output_tokens=usage.get("output_tokens", 0),
-                cache_read_tokens=usage.get("cache_read_input_tokens", 0),
-                cache_write_tokens=usage.get("cache_creation_input_tokens", 0),
-            ),
-            stop_reason=final.stop_reason,
-            model=final.model,
-            thinking="\n\n".join(
-                block["thinking"] for block in content if block["type"] == "thinking"
-            ).strip(),
-            redacted_blocks=sum(1 for block in content if block["type"] == "redacted_thinking"),
-            thinking_mode=thinking_mode,
-            duration_ms=round((time.monotonic() - started) * 1000),
+        return reply_of(final, thinking_mode=thinking_mode, started=started)
+
+
+def reply_of(final: streaming.StreamedMessage, *, thinking_mode: str, started: float) -> Reply:
+    """The Reply for a message streamed by either wire (content in the Anthropic shape)."""
+    usage, content = final.usage, final.content
+    return Reply(
+        text="".join(block["text"] for block in content if block["type"] == "text"),
+        content=content,
+        usage=Usage(
+            input_tokens=usage.get("input_tokens", 0),
+            output_tokens=usage.get("output_tokens", 0),
+            cache_read_tokens=usage.get("cache_read_input_tokens", 0),
+            cache_write_tokens=usage.get("cache_creation_input_tokens", 0),
+        ),
+        stop_reason=final.stop_reason,
+        model=final.model,
+        thinking="\n\n".join(
+            block["thinking"] for block in content if block["type"] == "thinking"
+        ).strip(),
+        redacted_blocks=sum(1 for block in content if block["type"] == "redacted_thinking"),
+        thinking_mode=thinking_mode,
+        duration_ms=round((time.monotonic() - started) * 1000),
+    )
+
+
+# What an OpenAI-compatible model takes: no thinking settings (a reasoning model reasons on
+# its own, and its reasoning is read from the stream), no output limit known.
+OPENAI_CAPABILITIES = Capabilities(frozenset(), source="openai")
+
+
+class OpenAICompatibleLLM(LLM):
+    """The same client over an OpenAI-compatible Chat Completions server (DEEPTHINK_PROVIDER
+    =openai): the wire is `thinking.openai_chat`; replies come back as the same `Reply`, with
+    the model's reasoning as its thinking, never in its text."""
+
+    def _connect(self, client: Any, api_key: str, base_url: str) -> None:
+        self.chat: openai_chat.AsyncClient = (
+            client if client is not None else openai_chat.new_client(api_key, base_url)
         )
+
+    @property
+    def address(self) -> str:
+        return str(self.chat.base_url)
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self.chat.close()
+
+    async def capabilities(self, model: str | None = None) -> Capabilities:
+        return OPENAI_CAPABILITIES
+
+    async def _stream_once(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        params: dict[str, Any],
+        thinking_mode: str,
+        **call: Any,
+    ) -> Reply:
+        # `call`: model, system, tools and the callbacks; no thinking parameters or headers
+        # (the capabilities ask for none). A reply that breaks off raises BrokenStream,
+        # which `_stream_retrying` asks again; other errors are final.
+        started = time.monotonic()
+        del call["headers"]
+        try:
+            final = await openai_chat.stream(
+                self.chat, messages, max_tokens=params["max_tokens"], **call
+            )
+        except openai_chat.SDKError as error:
+            raise describe_error(error) from error
+        return reply_of(final, thinking_mode=thinking_mode, started=started)
 
 
 class SharedModelClient:
@@ -474,17 +648,18 @@ class SharedModelClient:
     hands each session its own `LLM` (model ids, limits and retry settings read from the
     settings as it starts) on the shared pool. The pool is built on first use and belongs to
     that event loop (httpx connections cannot move between loops); `aclose()` when the worker
-    stops. One client per (key, base URL), so a change of provider settings gets its own."""
+    stops. One client per (provider, key, base URL), so a change of provider settings gets
+    its own."""
 
     def __init__(self) -> None:
-        self._clients: dict[tuple[str, str], anthropic.AsyncAnthropic] = {}
+        self._clients: dict[tuple[str, str, str], Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def llm(self) -> LLM:
         """A session's LLM on the shared pool. Call on the worker's event loop; raises
         LLMNotConfigured without a provider. Its `close()` leaves the pool open."""
-        key = (settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL)
-        if not any(key):
+        key = provider_settings()
+        if not any(key[1:]):
             raise LLMNotConfigured()
         running = asyncio.get_running_loop()
         if self._loop is not None and self._loop is not running:
@@ -492,7 +667,9 @@ class SharedModelClient:
         client = self._clients.get(key)
         if client is None:
             self._loop = running
-            client = self._clients[key] = _new_client(*key)
+            provider, api_key, base_url = key
+            new = openai_chat.new_client if provider == "openai" else _new_client
+            client = self._clients[key] = new(api_key, base_url)
         return LLM.from_settings(client=client)
 
     async def aclose(self) -> None:
@@ -582,39 +759,52 @@ def user_message(stable: str, variable: str) -> dict[str, Any]:
 @dataclass(frozen=True)
 class ModelList:
     ids: tuple[str, ...]
-    source: str  # "api": the server listed them; "table": the built-in list
+    # "api": the server listed them; "table": the built-in list; "configured": the operator's
+    source: str
 
 
-_model_lists: dict[tuple[str, str], tuple[float, ModelList]] = {}
+_model_lists: dict[tuple[str, str, str], tuple[float, ModelList]] = {}
 MODEL_LIST_TTL = 300.0
 
 
 def available_models() -> ModelList:
-    """The models the server lists (Models API, cached for a few minutes); else the built-in
-    table plus DEEPTHINK_MODEL. Synchronous: forms and the CLI use it."""
+    """The models the operator listed (DEEPTHINK_MODELS, with DEEPTHINK_MODEL and
+    DEEPTHINK_FAST_MODEL); else those the server lists (cached for a few minutes); else, for
+    Anthropic, the built-in table plus DEEPTHINK_MODEL, for an OpenAI-compatible server the
+    configured models. Synchronous: forms and the CLI use it."""
     from .capabilities import MODEL_IDS
 
-    fallback = ModelList(
-        tuple(dict.fromkeys([settings.DEEPTHINK_MODEL, *MODEL_IDS])), source="table"
+    named = [settings.DEEPTHINK_MODEL, settings.DEEPTHINK_FAST_MODEL, *settings.DEEPTHINK_MODELS]
+    configured = ModelList(tuple(m for m in dict.fromkeys(named) if m), source="configured")
+    if settings.DEEPTHINK_MODELS:
+        return configured
+    provider, api_key, base_url = provider_settings()
+    fallback = (
+        configured
+        if provider == "openai"
+        else ModelList(tuple(dict.fromkeys([settings.DEEPTHINK_MODEL, *MODEL_IDS])), "table")
     )
     if not is_configured():
         return fallback
-    key = (settings.ANTHROPIC_BASE_URL, settings.ANTHROPIC_API_KEY)
+    key = (provider, base_url, api_key)
     cached = _model_lists.get(key)
     if cached and time.monotonic() - cached[0] < MODEL_LIST_TTL:
         return cached[1]
     try:
-        client = anthropic.Anthropic(
-            api_key=settings.ANTHROPIC_API_KEY or "no-key-needed",
-            base_url=settings.ANTHROPIC_BASE_URL or None,
-            max_retries=0,
-            timeout=5,
-        )
-        with client:
-            ids = tuple(model.id for model in client.models.list(limit=100))
+        if provider == "openai":
+            ids = openai_chat.list_models(api_key, base_url)
+        else:
+            client = anthropic.Anthropic(
+                api_key=api_key or "no-key-needed",
+                base_url=base_url or None,
+                max_retries=0,
+                timeout=5,
+            )
+            with client:
+                ids = tuple(model.id for model in client.models.list(limit=100))
         found = ModelList(ids, source="api") if ids else fallback
-    except (anthropic.AnthropicError, TypeError, ValueError):
-        # Local servers (Ollama, vLLM) have no Models API.
+    except (anthropic.AnthropicError, openai_chat.SDKError, TypeError, ValueError):
+        # Local servers (Ollama's Anthropic endpoint, some vLLM setups) list no models.
         found = fallback
     _model_lists[key] = (time.monotonic(), found)
     return found
@@ -629,6 +819,11 @@ def refuse_model(model_id: str) -> str:
         return (
             f"The model provider does not list the model {model_id!r}, so it cannot run "
             f"here. It lists: {', '.join(models.ids[:12])}."
+        )
+    if models.source == "configured":
+        return (
+            f"{model_id!r} is not one of the models this deployment offers: "
+            f"{', '.join(models.ids[:12])}."
         )
     return (
         f"{model_id!r} is not a model this deployment knows (the model provider has no model "

@@ -986,6 +986,12 @@ class FakeAnthropic(FakeServer):
     messages of the wrong shape, a tool_use without its tool_result (or a stray one), and
     thinking blocks changed or dropped inside a tool loop are all refused with the API's
     400 ``invalid_request_error``.
+
+    A local Anthropic-compatible server (Ollama's /v1/messages, a model without those
+    features) is imitated by switching features off: ``takes_thinking = False`` refuses a
+    thinking request and ``takes_tools = False`` tool definitions, each with a 400 in
+    Ollama's words; ``caches_prompts = False`` ignores cache breakpoints (no cache tokens).
+    With ``models`` empty (the default) there is no Models API either.
     """
 
     handler_class = _Handler
@@ -1006,6 +1012,9 @@ class FakeAnthropic(FakeServer):
         self._redacted: set[str] = set()
         self._thinking_of_tool_use: dict[str, list[dict]] = {}
         self.usage_totals = {"input_tokens": 0, "cache_read": 0, "cache_write": 0}
+        self.takes_thinking = True
+        self.takes_tools = True
+        self.caches_prompts = True
         self.mind = MindState()
         self.responder: Responder = self.scripted_mind
         self._queue: deque[Response] = deque()
@@ -1021,7 +1030,7 @@ class FakeAnthropic(FakeServer):
         before one of its breakpoints; the rest up to its last breakpoint is written."""
         prefixes = _prefixes(body)
         marks = [i for i, prefix in enumerate(prefixes) if prefix.breakpoint]
-        if not marks:
+        if not marks or not self.caches_prompts:
             return 0, 0
         minimum = min_cacheable_tokens(str(body.get("model")))
         with self._lock:
@@ -1042,6 +1051,12 @@ class FakeAnthropic(FakeServer):
         for name in REMOVED_PARAMS:
             if name in body:
                 return f"{name}: Extra inputs are not permitted"
+        model = body.get("model")
+        thinking_asked = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+        if thinking_asked and not self.takes_thinking:
+            return f'"{model}" does not support thinking'
+        if body.get("tools") and not self.takes_tools:
+            return f"registry.ollama.ai/library/{model} does not support tools"
         problem = _refuse_messages(body.get("messages"))
         if problem:
             return problem

@@ -31,6 +31,8 @@ def run_on_database(code: str, url: str) -> subprocess.CompletedProcess[str]:
         ({"DEEPTHINK_DB_THREADS": "0"}, "DEEPTHINK_DB_THREADS must be at least 1"),
         ({"DEBUG": "0"}, "SECRET_KEY must be set when DEBUG is off"),
         ({"DEEPTHINK_FORMAT": "fancy"}, "DEEPTHINK_FORMAT must be 'standard' or 'enhanced'"),
+        ({"DEEPTHINK_PROVIDER": "gemini"}, "DEEPTHINK_PROVIDER must be anthropic or openai"),
+        ({"DEEPTHINK_PROVIDER": "openai"}, "DEEPTHINK_PROVIDER=openai needs DEEPTHINK_MODEL"),
         ({"LOG_LEVEL": "chatty"}, "LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL"),
         (
             {"DEEPTHINK_HEARTBEAT_SECONDS": "40"},

@@ -310,3 +310,18 @@ def test_the_operators_list_wins_over_the_servers(fake_claude: Any, settings: An
     settings.DEEPTHINK_MODELS = ["claude-haiku-5-5"]
     assert llm.available_models().ids == (settings.DEEPTHINK_MODEL, "claude-haiku-5-5")
     assert llm.refuse_model("claude-haiku-5-5") == ""
+
+
+async def test_a_workers_sessions_share_one_openai_client(fake_openai: MakeOpenAI):
+    fake = fake_openai()
+    shared = llm.SharedModelClient()
+    first, second = shared.llm(), shared.llm()
+    try:
+        assert isinstance(first, OpenAICompatibleLLM) and first.chat is second.chat
+        fake.enqueue(Reply(text="One."), Reply(text="Two."))
+        await first.stream([{"role": "user", "content": "Hi"}], system="s")
+        await first.close()  # a session's close leaves the pool open for the others
+        reply = await second.stream([{"role": "user", "content": "Hi"}], system="s")
+        assert reply.text == "Two." and fake.connections_opened == 1
+    finally:
+        await shared.aclose()

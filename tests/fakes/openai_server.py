@@ -31,12 +31,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import socket
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .anthropic_server import HttpError, MindState, Reply, StreamError, scripted_mind
+from .anthropic_server import HttpError, MindState, Reply, StreamCut, StreamError, scripted_mind
 from .http_base import DISCONNECT_ERRORS, FakeHandler, FakeServer
 
 __all__ = ["REASONING_MARK", "FakeOpenAI", "main"]
@@ -45,7 +46,7 @@ CHUNK_SIZE = 20
 REASONING_MARK = "[private reasoning]"
 REASONING_MODES = ("", "reasoning_content", "reasoning", "think_tags")
 
-Response = Reply | HttpError | StreamError
+Response = Reply | HttpError | StreamError | StreamCut
 
 
 def _text(content: Any) -> str:
@@ -173,6 +174,11 @@ class _Handler(FakeHandler):
         for data in fake.chunks(response, body, include_usage=include_usage):
             chunk = f"data: {data}\n\n".encode()
             self.wfile.write(f"{len(chunk):X}\r\n".encode() + chunk + b"\r\n")
+        self.wfile.flush()
+        if isinstance(response, StreamCut):  # the connection drops mid-reply
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
@@ -245,6 +251,8 @@ class FakeOpenAI(FakeServer):
             )
 
         out = [chunk({"role": "assistant", "content": ""})]
+        if isinstance(response, StreamCut):
+            return [*out, *(chunk({"content": p}) for p in _pieces(response.text_before))]
         if isinstance(response, StreamError):
             out += [chunk({"content": p}) for p in _pieces(response.text_before)]
             error = {"message": response.message, "type": response.type}

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.fakes.anthropic_server import HttpError, Reply, StreamError
+from tests.fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
 from tests.fakes.openai_server import REASONING_MARK, FakeOpenAI
 from tests.helpers import FrozenClock, each_call_takes, run
 from thinking import llm, openai_chat
@@ -223,6 +223,23 @@ async def test_a_reply_that_breaks_off_is_asked_again(chat_llm: Any):
         [{"role": "user", "content": "Hi"}], system="s", on_restart=on_restart
     )
     assert reply.text == "Whole." and restarts == [1] and len(fake.requests) == 2
+
+
+async def test_a_connection_lost_mid_reply_is_asked_again(chat_llm: Any):
+    fake, client = chat_llm
+    fake.enqueue(StreamCut(text_before="half a "), Reply(text="Whole again."))
+    shown: list[str] = []
+
+    async def on_text(delta: str) -> None:
+        shown.append(delta)
+
+    async def on_restart() -> None:
+        shown.clear()
+
+    reply = await client.stream(
+        [{"role": "user", "content": "Hi"}], system="s", on_text=on_text, on_restart=on_restart
+    )
+    assert reply.text == "Whole again." == "".join(shown) and len(fake.requests) == 2
 
 
 async def test_an_unrelated_refusal_is_not_taken_for_a_missing_feature(chat_llm: Any):

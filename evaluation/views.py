@@ -84,6 +84,10 @@ def run_markdown(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def run_compare(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Two runs side by side (?a=ID&b=ID); without both, the form to choose them."""
+    if not (request.GET.get("a") and request.GET.get("b")):
+        runs = visible_runs(request.user)[:200]
+        return render(request, "evaluation/run_compare.html", {"runs": runs})
     a = _run_for(request.user, request.GET.get("a", ""))
     b = _run_for(request.user, request.GET.get("b", ""))
     paired = report.compare_runs(a, b)

@@ -248,6 +248,8 @@ def test_two_runs_compared_give_agreement_the_paired_interval_and_the_cost_diffe
     client.force_login(alice)
     page = client.get(f"/evaluations/compare/?a={run_a.pk}&b={run_b.pk}").content.decode()
     assert "95% paired bootstrap interval" in page and page.count("<tr>") >= 12
+    chooser = client.get("/evaluations/compare/").content.decode()
+    assert chooser.count(f'<option value="{run_a.pk}">two-minutes</option>') == 2
     assert list(visible_runs(alice)) == [run_b, run_a]
 
 

@@ -202,14 +202,27 @@ def _cell(text: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def settings_line(run: EvaluationRun) -> str:
+    """The run's session settings in words."""
+    o = run.options
+    parts = [
+        f"{o.get('minutes', 0):g} min a question",
+        f"model {o.get('model') or 'the default'}",
+        f"research {'on' if o.get('research', True) else 'off'}",
+        f"web {'on' if o.get('web', True) else 'off'}",
+        f"{o.get('concurrency', 1)} at once",
+    ]
+    return ", ".join(parts)
+
+
 def markdown(report: Report, *, site: str = "") -> str:
     run = report.run
     lines = [f"# Evaluation run {_cell(run.name)}", ""]
     if run.offline:
         lines += [f"> {OFFLINE_NOTE}", ""]
-    options = ", ".join(f"{k}={v}" for k, v in run.options.items())
     lines += [
-        f"Set `{_cell(run.question_set)}` · {options} · grader {_cell(run.grader_model or '-')}",
+        f"Set `{_cell(run.question_set)}` · {_cell(settings_line(run), 200)} · grader "
+        f"{_cell(run.grader_model or '-')}",
         "",
         "| | |",
         "|---|---|",
@@ -260,6 +273,8 @@ def diagram(calibration: metrics.Calibration) -> dict[str, Any]:
         height = b.accuracy * plot
         bars.append(
             {
+                "column_x": round(MARGIN + b.low * plot, 1),
+                "column_width": round(width, 1),
                 "x": round(MARGIN + b.low * plot + 1, 1),
                 "y": round(MARGIN + plot - height, 1),
                 "width": round(width - 2, 1),

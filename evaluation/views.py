@@ -55,6 +55,7 @@ def run_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         "report": found,
         "run": found.run,
         "summary": report.summary_lines(found),
+        "settings_line": report.settings_line(found.run),
         "diagram": report.diagram(found.calibration),
         "offline_note": report.OFFLINE_NOTE,
         "others": visible_runs(request.user).exclude(pk=pk)[:100],

@@ -129,6 +129,7 @@ INSTALLED_APPS = [
     "thinking",  # before channels: our runworker adds the session supervisor
     "research",
     "accounts",
+    "evaluation",
     "channels",
     "django_htmx",
     "ninja",  # serves the API docs' assets from our own static files, not a CDN

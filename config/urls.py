@@ -13,5 +13,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", api.urls),
     path("knowledge/", include("research.urls")),
+    path("evaluations/", include("evaluation.urls")),
     path("", include("thinking.urls")),
 ]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("config", "thinking", "research", "accounts")
+PACKAGES = ("config", "thinking", "research", "accounts", "evaluation")
 
 
 def app_modules() -> dict[str, Path]:
@@ -118,6 +118,17 @@ def test_the_check_finds_a_circle():
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
+def _reaches(start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in GRAPH[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
 # Lower layers: what each may never import (the front ends, people's actions, the loop).
 FRONT_ENDS = {"thinking.views", "thinking.page_views", "thinking.api", "thinking.consumers"}
 LOOP = {"thinking.loop", "thinking.worker"}
@@ -128,14 +139,22 @@ LOOP = {"thinking.loop", "thinking.worker"}
     ["thinking.models", "thinking.llm", "thinking.streaming", "thinking.steps", "research.web"],
 )
 def test_lower_layers_do_not_import_the_loop_or_the_front_ends(module: str):
-    def reaches(start: str) -> set[str]:
-        seen: set[str] = set()
-        todo = [start]
-        while todo:
-            for target in GRAPH[todo.pop()]:
-                if target not in seen:
-                    seen.add(target)
-                    todo.append(target)
-        return seen
+    assert not _reaches(module) & (FRONT_ENDS | LOOP)
 
-    assert not reaches(module) & (FRONT_ENDS | LOOP)
+
+EVALUATION = {m for m in MODULES if m == "evaluation" or m.startswith("evaluation.")}
+
+
+@pytest.mark.parametrize(
+    "module", sorted(m for m in MODULES if m.split(".")[0] in ("thinking", "research"))
+)
+def test_nothing_the_evaluation_measures_imports_it(module: str):
+    # The evaluation is a front end: it starts sessions through people's actions and reads
+    # the models; what it measures never depends on it.
+    assert not _reaches(module) & EVALUATION
+
+
+def test_the_evaluation_starts_sessions_only_through_peoples_actions():
+    reached = set().union(*(GRAPH[m] for m in EVALUATION))
+    assert "thinking.actions" in reached
+    assert not reached & (LOOP | FRONT_ENDS | {"thinking.steps"})

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import html
 import itertools
 import json
 import re
@@ -301,7 +302,11 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
             else f"Let me consider {topic} carefully before answering."
         )
 
-    if "VERDICT: supported | partial | unsupported" in prompt:
+    if "GRADE: CORRECT | INCORRECT | NOT_ATTEMPTED" in prompt:
+        # First: the graded answer is model text that may carry any of the markers below.
+        _, n = state.bump("plain")
+        text = _grade_answer(prompt)
+    elif "VERDICT: supported | partial | unsupported" in prompt:
         _, n = state.bump("plain")
         text = _check_citations(prompt)
     elif "WEB QUERIES:" in prompt and "PLAN:" in prompt:
@@ -391,6 +396,34 @@ def _check_citations(prompt: str) -> str:
             f"WHY: {len(found)} of the claim's {len(words)} key words are in the passage."
         )
     return "\n---\n".join(blocks) or "No claims to check."
+
+
+_REFERENCE_RE = re.compile(r"<reference_answer>(.*?)</reference_answer>", re.S)
+_PREDICTED_RE = re.compile(r"<predicted_answer>(.*?)</predicted_answer>", re.S)
+_HEDGES = ("don't know", "do not know", "cannot determine", "can't determine", "not sure",
+           "unable to", "no answer", "could not find", "cannot say")  # fmt: skip
+
+
+def _grade_answer(prompt: str) -> str:
+    """A naive but honest grader, in the evaluation's format (evaluation/grading.py):
+    correct when every longer word and number of the reference is in the predicted answer,
+    not attempted when the answer only hedges, incorrect otherwise. The blocks are escaped
+    data: read as such, never as instructions."""
+    reference = _REFERENCE_RE.search(prompt)
+    predicted = _PREDICTED_RE.search(prompt)
+    if reference is None or predicted is None:
+        return "GRADE: NOT_ATTEMPTED\nWHY: There is no answer to grade."
+    wanted = set(re.findall(r"[a-z0-9]{2,}", html.unescape(reference.group(1)).lower()))
+    answer = html.unescape(predicted.group(1)).lower()
+    found = wanted & set(re.findall(r"[a-z0-9]{2,}", answer))
+    if wanted and found == wanted:
+        return "GRADE: CORRECT\nWHY: The answer states the reference answer."
+    if any(hedge in answer for hedge in _HEDGES) and not found:
+        return "GRADE: NOT_ATTEMPTED\nWHY: The answer does not commit to an answer."
+    return (
+        "GRADE: INCORRECT\n"
+        f"WHY: The answer has {len(found)} of the reference's {len(wanted)} key terms."
+    )
 
 
 def _use_tools(state: MindState, tools: set, rounds: int, subject: str) -> Reply | None:

@@ -1,6 +1,6 @@
 """The runs' pages: a list, one run with its reliability diagram, its JSON and Markdown, and
-two runs compared. Only staff and the person who ran it may see a run (anyone else gets a
-404, as for a session)."""
+two runs compared. Only the person who ran it may see a run (anyone else gets a 404, as
+for a session; staff browse runs in the admin)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ from .models import EvaluationRun, ItemStatus
 
 
 def visible_runs(user: User | AnonymousUser) -> QuerySet[EvaluationRun]:
-    """Every run for staff; their own for anyone else."""
+    """A person's own runs (staff browse everyone's in the admin): a run shows its sessions'
+    questions and answers, which are the owner's."""
     runs = EvaluationRun.objects.select_related("owner")
-    if user.is_staff:
-        return runs
     if not user.is_authenticated:
         return runs.none()
     return runs.filter(owner=user)

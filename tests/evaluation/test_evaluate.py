@@ -82,12 +82,12 @@ def test_three_questions_on_the_fakes_run_end_to_end_and_the_page_shows_the_diag
     markdown = client.get(f"/evaluations/{run.pk}.md").content.decode()
     assert "| Accuracy |" in markdown and str(sessions[2].pk) in markdown
 
-    # Someone else's run is a 404 to them; staff see it.
+    # Someone else's run is a 404 to them, staff included; staff browse it in the admin.
     client.force_login(bob)
     assert client.get(run.get_absolute_url()).status_code == 404
     assert client.get(f"/evaluations/{run.pk}.json").status_code == 404
     assert "smoke" not in client.get("/evaluations/").content.decode()
-    assert admin_client.get(run.get_absolute_url()).status_code == 200
+    assert admin_client.get(run.get_absolute_url()).status_code == 404
     assert admin_client.get(f"/admin/evaluation/evaluationrun/{run.pk}/change/").status_code == 200
 
 

@@ -125,7 +125,8 @@ def _store_found(
     known_again: list[int] = []
     searched = [item for item in found if not item.note]
     # The step's row lock serialises numbering between the session's stores.
-    with ThinkingSession.step(session_id, worker_id=worker_id) as step:
+    reads = ("research_notes", "search_tally")
+    with ThinkingSession.step(session_id, worker_id=worker_id, only=reads) as step:
         changes: dict[str, object] = {}
         noted = list(step.session.research_notes)
         for note in [*notes, *(item.note for item in found if item.note)]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import models, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -114,6 +114,12 @@ class Step:
     def update(self, **changes: Any) -> None:
         self.changes.update(changes)
 
+    def add(self, **amounts: Any) -> None:
+        """Add to counters of the session. The row is locked for the step, so the sum of the
+        value read and the amount is what the UPDATE stores (and nothing is read back)."""
+        for name, amount in amounts.items():
+            self.changes[name] = self.changes.get(name, getattr(self.session, name)) + amount
+
     def record_calls(self, purpose: str, replies: Sequence[Reply]) -> None:
         """Each model call of `replies` as a row (a cut-off attempt was spent too), priced by
         the model that made it, and its tokens and cost on the session's counters and its
@@ -162,17 +168,14 @@ class Step:
                 spent += cost
         ModelCall.objects.bulk_create(rows)
         if rows:
-            self.update(
-                usage_by_model=tally,
-                cost_usd=F("cost_usd") + spent,
-                unpriced_calls=F("unpriced_calls") + unpriced,
-            )
+            self.update(usage_by_model=tally)
+            self.add(cost_usd=spent, unpriced_calls=unpriced)
         if not replies:
             return
         usages = [reply.total_usage for reply in replies]
         truncated = sum(1 for reply in replies if reply.truncated)
         if truncated:
-            self.update(truncated_replies=F("truncated_replies") + truncated)
+            self.add(truncated_replies=truncated)
         self.add_usage(
             input_tokens=sum(u.input_tokens for u in usages),
             output_tokens=sum(u.output_tokens for u in usages),
@@ -188,12 +191,12 @@ class Step:
         cache_read_tokens: int,
         cache_write_tokens: int,
     ) -> None:
-        """Add to the session's token counters in the same UPDATE (F expressions)."""
-        self.changes.update(
-            input_tokens=F("input_tokens") + input_tokens,
-            output_tokens=F("output_tokens") + output_tokens,
-            cache_read_tokens=F("cache_read_tokens") + cache_read_tokens,
-            cache_write_tokens=F("cache_write_tokens") + cache_write_tokens,
+        """Add to the session's token counters in the same UPDATE."""
+        self.add(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens,
         )
 
     def announce(self, event: SessionEvent) -> None:
@@ -215,7 +218,7 @@ def _open_step(
     with transaction.atomic():
         rows = cls.objects.select_for_update()
         if only:
-            rows = rows.only("status", "worker_id", *only)
+            rows = rows.only("status", "worker_id", "revision", "active_seconds", *only)
         session = rows.get(pk=pk)
         if worker_id is not None and session.worker_id != worker_id:
             raise LeaseLost(pk)
@@ -223,20 +226,23 @@ def _open_step(
             raise Stopped(pk)
         step = Step(session)
         yield step
+        # The row stays locked until the commit, so new values are worked out from what was
+        # read: the session object is the row as stored, with nothing to read back.
         now = timezone.now()
-        changes: dict[str, Any] = {"revision": F("revision") + 1}
+        changes: dict[str, Any] = {"revision": session.revision + 1}
         if worker_id is not None:
             changes["heartbeat_at"] = now
         if meter is not None:
-            changes.update(active_seconds=F("active_seconds") + meter.lap(), running_since=now)
+            changes.update(active_seconds=session.active_seconds + meter.lap(), running_since=now)
         changes.update(step.changes)
         cls.objects.filter(pk=pk).update(**changes)
-        # The row as stored: the values set as given, the expressions (counters) read back.
+        # An expression a caller wrote (rare: the steps add with `Step.add`) is read back.
         computed = [name for name, value in changes.items() if hasattr(value, "resolve_expression")]
         for name, value in changes.items():
             if name not in computed:
                 setattr(session, name, value)
-        session.refresh_from_db(fields=computed)
+        if computed:
+            session.refresh_from_db(fields=computed)
         if on_commit is not None:
             for event in step.events:
                 transaction.on_commit(partial(on_commit, event))

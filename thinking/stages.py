@@ -15,7 +15,6 @@ from __future__ import annotations
 import uuid
 from typing import Any, cast
 
-from django.db.models import F
 from django.utils import timezone
 
 from config.hops import db_hop
@@ -105,7 +104,7 @@ def record(session: ThinkingSession, *items: StageEntry) -> dict[str, Any]:
     if last > MAX_STAGES and last // PRUNE_EVERY != (first - 1) // PRUNE_EVERY:
         kept_from = last - MAX_STAGES + 1
         Stage.objects.filter(session_id=session.pk, sequence__lt=kept_from).delete()
-    changes: dict[str, Any] = {"stage_count": F("stage_count") + len(items), "progress": items[-1]}
+    changes: dict[str, Any] = {"stage_count": last, "progress": items[-1]}
     steps = session.plan.get("steps") if isinstance(session.plan, dict) else None
     reported = [item["plan_step"] for item in items if item.get("plan_step")]
     if reported and steps:

@@ -241,7 +241,8 @@ def _store_thoughts(
                 explored_at=timezone.now(),
                 answer=best.text[:MAX_ANSWER_CHARS] if best else "",
             )
-        step.update(cycles=F("cycles") + 1, focus=focus.text)
+        step.add(cycles=1)
+        step.update(focus=focus.text)
     session = step.session
     session.thought_count = end  # numbered 0..n-1 under the row lock: their count
     event = SessionEvent(
@@ -307,7 +308,7 @@ def _count_unknown_citations(step: Step, cited: list[int]) -> None:
     known = set(rows.values_list("number", flat=True))
     unknown = sum(1 for n in cited if n not in known)
     if unknown:
-        step.update(unknown_citations=F("unknown_citations") + unknown)
+        step.add(unknown_citations=unknown)
 
 
 def _store_synthesis(

@@ -30,9 +30,9 @@ from thinking.steps import Focus
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # Queries and hops a step may take, at any length of session.
-THOUGHT_CYCLE = {"queries": 24, "hops": 2}  # its stage and reads; its store
-SUB_QUESTIONS = {"queries": 18, "hops": 2}
-SYNTHESIS = {"queries": 34, "hops": 4}  # and its citation check's read and store
+THOUGHT_CYCLE = {"queries": 20, "hops": 2}  # its stage and reads; its store
+SUB_QUESTIONS = {"queries": 14, "hops": 2}
+SYNTHESIS = {"queries": 29, "hops": 4}  # and its citation check's read and store
 CYCLE_START = {"queries": 2, "hops": 1}
 
 

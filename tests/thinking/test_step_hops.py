@@ -35,9 +35,11 @@ def test_the_session_a_step_returns_matches_the_stored_row(make_session: Any):
         ThinkingSession.step(session.pk, worker_id="w1", meter=FixedLap()) as step,
     ):
         step.add_usage(input_tokens=100, output_tokens=7, cache_read_tokens=3, cache_write_tokens=0)
-        step.update(cycles=F("cycles") + 1, focus="Why?", parse_routes={"tags": 1})
+        step.add(cycles=1)
+        step.update(focus="Why?", parse_routes={"tags": 1})
     statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
     assert statements.count("UPDATE") == 1, statements  # every change in one statement
+    assert statements.count("SELECT") == 1, statements  # the locked read; nothing read back
 
     returned = stored_fields(step.session)
     fresh = stored_fields(ThinkingSession.objects.get(pk=session.pk))

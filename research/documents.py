@@ -9,6 +9,9 @@ up the server.
 The text is stored as a reader sees it: NFKC-normalised (a PDF's "ﬁ" ligature is found by
 "fi"), without NUL or control characters (PostgreSQL refuses NUL in text), and with a title
 that means something (not "Untitled" or "Microsoft Word - Document1": then the file's name).
+Markdown and HTML are stored as plain text, their markup taken out (research/markup.py),
+each section under its heading; a PDF's sections are its pages, cut where its outline's
+entries begin, under their titles. Passages keep a code block or a table whole when it fits.
 Everything here takes time linear in the size of the text: headings are found with string
 operations, not with patterns that can backtrack over a long line.
 """

@@ -10,17 +10,13 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
-from tests.fakes.anthropic_server import (
-    HttpError,
-    RawStream,
-    Reply,
-    StreamError,
-    recorded_stream,
-)
+from tests.fakes.anthropic_server import HttpError, RawStream, StreamError, recorded_stream
+from tests.fakes.anthropic_server import Reply as FakeReply
 from tests.helpers import run
 from thinking import llm as llm_module
-from thinking.llm import LLM, LLMError
+from thinking.llm import LLM, LLMError, Reply
 from thinking.models import ModelCall, Status
 from thinking.tools import WEB_SEARCH
 
@@ -29,16 +25,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SEARCH = {"name": "web_search", "input": {"query": "coral bleaching surveys"}}
 
 
-@pytest.fixture
-async def client(fake_claude: Any) -> Any:
+async def ask(**kwargs: Any) -> Reply:
+    """One call through a client of its own, on the fake (its models asked anew)."""
     llm_module._capabilities_cache.clear()
     client = LLM.from_settings()
-    yield client
-    await client.close()
-
-
-async def ask(client: LLM, **kwargs: Any) -> Any:
-    return await client.stream([{"role": "user", "content": "Hi"}], system="S", **kwargs)
+    try:
+        return await client.stream([{"role": "user", "content": "Hi"}], system="S", **kwargs)
+    finally:
+        await client.close()
 
 
 def message_calls(fake: Any) -> list[dict]:
@@ -48,11 +42,9 @@ def message_calls(fake: Any) -> list[dict]:
 # --- cut off inside a tool call --------------------------------------------------------------
 
 
-async def test_a_recorded_tool_call_cut_off_at_max_tokens_is_asked_again(
-    client: LLM, fake_claude: Any
-):
+async def test_a_recorded_tool_call_cut_off_at_max_tokens_is_asked_again(fake_claude: Any):
     fake_claude.enqueue(
-        recorded_stream("tool_call_cut_off"), Reply(text="On it.", tool_uses=[SEARCH])
+        recorded_stream("tool_call_cut_off"), FakeReply(text="On it.", tool_uses=[SEARCH])
     )
     restarts = 0
 
@@ -60,10 +52,11 @@ async def test_a_recorded_tool_call_cut_off_at_max_tokens_is_asked_again(
         nonlocal restarts
         restarts += 1
 
-    reply = await ask(client, tools=[WEB_SEARCH], on_restart=on_restart)
+    reply = await ask(tools=[WEB_SEARCH], on_restart=on_restart)
 
     sent = [body["max_tokens"] for body in message_calls(fake_claude)]
-    assert sent == [client.max_tokens, 2 * client.max_tokens]  # asked again with more room
+    room = settings.DEEPTHINK_MAX_TOKENS
+    assert sent == [room, 2 * room]  # asked again with more room
     assert [use["input"] for use in reply.tool_uses] == [SEARCH["input"]]
     assert restarts == 1 and not reply.truncated
     cut = reply.attempts[0]
@@ -73,11 +66,9 @@ async def test_a_recorded_tool_call_cut_off_at_max_tokens_is_asked_again(
     assert cut.tool_uses == []
 
 
-async def test_a_tool_call_cut_off_twice_is_kept_as_truncated_without_the_call(
-    client: LLM, fake_claude: Any
-):
+async def test_a_tool_call_cut_off_twice_is_kept_as_truncated_without_the_call(fake_claude: Any):
     fake_claude.enqueue(recorded_stream("tool_call_cut_off"), recorded_stream("tool_call_cut_off"))
-    reply = await ask(client, tools=[WEB_SEARCH])
+    reply = await ask(tools=[WEB_SEARCH])
     assert reply.truncated and reply.tool_uses == [] and reply.text.startswith("I'll look")
     assert len(message_calls(fake_claude)) == 2
 
@@ -110,27 +101,27 @@ async def test_a_session_whose_tool_call_is_cut_off_asks_again_and_completes(
 # --- streams that end early or break off -----------------------------------------------------
 
 
-async def test_a_stream_without_message_stop_is_asked_again(client: LLM, fake_claude: Any):
-    fake_claude.enqueue(Reply(text="the whole tho", no_message_stop=True), Reply(text="whole"))
-    reply = await ask(client)
+async def test_a_stream_without_message_stop_is_asked_again(fake_claude: Any):
+    fake_claude.enqueue(
+        FakeReply(text="the whole tho", no_message_stop=True), FakeReply(text="whole")
+    )
+    reply = await ask()
     assert reply.text == "whole" and len(message_calls(fake_claude)) == 2
 
 
-async def test_a_stream_that_always_ends_early_is_reported_as_retryable(
-    client: LLM, fake_claude: Any
-):
-    fake_claude.responder = lambda body: Reply(text="half", no_message_stop=True)
+async def test_a_stream_that_always_ends_early_is_reported_as_retryable(fake_claude: Any):
+    fake_claude.responder = lambda body: FakeReply(text="half", no_message_stop=True)
     with pytest.raises(LLMError, match="ended before it was finished") as caught:
-        await ask(client)
+        await ask()
     assert caught.value.retryable  # a session waits it out like an outage
-    assert len(message_calls(fake_claude)) == 1 + client.stream_retries
+    assert len(message_calls(fake_claude)) == 1 + settings.DEEPTHINK_STREAM_RETRIES
 
 
-async def test_a_tool_input_that_does_not_parse_is_asked_again(client: LLM, fake_claude: Any):
+async def test_a_tool_input_that_does_not_parse_is_asked_again(fake_claude: Any):
     # The stream says the call is whole (stop_reason tool_use) but its JSON is not.
     broken = recorded_stream("tool_call_cut_off").sse.replace(b'"max_tokens"', b'"tool_use"')
-    fake_claude.enqueue(RawStream(broken), Reply(tool_uses=[SEARCH]))
-    reply = await ask(client, tools=[WEB_SEARCH])
+    fake_claude.enqueue(RawStream(broken), FakeReply(tool_uses=[SEARCH]))
+    reply = await ask(tools=[WEB_SEARCH])
     assert [use["input"] for use in reply.tool_uses] == [SEARCH["input"]]
     assert len(message_calls(fake_claude)) == 2
 
@@ -158,8 +149,8 @@ RECORDED_ERROR = (
         RawStream(RECORDED_ERROR.replace(b'"overloaded_error"', b"null")),  # no type at all
     ],
 )
-async def test_an_error_event_mid_stream_is_asked_again(client: LLM, fake_claude: Any, broken: Any):
-    fake_claude.enqueue(broken, Reply(text="whole"))
+async def test_an_error_event_mid_stream_is_asked_again(fake_claude: Any, broken: Any):
+    fake_claude.enqueue(broken, FakeReply(text="whole"))
     shown: list[str] = []
 
     async def on_text(delta: str) -> None:
@@ -168,17 +159,15 @@ async def test_an_error_event_mid_stream_is_asked_again(client: LLM, fake_claude
     async def on_restart() -> None:
         shown.clear()
 
-    reply = await ask(client, on_text=on_text, on_restart=on_restart)
+    reply = await ask(on_text=on_text, on_restart=on_restart)
     assert reply.text == "".join(shown) == "whole"
     assert len(message_calls(fake_claude)) == 2
 
 
-async def test_an_error_event_that_refuses_the_request_is_not_asked_again(
-    client: LLM, fake_claude: Any
-):
+async def test_an_error_event_that_refuses_the_request_is_not_asked_again(fake_claude: Any):
     fake_claude.enqueue(StreamError(type="invalid_request_error", message="prompt too long"))
     with pytest.raises(LLMError, match="rejected the request: prompt too long"):
-        await ask(client)
+        await ask()
     assert len(message_calls(fake_claude)) == 1
 
 
@@ -211,11 +200,9 @@ CITATION = {
 }
 
 
-async def test_server_tool_blocks_citations_and_new_types_are_ignored(
-    client: LLM, fake_claude: Any
-):
+async def test_server_tool_blocks_citations_and_new_types_are_ignored(fake_claude: Any):
     fake_claude.enqueue(
-        Reply(
+        FakeReply(
             blocks=[*SERVER_TOOL_BLOCKS, {"type": "tool_use", "id": "toolu_1", **SEARCH}],
             extra_deltas=[
                 {"type": "citations_delta", "citation": CITATION},
@@ -223,13 +210,13 @@ async def test_server_tool_blocks_citations_and_new_types_are_ignored(
             ],
         )
     )
-    reply = await ask(client, tools=[WEB_SEARCH])
+    reply = await ask(tools=[WEB_SEARCH])
     assert reply.text == "Reefs bleach in heat [1]."
     assert [b["type"] for b in reply.content] == ["text", "tool_use"]
     assert [use["input"] for use in reply.tool_uses] == [SEARCH["input"]]
 
 
-async def test_unknown_events_are_ignored(client: LLM, fake_claude: Any):
+async def test_unknown_events_are_ignored(fake_claude: Any):
     stream = (
         RECORDED_ERROR.split(b"event: error")[0]
         + b'event: content_block_annotation\ndata: {"type":"content_block_annotation","index":0}'
@@ -241,7 +228,7 @@ async def test_unknown_events_are_ignored(client: LLM, fake_claude: Any):
         + b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
     )
     fake_claude.enqueue(RawStream(stream))
-    reply = await ask(client)
+    reply = await ask()
     assert reply.text == "Half a" and reply.stop_reason == "end_turn"
     assert len(message_calls(fake_claude)) == 1
 
@@ -264,13 +251,13 @@ async def test_a_model_not_found_names_its_setting(
     def respond(body: dict) -> Any:
         if body["model"] == refused:
             return HttpError(404, "not_found_error", f"model: {refused}")
-        return Reply(text="ok")
+        return FakeReply(text="ok")
 
     fake_claude.responder = respond
     try:
         with pytest.raises(LLMError) as caught:
             if which == "main":
-                await ask(client)
+                await ask()
             else:
                 await client.utility([{"role": "user", "content": "Hi"}], system="S")
     finally:

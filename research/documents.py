@@ -9,6 +9,9 @@ up the server.
 The text is stored as a reader sees it: NFKC-normalised (a PDF's "ﬁ" ligature is found by
 "fi"), without NUL or control characters (PostgreSQL refuses NUL in text), and with a title
 that means something (not "Untitled" or "Microsoft Word - Document1": then the file's name).
+Markdown and HTML are stored as plain text, their markup taken out (research/markup.py),
+each section under its heading; a PDF's sections are its pages, cut where its outline's
+entries begin, under their titles. Passages keep a code block or a table whole when it fits.
 Everything here takes time linear in the size of the text: headings are found with string
 operations, not with patterns that can backtrack over a long line.
 """
@@ -24,6 +27,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from . import markup
+from .markup import atx_heading
+from .markup import fence as _fence
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +141,10 @@ def read_document(data: bytes, *, name: str) -> Document:
             document = _read_html(_decode_html(data, name=name, notes=notes), name=name)
         else:
             text = _decode(data, name=name)
-            document = Document("", kind, markdown_sections(clean_text(text[:MAX_TEXT_CHARS])))
+            sections = markdown_sections(
+                clean_text(text[:MAX_TEXT_CHARS]), markdown=kind == "markdown"
+            )
+            document = Document("", kind, sections)
             document.truncated = len(text) > MAX_TEXT_CHARS
         if unreadable(document.body):
             raise _unreadable_error(name)
@@ -143,11 +153,20 @@ def read_document(data: bytes, *, name: str) -> Document:
     document.notes = notes + document.notes
     document.title = (
         meaningful_title(document.title)
-        or meaningful_title(first_heading(document.body))
+        or meaningful_title(_first_heading(document))
         or title_from_filename(name)
     )
     _keep_passage_limit(document)
     return document
+
+
+def _first_heading(document: Document) -> str:
+    """A Markdown or HTML document's first heading (its markup is gone from the text, so it
+    is its first section's); a text file's first Markdown heading. A PDF's headings are its
+    outline's: "Introduction" says less than the file's name."""
+    if document.format in ("markdown", "html"):
+        return next((s.heading for s in document.sections if s.heading), "")
+    return first_heading(document.body) if document.format == "text" else ""
 
 
 # --- cleaning -------------------------------------------------------------------------------
@@ -355,34 +374,10 @@ def _read_html(text: str, *, name: str) -> Document:
 # --- Markdown headings, linear in the length of a line ---------------------------------------
 
 
-def atx_heading(line: str) -> str:
-    """The title of an ATX Markdown heading ("## Title", "## Title ##"), or "" when `line` is
-    not one ("#hashtag" is not)."""
-    stripped = line.lstrip(" \t")
-    if len(line) - len(stripped) > 3 or not stripped.startswith("#"):
-        return ""
-    rest = stripped.lstrip("#")
-    if len(stripped) - len(rest) > 6 or (rest and rest[0] not in " \t"):
-        return ""
-    title = rest.strip(" \t")
-    unclosed = title.rstrip("#")
-    if unclosed != title and (not unclosed or unclosed[-1] in " \t"):
-        title = unclosed.rstrip(" \t")
-    return title
-
-
 def _setext_underline(line: str) -> bool:
     """A line of only "=" or only "-" (spaces around): it makes the line above a heading."""
     marks = line.strip(" \t")
     return bool(marks) and (marks == "=" * len(marks) or marks == "-" * len(marks))
-
-
-def _fence(line: str) -> str:
-    """The fence ("```", "~~~~") when `line` opens or closes a fenced code block, else ""."""
-    stripped = line.lstrip(" ")
-    if len(line) - len(stripped) > 3 or not stripped.startswith(("```", "~~~")):
-        return ""
-    return stripped[: len(stripped) - len(stripped.lstrip(stripped[0]))]
 
 
 def first_heading(text: str) -> str:
@@ -406,12 +401,22 @@ def first_heading(text: str) -> str:
     return ""
 
 
-def markdown_sections(text: str) -> list[Section]:
-    """Text split at its Markdown headings; each part keeps the heading it sits under."""
+def markdown_sections(text: str, *, markdown: bool = True) -> list[Section]:
+    """Text split at its Markdown headings; each part keeps the heading it sits under. As
+    `markdown` (the default) setext headings ("Title" over "=====") split it too, and the
+    parts and headings are plain text, their markup taken out (research/markup.py); a text
+    file's parts keep their text as written."""
     sections: list[Section] = []
     heading = ""
     lines: list[str] = []
     fence = ""
+
+    def close() -> None:
+        body = "\n".join(lines)
+        body = (markup.plain(body) if markdown else body).strip()
+        if body:
+            sections.append(Section(body, heading))
+
     for line in text.splitlines():
         marker = _fence(line)
         if fence:
@@ -419,15 +424,26 @@ def markdown_sections(text: str) -> list[Section]:
                 fence = ""
         elif marker:
             fence = marker
-        elif title := atx_heading(line):
-            if "\n".join(lines).strip():
-                sections.append(Section("\n".join(lines).strip(), heading))
-            heading, lines = " ".join(title.split())[:TITLE_CHARS], [line]
+        elif (title := atx_heading(line)) or (markdown and _setext_heading(lines, line)):
+            start = [line] if title else [lines.pop(), line]
+            title = title or start[0]
+            close()
+            title = markup.inline(title[: TITLE_CHARS * 4]) if markdown else title
+            heading, lines = " ".join(title.split())[:TITLE_CHARS], start
             continue
         lines.append(line)
-    if "\n".join(lines).strip():
-        sections.append(Section("\n".join(lines).strip(), heading))
+    close()
     return sections
+
+
+def _setext_heading(lines: list[str], line: str) -> bool:
+    """Whether `line` underlines the last of `lines` as a setext heading."""
+    if not lines or not _setext_underline(line):
+        return False
+    above = lines[-1]
+    return bool(above.strip()) and not (
+        _fence(above) or atx_heading(above) or _setext_underline(above) or above[:1] in " \t|>"
+    )
 
 
 # --- PDF ------------------------------------------------------------------------------------
@@ -463,6 +479,8 @@ def _read_pdf(data: bytes, *, name: str, notes: list[str]) -> Document:
             if not opened:
                 raise locked
         chars = 0
+        outline = _outline(reader, name=name)
+        heading = ""  # the outline entry the text so far sits under
         for number, page in enumerate(reader.pages, start=1):
             if chars > MAX_TEXT_CHARS:  # the pages read make more passages than are kept
                 truncated = True
@@ -474,12 +492,16 @@ def _read_pdf(data: bytes, *, name: str, notes: list[str]) -> Document:
             except Exception as error:  # one damaged page: the others are still read
                 logger.info("Unreadable page %s of PDF %s: %r", number, name, error)
                 broken.append(number)
-                continue
+                text = ""
+            entries = outline.get(number, [])
             if text and unreadable(text):
                 noisy.append(number)
             elif text:
-                sections.append(Section(text, page=number))
+                parts, heading = _headed_sections(text, number, entries, heading)
+                sections += parts
                 chars += len(text)
+                continue
+            heading = entries[-1] if entries else heading
         title = _pdf_title(reader)
     except DocumentError:
         raise
@@ -523,6 +545,80 @@ def _read_pdf(data: bytes, *, name: str, notes: list[str]) -> Document:
             short="no text layer (scanned PDF?)",
         )
     return Document(title, "pdf", sections, truncated=truncated)
+
+
+MAX_OUTLINE_ENTRIES = 2000  # a document's; the rest are not read
+MAX_PAGE_ENTRIES = 50  # looked for in one page's text
+
+
+def _outline(reader: Any, *, name: str) -> dict[int, list[str]]:
+    """The titles of the PDF's outline (its bookmarks), by the page they point to (from 1),
+    in the outline's order; {} when it has none or it is damaged."""
+    found: dict[int, list[str]] = {}
+    try:
+        pending = [iter(reader.outline)]
+        count = 0
+        while pending and count < MAX_OUTLINE_ENTRIES:
+            entry = next(pending[-1], None)
+            if entry is None:
+                pending.pop()
+            elif isinstance(entry, list):  # the entries under the one before
+                if len(pending) < 32:
+                    pending.append(iter(entry))
+            else:
+                count += 1
+                title = " ".join(clean_text(str(entry.title or "")[: TITLE_CHARS * 2]).split())
+                page = reader.get_destination_page_number(entry)
+                if title and page is not None and page >= 0:
+                    found.setdefault(page + 1, []).append(title[:TITLE_CHARS])
+    except MemoryError:
+        raise
+    except Exception as error:  # a damaged outline: the text is still read, without it
+        logger.info("Unreadable outline of PDF %s: %r", name, error)
+    return found
+
+
+def _headed_sections(
+    text: str, page: int, titles: list[str], heading: str
+) -> tuple[list[Section], str]:
+    """A page's text cut where the outline entries that point to the page begin (the line
+    that starts with the entry's title; an entry not found begins where the one before it
+    does, else at the top), each part under its entry; the text before the first keeps the
+    `heading` carried from the pages before. Returns the parts and the heading carried on."""
+    if not titles:
+        return [Section(text, heading, page)], heading
+    lines = text.split("\n")
+    keys = [_heading_key(line) for line in lines]
+    cuts: list[tuple[int, str]] = []
+    search_from = cut_at = 0
+    for title in titles[:MAX_PAGE_ENTRIES]:
+        key = _heading_key(title)
+        found = next((i for i in range(search_from, len(lines)) if _begins(keys[i], key)), None)
+        if found is not None:
+            cut_at, search_from = found, found + 1
+        cuts.append((cut_at, title))
+    parts: list[Section] = []
+    bounds = [(0, heading), *cuts]
+    for (begin, title), (end, _) in zip(bounds, [*cuts, (len(lines), "")], strict=True):
+        if part := "\n".join(lines[begin:end]).strip():
+            parts.append(Section(part, title, page))
+    return parts, cuts[-1][1]
+
+
+def _heading_key(text: str) -> str:
+    return "".join(c for c in text.casefold() if c.isalnum())
+
+
+def _begins(line: str, title: str) -> bool:
+    """Whether a line (as `_heading_key` gives it) is the heading `title`: it starts with the
+    title, perhaps after its number ("2.1 Methods"), or is the first part of a long title."""
+    if not title or not line or len(line) > 2 * len(title) + 10:
+        return False
+    return (
+        line.startswith(title)
+        or line.lstrip("0123456789").startswith(title)
+        or (len(line) >= 12 and title.startswith(line))
+    )
 
 
 def _pdf_title(reader: Any) -> str:
@@ -575,8 +671,9 @@ def passages(
     sections: list[Section], *, size: int = PASSAGE_CHARS, limit: int = MAX_PASSAGES
 ) -> list[Section]:
     """Sections cut into at most `limit` passages of about `size` characters, at paragraph,
-    then sentence, then word boundaries (a fenced code block stays whole when it fits one
-    passage); each keeps its section's page and heading."""
+    then sentence, then word boundaries (a fenced code block or a table stays whole when it
+    fits one passage; a longer one is cut between lines or rows, each part fenced again or
+    under the table's header); each keeps its section's page and heading."""
     out: list[Section] = []
     for section in sections:
         for chunk in _chunks(section.text, size):
@@ -586,29 +683,37 @@ def passages(
     return out
 
 
-def _blocks(text: str) -> Iterator[tuple[str, bool]]:
-    """(block, is_code): the paragraphs of `text` (split at blank lines) and its fenced code
-    blocks, which blank lines do not split."""
+def _blocks(text: str) -> Iterator[tuple[str, str]]:
+    """(block, kind): the paragraphs of `text` (split at blank lines, kind "prose"), its
+    fenced code blocks, which blank lines do not split ("code"), and its tables, rows of
+    cells between "|" ("table")."""
     lines: list[str] = []
+    kind = "prose"
     fence = ""
     for line in text.split("\n"):
-        marker = _fence(line)
         if fence:
             lines.append(line)
-            if marker.startswith(fence) and line.strip() == marker:
-                yield "\n".join(lines), True
-                lines, fence = [], ""
-        elif marker:
-            if lines:
-                yield "\n".join(lines).strip(), False
+            if markup.closes(fence, line):
+                yield "\n".join(lines), "code"
+                lines, fence, kind = [], "", "prose"
+            continue
+        marker = _fence(line)
+        row = _is_row(line)
+        if lines and (marker or (row != (kind == "table")) or not line.strip()):
+            yield "\n".join(lines).strip(), kind
+            lines, kind = [], "prose"
+        if marker:
             lines, fence = [line], marker
         elif line.strip():
             lines.append(line)
-        elif lines:
-            yield "\n".join(lines).strip(), False
-            lines = []
+            kind = "table" if row else "prose"
     if lines:
-        yield "\n".join(lines).strip(), bool(fence)
+        yield "\n".join(lines).strip(), "code" if fence else kind
+
+
+def _is_row(line: str) -> bool:
+    stripped = line.strip()
+    return len(stripped) > 1 and stripped[0] == "|" and stripped[-1] == "|"
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -655,13 +760,38 @@ def _split_code(block: str, size: int) -> Iterator[str]:
         yield "\n".join([opening, *part, fence])
 
 
+def _split_table(block: str, size: int) -> Iterator[str]:
+    """A table too long for one passage, cut between rows; each part starts with the
+    table's first row (its header), so a row is never read without its columns' names."""
+    header, *rows = block.split("\n")
+    header = header[: size // 4]
+    part: list[str] = []
+    used = len(header)
+    for row in rows:
+        if len(header) + 1 + len(row) > size:  # one enormous row: it goes as prose
+            if part:
+                yield "\n".join([header, *part])
+                part, used = [], len(header)
+            yield from _split_prose(row, size)
+            continue
+        if part and used + 1 + len(row) > size:
+            yield "\n".join([header, *part])
+            part, used = [], len(header)
+        part.append(row)
+        used += 1 + len(row)
+    if part or not rows:
+        yield "\n".join([header, *part])
+
+
 def _chunks(text: str, size: int) -> list[str]:
     pieces: list[str] = []
-    for block, is_code in _blocks(text):
+    for block, kind in _blocks(text):
         if len(block) <= size:
             pieces.append(block)
-        elif is_code:
+        elif kind == "code":
             pieces.extend(_split_code(block, size))
+        elif kind == "table":
+            pieces.extend(_split_table(block, size))
         else:
             pieces.extend(_split_prose(block, size))
     chunks: list[str] = []

@@ -39,6 +39,15 @@ logger = logging.getLogger(__name__)
 
 # Error types that are worth trying again when they arrive mid-stream.
 RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+# Error types that say the request itself is wrong: not asked again even mid-stream.
+FINAL_STREAM_ERRORS = {
+    "invalid_request_error",
+    "authentication_error",
+    "billing_error",
+    "permission_error",
+    "not_found_error",
+    "request_too_large",
+}
 
 NOT_CONFIGURED = (
     "No model provider is configured. Set ANTHROPIC_API_KEY, or ANTHROPIC_BASE_URL for a "
@@ -214,6 +223,13 @@ def describe_error(error: Exception) -> LLMError:
             return LLMError(
                 "The model provider had an internal error.", kind="server", retryable=True
             )
+        if error.status_code == 200 and error_type not in FINAL_STREAM_ERRORS:
+            # An `error` event once the reply had begun, of a type not named above.
+            return LLMError(
+                f"The model provider's reply broke off with an error ({error_type or 'untyped'}).",
+                kind="server",
+                retryable=True,
+            )
         return LLMError(
             f"The model provider answered with an error (HTTP {error.status_code}).", kind="other"
         )
@@ -227,6 +243,12 @@ def describe_error(error: Exception) -> LLMError:
         )
     # The HTTP client's own errors come only once a reply has begun: before that, the SDK
     # raises them as its APITimeoutError and APIConnectionError (above).
+    if isinstance(error, streaming.IncompleteStream):
+        return LLMError(
+            "The model provider's reply ended before it was finished.",
+            kind="incomplete",
+            retryable=True,
+        )
     if isinstance(error, httpx2.TimeoutException):
         return LLMError(
             "The model provider stopped answering mid-reply.", kind="timeout", retryable=True
@@ -506,23 +528,43 @@ class LLM:
             except anthropic.APIStatusError as error:
                 mid_stream = error.status_code == 200
                 error_type = getattr(error, "type", None) or ""
-                retryable = mid_stream and error_type in RETRYABLE_STREAM_ERRORS
+                # An `error` event once the reply began is asked again unless it says the
+                # request itself is wrong (a type yet to come, or none, is asked again too).
+                retryable = mid_stream and error_type not in FINAL_STREAM_ERRORS
                 if retryable and attempt < self.stream_retries:
                     attempt = await self._back_off(attempt, error_type, on_restart)
                     continue
-                raise describe_error(error) from error
-            except (httpx2.TransportError, openai_chat.BrokenStream) as error:
-                # The connection was lost (or went quiet) after the reply began: the SDK's
-                # retries cover only the request and its headers.
+                raise self._describe_for_model(error, model) from error
+            except (
+                httpx2.TransportError,
+                openai_chat.BrokenStream,
+                streaming.IncompleteStream,
+            ) as error:
+                # The connection was lost (or went quiet), or the stream ended early, after
+                # the reply began: the SDK's retries cover only the request and its headers.
                 if attempt < self.stream_retries:
                     attempt = await self._back_off(attempt, type(error).__name__, on_restart)
                     continue
                 raise describe_error(error) from error
             except anthropic.AnthropicError as error:
-                raise describe_error(error) from error
+                raise self._describe_for_model(error, model) from error
             except TypeError as error:
                 # The SDK raises TypeError when it cannot resolve any credentials.
                 raise describe_error(error) from error
+
+    def _describe_for_model(self, error: Exception, model: str) -> LLMError:
+        """`describe_error`, naming the setting of the model the provider does not know."""
+        if not isinstance(error, anthropic.NotFoundError):
+            return describe_error(error)
+        if model == self.model:
+            where = "check DEEPTHINK_MODEL"
+        elif model == self.fast_model:
+            where = "check DEEPTHINK_FAST_MODEL"
+        else:
+            where = "the model chosen for this session; pick another"
+        return LLMError(
+            f"The model provider does not know the model {model!r} ({where}).", kind="not_found"
+        )
 
     async def _back_off(self, attempt: int, what: str, on_restart: RestartCallback | None) -> int:
         """Wait before trying a failed stream again; the next attempt's number."""

@@ -7,7 +7,11 @@ stream itself still builds one typed object per event. Both were most of the cli
 per call (bench/README, "The model stream" and "The stream's events as JSON"). Here the
 events are read with the SDK's public SSE decoder (`AsyncStream.raw_events`) and each one's
 JSON taken as it is; an `error` event is raised as the SDK's public `APIStatusError`, with
-the stream's status (200) and the event's error type and message. Each block's deltas
+the stream's status (200) and the event's error type and message. A stream that ends
+before `message_stop` raises IncompleteStream (asked again, like a lost connection); a
+tool call cut off inside its JSON by max_tokens is left out (the reply is asked again with
+more room); blocks and deltas of types this client does not read (server tools, citations,
+whatever comes next) are ignored. Each block's deltas
 are kept as strings and joined once, when the stream ends; the blocks come out as request
 blocks, values untouched (signatures included), ready to be sent back inside a tool loop.
 """
@@ -58,6 +62,18 @@ async def api_events(stream: anthropic.AsyncStream[Any]) -> AsyncIterator[dict[s
             yield json.loads(sse.data)
 
 
+class IncompleteStream(Exception):
+    """A stream that ended before its message did: no `message_stop`, or a tool call's input
+    that does not parse in a reply that was not cut off at max_tokens. Worth asking again,
+    as a connection lost mid-reply is."""
+
+
+# The blocks a reply is made of here. Others (a server tool's use and result, anything new)
+# are left out of the reply, their deltas with them, so a tool loop never sends back a
+# block this client did not ask for; so are delta types it does not read (citations).
+KNOWN_BLOCKS = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
+
+
 async def collect(
     events: AsyncIterable[dict[str, Any]],
     *,
@@ -65,15 +81,18 @@ async def collect(
     on_thinking: TextCallback | None = None,
 ) -> StreamedMessage:
     """Read the stream's events (`api_events`) to the end, handing text and thinking deltas
-    to the callbacks as they arrive."""
+    to the callbacks as they arrive. Raises IncompleteStream when the stream ends early."""
     message = StreamedMessage()
     blocks: dict[int, dict[str, Any]] = {}
     parts: dict[int, list[str]] = {}
+    stopped = False
     async for event in events:
-        kind = event["type"]
+        kind = event.get("type")
         if kind == "content_block_delta":
-            delta, index = event["delta"], event["index"]
-            delta_type = delta["type"]
+            delta, index = event.get("delta") or {}, event.get("index")
+            if index not in parts:  # a block left out, or one that never started
+                continue
+            delta_type = delta.get("type")
             if delta_type == "text_delta":
                 parts[index].append(delta["text"])
                 if on_text is not None:
@@ -88,16 +107,24 @@ async def collect(
                 blocks[index]["signature"] = delta["signature"]
         elif kind == "content_block_start":
             # A null field is left out, as the SDK's typed block dumped without None was.
-            block = event["content_block"]
-            blocks[event["index"]] = {k: v for k, v in block.items() if v is not None}
-            parts[event["index"]] = []
+            block = event.get("content_block") or {}
+            if block.get("type") in KNOWN_BLOCKS:
+                blocks[event["index"]] = {k: v for k, v in block.items() if v is not None}
+                parts[event["index"]] = []
         elif kind == "message_delta":
-            message.stop_reason = event["delta"].get("stop_reason")
+            message.stop_reason = (event.get("delta") or {}).get("stop_reason")
             _take_usage(message.usage, event.get("usage"))
         elif kind == "message_start":
-            message.model = event["message"].get("model", "")
-            _take_usage(message.usage, event["message"].get("usage"))
-    message.content = [_finished(blocks[i], parts[i]) for i in sorted(blocks)]
+            started = event.get("message") or {}
+            message.model = started.get("model", "")
+            _take_usage(message.usage, started.get("usage"))
+        elif kind == "message_stop":
+            stopped = True
+    if not stopped:
+        raise IncompleteStream("the stream ended before its message_stop event")
+    cut_off = message.stop_reason == "max_tokens"
+    finished = (_finished(blocks[i], parts[i], cut_off=cut_off) for i in sorted(blocks))
+    message.content = [block for block in finished if block is not None]
     return message
 
 
@@ -108,8 +135,9 @@ def _take_usage(usage: dict[str, int], reported: dict[str, Any] | None) -> None:
             usage[name] = value
 
 
-def _finished(block: dict[str, Any], parts: list[str]) -> dict[str, Any]:
-    """The block with its streamed deltas joined in (a tool's input JSON parsed)."""
+def _finished(block: dict[str, Any], parts: list[str], *, cut_off: bool) -> dict[str, Any] | None:
+    """The block with its streamed deltas joined in (a tool's input JSON parsed). A tool
+    call whose input a reply cut off at max_tokens left unfinished is no call: None."""
     joined = "".join(parts)
     if not joined:  # a tool's input may stream as one empty delta: its start's {} stands
         return block
@@ -117,6 +145,11 @@ def _finished(block: dict[str, Any], parts: list[str]) -> dict[str, Any]:
         block["text"] = block.get("text", "") + joined
     elif block["type"] == "thinking":
         block["thinking"] = block.get("thinking", "") + joined
-    elif "input" in block:  # tool_use and server tool use: the input streams as JSON text
-        block["input"] = json.loads(joined)
+    elif "input" in block:  # the input streams as JSON text
+        try:
+            block["input"] = json.loads(joined)
+        except ValueError:
+            if cut_off:
+                return None
+            raise IncompleteStream("a tool call's input ended before its JSON did") from None
     return block

@@ -35,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from .http_base import DISCONNECT_ERRORS as _DISCONNECT_ERRORS
@@ -44,10 +45,12 @@ __all__ = [
     "FakeAnthropic",
     "HttpError",
     "MindState",
+    "RawStream",
     "Reply",
     "StreamCut",
     "StreamError",
     "main",
+    "recorded_stream",
     "scripted_mind",
 ]
 
@@ -84,8 +87,15 @@ class Reply:
     delay: float | None = None
     chunk_delay: float = 0.0
     # Content blocks in any order (e.g. interleaved thinking: thinking, text, thinking,
-    # tool_use); when given, replaces text/thinking/redacted/tool_uses.
+    # tool_use); when given, replaces text/thinking/redacted/tool_uses. A block with an
+    # `input` (tool_use, server_tool_use) streams it as JSON deltas; one of another type
+    # (web_search_tool_result, anything new) is sent whole in its content_block_start.
     blocks: list[dict] | None = None
+    # Deltas of other types sent inside the text block, before its text (citations_delta).
+    extra_deltas: list[dict] = field(default_factory=list)
+    # End the stream after message_delta, without message_stop, as a proxy or a server
+    # closing early does.
+    no_message_stop: bool = False
 
 
 @dataclass
@@ -121,7 +131,16 @@ class StreamCut:
     text_before: str = "partial "
 
 
-Response = Reply | HttpError | StreamError | StreamCut
+@dataclass
+class RawStream:
+    """A 200 stream whose body is `sse`, sent as it is: a recorded stream replayed byte for
+    byte (tests/fakes/streams/), or one of the shapes real servers send that `Reply` does not
+    make (a tool call cut off inside its JSON, no `message_stop`, server-tool blocks)."""
+
+    sse: bytes
+
+
+Response = Reply | HttpError | StreamError | StreamCut | RawStream
 Responder = Callable[[dict], Response]
 
 
@@ -687,8 +706,11 @@ def _stream_events(reply: Reply, n: int, model: str, usage: dict) -> Iterator[tu
             deltas.append({"type": "signature_delta", "signature": block["signature"]})
         elif kind == "text":
             start = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": c} for c in _chunks(block["text"])]
-        else:  # tool_use
+            deltas = [*reply.extra_deltas]
+            deltas += [{"type": "text_delta", "text": c} for c in _chunks(block["text"])]
+        elif "input" not in block:  # a server tool's result, or a type yet to come: whole
+            start, deltas = block, []
+        else:  # tool_use, server_tool_use
             start = dict(block, input={})
             deltas = [{"type": "input_json_delta", "partial_json": ""}]
             deltas += [
@@ -722,7 +744,16 @@ def _stream_events(reply: Reply, n: int, model: str, usage: dict) -> Iterator[tu
         ),
         False,
     )
-    yield _sse("message_stop", {"type": "message_stop"}), False
+    if not reply.no_message_stop:
+        yield _sse("message_stop", {"type": "message_stop"}), False
+
+
+STREAMS = Path(__file__).parent / "streams"
+
+
+def recorded_stream(name: str) -> RawStream:
+    """A stream recorded in the API's wire format (tests/fakes/streams/NAME.sse), to replay."""
+    return RawStream((STREAMS / f"{name}.sse").read_bytes())
 
 
 def _count_breakpoints(body: dict) -> int:
@@ -903,6 +934,9 @@ class _Handler(FakeHandler):
                 {"retry-after-ms": str(response.retry_after_ms)},
             )
             return
+        if isinstance(response, RawStream) and not streaming:
+            self._send_error(400, "invalid_request_error", "a recorded stream", request_id)
+            return
         if isinstance(response, StreamCut) and not streaming:
             self.close_connection = True
             return
@@ -923,6 +957,11 @@ class _Handler(FakeHandler):
             return
         if isinstance(response, StreamCut):
             self._stream_cut(response, n, model, len(raw), request_id)
+            return
+        if isinstance(response, RawStream):
+            self._start_stream(request_id)
+            self._write_chunk(response.sse)
+            self._write_chunk(b"")
             return
         usage = _usage(response, len(raw), fake._cache_lookup(body))
         fake._count_usage(usage)

@@ -207,6 +207,8 @@ ONE_LINE = {
     "spaced-heading.md": "# a" + " \t" * 500_000 + "b",
     "closed-heading.md": "## " + "x " * 500_000 + "##",
     "setext.md": "Title " * 170_000 + "\n" + "=" * 1000,
+    # Markup that patterns which backtrack would take quadratic time to look through.
+    "markup.md": "[" * 450_000 + "*a" * 150_000 + "<a " * 50_000 + "`a``" * 25_000,
 }
 
 

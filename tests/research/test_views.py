@@ -102,8 +102,9 @@ def test_uploading_markdown_takes_the_title_from_its_heading(alice_client: Any, 
     item = KnowledgeItem.objects.get()
     assert response.status_code == 302 and response.url == item.get_absolute_url()
     assert (item.owner, item.title, item.source) == (alice, "Why we dream", KnowledgeSource.UPLOAD)
-    # Stored NFKC-normalised, as it is searched: the ellipsis is three dots.
-    assert item.body == "# Why we dream\n\nREM sleep... ✓"
+    # Stored as a reader sees it: NFKC-normalised (the ellipsis is three dots), without the
+    # heading's marker.
+    assert item.body == "Why we dream\n\nREM sleep... ✓"
 
 
 def test_uploading_text_without_a_heading_takes_the_file_name(alice_client: Any):

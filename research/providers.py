@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -63,6 +63,7 @@ class Provider:
         self.timeout = timeout
         self.text_chars = text_chars
         self.limits = limits  # None: httpx's default
+        self.pool: LoopClient  # set by each provider
 
     def request_options(self, count: int, options: SearchOptions) -> dict[str, Any]:
         """What, besides the query, decides this provider's answer (for the cache key)."""
@@ -71,11 +72,46 @@ class Provider:
     async def search(self, text: str, count: int, options: SearchOptions) -> list[WebResult]:
         raise NotImplementedError
 
+    def pool_of(self, headers: Mapping[str, str]) -> LoopClient:
+        """An HTTP pool at this provider's address, with its timeout and limits."""
+        return LoopClient(
+            base_url=self.address, headers=headers, timeout=self.timeout, limits=self.limits
+        )
+
+    def from_json(
+        self,
+        text: str,
+        results: Iterable[Mapping[str, Any]],
+        *,
+        date: str,
+        page: str = "",
+    ) -> list[WebResult]:
+        """JSON results with `url`, `title`, `content` (the provider's pick for the query),
+        `score`, a date under `date` and the page text, bounded, under `page`."""
+        found = []
+        for result in results:
+            content = result.get("content") or ""
+            item = web_result(
+                provider=self.name,
+                query=text,
+                url=result.get("url"),
+                title=result.get("title"),
+                picks=[content] if content else [],
+                text=(result.get(page) or "")[: max(self.text_chars, 0)] if page else None,
+                score=result.get("score"),
+                published_date=result.get(date),
+            )
+            if item is not None:
+                found.append(item)
+        return found
+
     def open(self) -> None:
         """Build the HTTP pool now, on the running event loop (which it then belongs to)."""
+        self.pool.get()
 
     async def aclose(self) -> None:
         """Close the pool; a later search builds a new one."""
+        await self.pool.aclose()
 
     # -- failures --------------------------------------------------------------------
 
@@ -234,6 +270,7 @@ class Exa(Provider):
         self.exa = ExaClient(
             api_key=self.api_key, api_base=self.address, timeout=self.timeout, limits=self.limits
         )
+        self.pool = self.exa.pool
 
     def request_options(self, count: int, options: SearchOptions) -> dict[str, Any]:
         return {**super().request_options(count, options), "contents": self.contents}
@@ -274,12 +311,6 @@ class Exa(Provider):
             )
         ]
 
-    def open(self) -> None:
-        self.exa.pool.get()
-
-    async def aclose(self) -> None:
-        await self.exa.aclose()
-
     def describe(self, error: BaseException, *, timeout: float) -> ResearchError:
         # exa-py never retries and reports every HTTP error as a bare
         # ValueError("Request failed with status code N: <body>").
@@ -310,12 +341,7 @@ class Searxng(Provider):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.pool = LoopClient(
-            base_url=self.address,
-            headers={"Accept": "application/json"},
-            timeout=self.timeout,
-            limits=self.limits,
-        )
+        self.pool = self.pool_of({"Accept": "application/json"})
 
     async def search(self, text: str, count: int, options: SearchOptions) -> list[WebResult]:
         params = {"q": text, "format": "json", "pageno": "1"}
@@ -331,21 +357,7 @@ class Searxng(Provider):
             raise ResearchError(
                 f"SearxNG's engines did not answer ({names}).", kind="unavailable", retryable=True
             )
-        found = []
-        for result in results:
-            content = result.get("content") or ""
-            item = web_result(
-                provider=self.name,
-                query=text,
-                url=result.get("url"),
-                title=result.get("title"),
-                picks=[content] if content else [],
-                score=result.get("score"),
-                published_date=result.get("publishedDate"),
-            )
-            if item is not None:
-                found.append(item)
-        return found
+        return self.from_json(text, results, date="publishedDate")
 
     def status_error(self, status: int, detail: str = "") -> ResearchError:
         if status == 403:
@@ -356,12 +368,6 @@ class Searxng(Provider):
                 status=status,
             )
         return super().status_error(status, detail)
-
-    def open(self) -> None:
-        self.pool.get()
-
-    async def aclose(self) -> None:
-        await self.pool.aclose()
 
 
 # --- Tavily ---------------------------------------------------------------------------
@@ -379,12 +385,7 @@ class Tavily(Provider):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.pool = LoopClient(
-            base_url=self.address,
-            headers={"Authorization": f"Bearer {self.api_key}"},
-            timeout=self.timeout,
-            limits=self.limits,
-        )
+        self.pool = self.pool_of({"Authorization": f"Bearer {self.api_key}"})
 
     def request_options(self, count: int, options: SearchOptions) -> dict[str, Any]:
         return {**super().request_options(count, options), "text_chars": self.text_chars}
@@ -409,23 +410,7 @@ class Tavily(Provider):
             timeout=self.timeout,
             **optional,
         )
-        found = []
-        for result in body["results"]:
-            content = result.get("content") or ""
-            raw = (result.get("raw_content") or "")[: max(self.text_chars, 0)]
-            item = web_result(
-                provider=self.name,
-                query=text,
-                url=result.get("url"),
-                title=result.get("title"),
-                picks=[content] if content else [],
-                text=raw,
-                score=result.get("score"),
-                published_date=result.get("published_date"),
-            )
-            if item is not None:
-                found.append(item)
-        return found
+        return self.from_json(text, body["results"], date="published_date", page="raw_content")
 
     def describe(self, error: BaseException, *, timeout: float) -> ResearchError:
         # tavily-python raises its own errors for the statuses it knows.
@@ -439,12 +424,6 @@ class Tavily(Provider):
             if isinstance(error, kind):
                 return self.status_error(status, _detail(str(error)))
         return super().describe(error, timeout=timeout)
-
-    def open(self) -> None:
-        self.pool.get()
-
-    async def aclose(self) -> None:
-        await self.pool.aclose()
 
 
 PROVIDERS: dict[str, type[Provider]] = {"exa": Exa, "searxng": Searxng, "tavily": Tavily}

@@ -296,6 +296,8 @@ ENGLISH = Phrasebook(
         "Synthesise",
     ),
     plain="Noted. A brief reflection on {topic}: it is worth approaching step by step (#{n}).",
+    progress="Looking for evidence on {subject}",
+    scratch="Which of the sources found bear directly on {subject}? Check [1].",
 )
 
 
@@ -323,7 +325,7 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
     tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
     book = _phrasebook(body, prompt, question)
     if "THOUGHT:" in prompt and tools and "ANSWER:" not in prompt:
-        used = _use_tools(state, tools, rounds, subject)
+        used = _use_tools(state, tools, rounds, subject, book)
         if used is not None:
             return used
 
@@ -465,7 +467,9 @@ def _grade_answer(prompt: str) -> str:
     )
 
 
-def _use_tools(state: MindState, tools: set, rounds: int, subject: str) -> Reply | None:
+def _use_tools(
+    state: MindState, tools: set, rounds: int, subject: str, book: Phrasebook | None = None
+) -> Reply | None:
     """Every third thought cycle, search (and report progress), then use the scratchpad,
     then write the thoughts: a real tool loop for demos and end-to-end tests."""
     if (state.thoughts + 1) % 3 != 1:
@@ -479,14 +483,14 @@ def _use_tools(state: MindState, tools: set, rounds: int, subject: str) -> Reply
                     "name": "progress",
                     "input": {
                         "stage": "research",
-                        "message": f"Looking for evidence on {_shorten(subject, 60)}",
+                        "message": (book or ENGLISH).progress.format(subject=_shorten(subject, 60)),
                         "plan_step": 2,
                     },
                 }
             )
         return Reply(text="Let me look for evidence first.", tool_uses=uses)
     if rounds == 1 and "think" in tools:
-        note = f"Which of the sources found bear directly on {_shorten(subject, 60)}? Check [1]."
+        note = (book or ENGLISH).scratch.format(subject=_shorten(subject, 60))
         return Reply(tool_uses=[{"name": "think", "input": {"thought": note}}])
     return None
 

@@ -64,6 +64,8 @@ class Phrasebook:
     final: Callable[[str, str, int, float, str], str]  # label, quoted subject, n, conf, cites
     plan_steps: Sequence[str]  # {topic}
     plain: str  # {topic}, {n}
+    progress: str  # {subject}: the status line it reports while searching
+    scratch: str  # {subject}: what it writes on its scratchpad
 
 
 def _final_fr(label: str, quoted: str, n: int, confidence: float, cite: str) -> str:
@@ -121,4 +123,6 @@ FRENCH = Phrasebook(
         "Faire la synthèse",
     ),
     plain="C'est noté. Une brève réflexion sur {topic} : mieux vaut l'aborder pas à pas (n° {n}).",
+    progress="Je cherche des éléments sur {subject}",
+    scratch="Lesquelles des sources trouvées portent directement sur {subject} ? Voir [1].",
 )

@@ -23,16 +23,14 @@ Run it standalone to try the app offline::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import re
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .http_base import DISCONNECT_ERRORS, FakeHandler, FakeServer
+from .http_base import DISCONNECT_ERRORS, FakeHandler, ScriptedFake, command_line, serve
 
 __all__ = ["FakeSearxng", "SearxRequest", "default_results", "main"]
 
@@ -95,12 +93,7 @@ class _Handler(FakeHandler):
         record = SearxRequest(
             parts.path, params, {name.lower(): value for name, value in self.headers.items()}
         )
-        with fake._lock:
-            fake.requests.append(record)
-            failure = fake._failures.popleft() if fake._failures else None
-            queued = fake._bodies.popleft() if fake._bodies and failure is None else None
-        if fake.delay > 0:
-            fake._stopping.wait(fake.delay)
+        failure, queued = fake._arrived(record)
         with contextlib.suppress(DISCONNECT_ERRORS):
             self._answer(fake, record, failure, queued)
 
@@ -151,7 +144,7 @@ class _Handler(FakeHandler):
         self.wfile.flush()
 
 
-class FakeSearxng(FakeServer):
+class FakeSearxng(ScriptedFake):
     """A local SearxNG instance. Use ``start()``/``stop()`` or ``with FakeSearxng():``."""
 
     handler_class = _Handler
@@ -160,19 +153,6 @@ class FakeSearxng(FakeServer):
     def __init__(self, *, json_enabled: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.json_enabled = json_enabled
-        self.requests: list[SearxRequest] = []
-        self._failures: deque[int] = deque()
-        self._bodies: deque[dict[str, Any]] = deque()
-
-    def fail_next(self, status: int, count: int = 1) -> None:
-        """Answer the next `count` requests with HTTP `status` (SearxNG's plain error page)."""
-        with self._lock:
-            self._failures.extend([status] * count)
-
-    def enqueue(self, body: dict[str, Any]) -> None:
-        """Answer a later search with these fields (e.g. ``{"results": [...]}``)."""
-        with self._lock:
-            self._bodies.append(body)
 
     @property
     def searches(self) -> list[SearxRequest]:
@@ -181,20 +161,9 @@ class FakeSearxng(FakeServer):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Run a fake SearxNG instance.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8767)
-    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each response")
-    parser.add_argument("--quiet", action="store_true", help="do not log requests")
-    args = parser.parse_args(argv)
+    args = command_line("Run a fake SearxNG instance.", port=8767).parse_args(argv)
     fake = FakeSearxng(host=args.host, port=args.port, delay=args.delay, verbose=not args.quiet)
-    fake.start()
-    print(f"Fake SearxNG listening on {fake.base_url}", flush=True)
-    print(f"Try: SEARXNG_URL={fake.base_url} DEEPTHINK_WEB_SEARCH=searxng", flush=True)
-    try:
-        fake.serve_forever()
-    except KeyboardInterrupt:
-        print("stopped", flush=True)
+    serve(fake, "Fake SearxNG", "SEARXNG_URL={url} DEEPTHINK_WEB_SEARCH=searxng")
 
 
 if __name__ == "__main__":

@@ -23,16 +23,14 @@ Run it standalone to try the app offline::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
 import re
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from .http_base import DISCONNECT_ERRORS, FakeHandler, FakeServer
+from .http_base import DISCONNECT_ERRORS, FakeHandler, ScriptedFake, command_line, serve
 
 __all__ = ["DEFAULT_API_KEY", "FakeTavily", "TavilyRequest", "default_results", "main"]
 
@@ -105,12 +103,7 @@ class _Handler(FakeHandler):
             body = None
         headers = {name.lower(): value for name, value in self.headers.items()}
         record = TavilyRequest(self.path, headers, body)
-        with fake._lock:
-            fake.requests.append(record)
-            failure = fake._failures.popleft() if fake._failures else None
-            queued = fake._bodies.popleft() if fake._bodies and failure is None else None
-        if fake.delay > 0:
-            fake._stopping.wait(fake.delay)
+        failure, queued = fake._arrived(record)
         status, payload = fake._answer(record, failure, queued)
         record.status = status
         with contextlib.suppress(DISCONNECT_ERRORS):
@@ -120,7 +113,7 @@ class _Handler(FakeHandler):
         self.send_json(404, {"detail": {"error": "Not found."}})
 
 
-class FakeTavily(FakeServer):
+class FakeTavily(ScriptedFake):
     """A local Tavily API. Use ``start()``/``stop()`` or ``with FakeTavily():``."""
 
     handler_class = _Handler
@@ -129,20 +122,7 @@ class FakeTavily(FakeServer):
     def __init__(self, *, api_key: str = DEFAULT_API_KEY, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.api_key = api_key
-        self.requests: list[TavilyRequest] = []
-        self._failures: deque[int] = deque()
-        self._bodies: deque[dict[str, Any]] = deque()
         self._serial = 0
-
-    def fail_next(self, status: int, count: int = 1) -> None:
-        """Answer the next `count` requests with HTTP `status` and Tavily's error body."""
-        with self._lock:
-            self._failures.extend([status] * count)
-
-    def enqueue(self, body: dict[str, Any]) -> None:
-        """Answer a later search with these fields (e.g. ``{"results": [...]}``)."""
-        with self._lock:
-            self._bodies.append(body)
 
     @property
     def searches(self) -> list[TavilyRequest]:
@@ -178,12 +158,8 @@ class FakeTavily(FakeServer):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Run a fake Tavily API server.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8768)
-    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each response")
+    parser = command_line("Run a fake Tavily API server.", port=8768)
     parser.add_argument("--api-key", default=DEFAULT_API_KEY, help="the key clients must send")
-    parser.add_argument("--quiet", action="store_true", help="do not log requests")
     args = parser.parse_args(argv)
     fake = FakeTavily(
         api_key=args.api_key,
@@ -192,17 +168,11 @@ def main(argv: list[str] | None = None) -> None:
         delay=args.delay,
         verbose=not args.quiet,
     )
-    fake.start()
-    print(f"Fake Tavily API listening on {fake.base_url}", flush=True)
-    print(
-        f"Try: TAVILY_API_KEY={fake.api_key} TAVILY_BASE_URL={fake.base_url} "
-        "DEEPTHINK_WEB_SEARCH=tavily",
-        flush=True,
+    serve(
+        fake,
+        "Fake Tavily API",
+        f"TAVILY_API_KEY={fake.api_key} TAVILY_BASE_URL={{url}} DEEPTHINK_WEB_SEARCH=tavily",
     )
-    try:
-        fake.serve_forever()
-    except KeyboardInterrupt:
-        print("stopped", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ PORT ?= 8000
 HOST ?= 127.0.0.1
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck format install install-dev migrate lock upgrade-lock fake-claude fake-exa bench bench-compare mutate mutate-smoke clean
+.PHONY: run test lint typecheck format install install-dev migrate lock upgrade-lock fake-claude fake-exa fake-searxng fake-tavily bench bench-compare mutate mutate-smoke clean
 
 # The venv holds exactly the versions in uv.lock: `make run` the runtime packages only,
 # `make test` (and the other developer targets) the `dev` group too. uv, pinned here, is
@@ -75,6 +75,12 @@ fake-claude: install
 
 fake-exa: install
 	$(BIN)/python -m tests.fakes.exa_server --port $${FAKE_EXA_PORT:-8766} --delay $${FAKE_DELAY:-0.3}
+
+fake-searxng: install
+	$(BIN)/python -m tests.fakes.searxng_server --port $${FAKE_SEARXNG_PORT:-8767} --delay $${FAKE_DELAY:-0.3}
+
+fake-tavily: install
+	$(BIN)/python -m tests.fakes.tavily_server --port $${FAKE_TAVILY_PORT:-8768} --delay $${FAKE_DELAY:-0.3}
 
 lint: install-dev
 	$(BIN)/ruff check .

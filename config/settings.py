@@ -480,10 +480,27 @@ DEEPTHINK_PROVIDER_GIVE_UP_SECONDS = env_float(
     "DEEPTHINK_PROVIDER_GIVE_UP_SECONDS", 900.0, minimum=0
 )
 
-# Research (research/): the knowledge base and Exa web search. Without EXA_API_KEY web
-# research is off and the pages say so. exa-py reads no base-URL variable itself.
+# Research (research/): the knowledge base and web search through Exa, SearxNG or Tavily
+# (research/providers.py). Without any of them web research is off and the pages say so.
+# exa-py reads no base-URL variable itself.
 EXA_API_KEY = env_str("EXA_API_KEY")
 EXA_BASE_URL = env_str("EXA_BASE_URL")  # empty: https://api.exa.ai
+SEARXNG_URL = env_str("SEARXNG_URL")  # a SearxNG instance with json in its search.formats
+TAVILY_API_KEY = env_str("TAVILY_API_KEY")
+TAVILY_BASE_URL = env_str("TAVILY_BASE_URL")  # empty: https://api.tavily.com
+# The providers a session searches when it chooses none (comma-separated); empty: exa when
+# EXA_API_KEY is set, else searxng when SEARXNG_URL is, else tavily when TAVILY_API_KEY is.
+DEEPTHINK_WEB_SEARCH = [name.lower() for name in env_list("DEEPTHINK_WEB_SEARCH", [])]
+_WEB_SEARCH_NEEDS = {"exa": "EXA_API_KEY", "searxng": "SEARXNG_URL", "tavily": "TAVILY_API_KEY"}
+for _name in DEEPTHINK_WEB_SEARCH:
+    if _name not in _WEB_SEARCH_NEEDS:
+        raise ImproperlyConfigured(
+            f"DEEPTHINK_WEB_SEARCH: unknown provider {_name!r} (exa, searxng or tavily)."
+        )
+    if not globals()[_WEB_SEARCH_NEEDS[_name]]:
+        raise ImproperlyConfigured(
+            f"DEEPTHINK_WEB_SEARCH names {_name}, which needs {_WEB_SEARCH_NEEDS[_name]}."
+        )
 # The most results one web search returns (the seed's maxItemsPerSource).
 DEEPTHINK_WEB_MAX_ITEMS_PER_SOURCE = env_int("DEEPTHINK_WEB_MAX_ITEMS_PER_SOURCE", 10, minimum=1)
 # Identical searches (same scope, query and options) within this period cost nothing; 0 = off.

@@ -1,9 +1,10 @@
 """The search cache: an identical search within the cache period is answered from the
 database instead of the provider.
 
-Identical means the same kind, the same scope ("user:5", later "team:3"), the same query
-once case and spacing are normalised, and the same options. The scope is part of the key so
-one person's searches (which may reveal their question) never answer another's.
+Identical means the same kind, the same provider at the same address (another SearxNG
+instance, or a stand-in, answers differently), the same scope ("user:5", "team:3"), the
+same query once case and spacing are normalised, and the same options. The scope is part of
+the key so one person's searches (which may reveal their question) never answer another's.
 """
 
 from __future__ import annotations
@@ -21,18 +22,28 @@ from config.hops import db_hop
 from .models import SearchCache
 
 # Bump when the stored result shape changes, so old rows are simply never read again.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the provider and its address are in the key
 
 
 def normalise_query(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def cache_key(*, kind: str, scope: str, query: str, options: Mapping[str, Any]) -> str:
+def cache_key(
+    *,
+    kind: str,
+    scope: str,
+    query: str,
+    options: Mapping[str, Any],
+    provider: str = "",
+    address: str = "",
+) -> str:
     material = json.dumps(
         {
             "v": FORMAT_VERSION,
             "kind": kind,
+            "provider": provider,
+            "address": address,
             "scope": scope,
             "query": normalise_query(query),
             "options": options,

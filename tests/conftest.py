@@ -9,6 +9,8 @@ import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.exa_server import FakeExa
+from tests.fakes.searxng_server import FakeSearxng
+from tests.fakes.tavily_server import FakeTavily
 
 
 def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
@@ -27,6 +29,10 @@ def _isolated_settings(settings: Any) -> None:
     settings.ANTHROPIC_BASE_URL = ""
     settings.EXA_API_KEY = ""
     settings.EXA_BASE_URL = ""
+    settings.SEARXNG_URL = ""
+    settings.TAVILY_API_KEY = ""
+    settings.TAVILY_BASE_URL = ""
+    settings.DEEPTHINK_WEB_SEARCH = []
     # The default hasher is slow on purpose; test users need no protection.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.DEEPTHINK_RETRY_BASE_SECONDS = 0.01
@@ -64,6 +70,25 @@ def fake_exa(settings: Any) -> Iterator[FakeExa]:
     server = FakeExa().start()
     settings.EXA_API_KEY = server.api_key
     settings.EXA_BASE_URL = server.base_url
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_searxng(settings: Any) -> Iterator[FakeSearxng]:
+    """A local SearxNG instance, the deployment's only web search."""
+    server = FakeSearxng().start()
+    settings.SEARXNG_URL = server.base_url
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_tavily(settings: Any) -> Iterator[FakeTavily]:
+    """A local Tavily API; the real tavily-python client is pointed at it through settings."""
+    server = FakeTavily().start()
+    settings.TAVILY_API_KEY = server.api_key
+    settings.TAVILY_BASE_URL = server.base_url
     yield server
     server.stop()
 

@@ -63,7 +63,7 @@ async def test_the_web_client_keeps_its_connection_and_not_one_the_server_closed
 ):
     # exa-py's own call (it never retries), on the client a worker's sessions share.
     shared = SharedWebClient()
-    exa = shared.web_search()._exa
+    exa = shared.web_search().provider("exa").exa
     queries = iter(("first", "second", "third"))
 
     async def call() -> Any:
@@ -83,7 +83,7 @@ async def test_a_workers_shared_web_client_carries_more_searches_at_once_than_ht
     a time (httpx's default pool) while the rest wait their turn."""
     fake_exa.delay = 3  # each search held long enough for all of them to be in flight
     shared = SharedWebClient()
-    exa = shared.web_search()._exa
+    exa = shared.web_search().provider("exa").exa
     count = 120
 
     async def search(index: int) -> Any:

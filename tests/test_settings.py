@@ -35,6 +35,14 @@ def run_on_database(code: str, url: str) -> subprocess.CompletedProcess[str]:
         ({"DEEPTHINK_PROVIDER": "openai"}, "DEEPTHINK_PROVIDER=openai needs DEEPTHINK_MODEL"),
         ({"LOG_LEVEL": "chatty"}, "LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL"),
         (
+            {"DEEPTHINK_WEB_SEARCH": "bing"},
+            "DEEPTHINK_WEB_SEARCH: unknown provider 'bing' (exa, searxng or tavily)",
+        ),
+        (
+            {"DEEPTHINK_WEB_SEARCH": "exa,searxng", "EXA_API_KEY": "k"},
+            "DEEPTHINK_WEB_SEARCH names searxng, which needs SEARXNG_URL",
+        ),
+        (
             {"DEEPTHINK_HEARTBEAT_SECONDS": "40"},
             "DEEPTHINK_HEARTBEAT_SECONDS must be shorter than DEEPTHINK_LEASE_SECONDS",
         ),

@@ -140,7 +140,21 @@ class ThinkingSessionAdmin(admin.ModelAdmin):
             },
         ),
         ("Format", {"fields": ("format_mode", "format_spec", "parse_routes", "format_errors")}),
-        ("Research and stages", {"fields": ("research_enabled", "web_enabled", "stage_history")}),
+        (
+            "Research and stages",
+            {
+                "fields": (
+                    "research_enabled",
+                    "web_enabled",
+                    "web_search",
+                    "include_domains",
+                    "exclude_domains",
+                    "search_recency",
+                    "language",
+                    "stage_history",
+                )
+            },
+        ),
         (
             "Budget",
             {

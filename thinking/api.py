@@ -43,6 +43,7 @@ from .models import (
     Effort,
     FormatMode,
     IllegalTransition,
+    SearchRecency,
     SourceKind,
     Status,
     ThinkingMode,
@@ -279,6 +280,28 @@ class StartIn(Schema):
     parent: uuid.UUID | None = Field(
         None, description="Follow up this finished session: its answer and sources carry over."
     )
+    web_search: list[str] | None = Field(
+        None,
+        max_length=3,
+        description="The web search providers to use (exa, searxng, tavily), among those set "
+        "up on the server; several are searched side by side. Empty: the server's default. "
+        "An unknown or unconfigured one: 422.",
+    )
+    include_domains: list[str] | None = Field(
+        None, max_length=20, description="Web results only from these domains (and subdomains)."
+    )
+    exclude_domains: list[str] | None = Field(
+        None, max_length=20, description="Web results never from these domains (and subdomains)."
+    )
+    search_recency: SearchRecency | None = Field(
+        None, description="How recent web pages must be: day, week, month or year."
+    )
+    language: str | None = Field(
+        None,
+        max_length=40,
+        description="The language of its thoughts, syntheses and answer (e.g. French). "
+        "Empty: the language of the question.",
+    )
 
     def form_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -293,6 +316,8 @@ class StartIn(Schema):
                 data[name] = json.dumps(value)
             elif name == "tools":
                 data["tools"], data["tools_chosen"] = list(value), "on"
+            elif name in ("include_domains", "exclude_domains"):
+                data[name] = "\n".join(value)
             else:
                 data[name] = value
         return data
@@ -341,6 +366,11 @@ class SessionSettingsOut(Schema):
     max_cost_usd: float | None = None
     format_mode: FormatMode
     tools: list[str] = Field(description="The tools the model may use: search, think, progress.")
+    web_search: list[str] = Field(description="Its web search providers; []: the default.")
+    include_domains: list[str]
+    exclude_domains: list[str]
+    search_recency: SearchRecency
+    language: str = Field(description="The language it writes in; empty: the question's.")
 
 
 class CountsOut(Schema):
@@ -527,6 +557,11 @@ def detail(session: ThinkingSession, viewer: Any = None) -> dict[str, Any]:
             else None,
             "format_mode": session.format_mode,
             "tools": tools.chosen(session),
+            "web_search": list(session.web_search),
+            "include_domains": list(session.include_domains),
+            "exclude_domains": list(session.exclude_domains),
+            "search_recency": session.search_recency,
+            "language": session.language,
         },
         "counts": {
             "thoughts": session.thoughts.count(),

@@ -88,7 +88,7 @@ async def ask(
             reply = await interrupt.watched(
                 run.llm.stream(
                     messages or [prompt_message(prompt)],
-                    system=prompts.SYSTEM,
+                    system=prompts.system(session.language),
                     tools=tools,
                     # Utility work (plan, sub-question lists) goes to the fast model, never
                     # thinking.

@@ -20,7 +20,14 @@ from django.conf import settings
 from accounts.models import team_ids_of
 from config.hops import db_hop
 from research.memory import MemoryResult, asearch_memory
-from research.web import NOT_CONFIGURED, ResearchError, WebResult, WebSearch, is_web_url
+from research.web import (
+    NOT_CONFIGURED,
+    ResearchError,
+    SearchOptions,
+    WebResult,
+    WebSearch,
+    is_web_url,
+)
 
 from .models import Source, SourceKind, ThinkingSession
 
@@ -40,6 +47,8 @@ class Research:
 
     team_ids: list[int] = field(default_factory=list)
     web_off: bool = False  # the person turned web search off for this session
+    # The session's providers, domain lists and recency window for its web searches.
+    options: SearchOptions = field(default_factory=SearchOptions)
 
     @classmethod
     def for_session(
@@ -63,6 +72,7 @@ class Research:
             web=web,
             team_ids=team_ids_of(session.owner),
             web_off=not session.web_enabled,
+            options=search_options(session),
         )
 
     def write_cache(self) -> None:
@@ -74,6 +84,16 @@ class Research:
     async def close(self) -> None:
         if self.web is not None:
             await self.web.aclose()
+
+
+def search_options(session: ThinkingSession) -> SearchOptions:
+    """A session's choices for its web searches, as stored."""
+    return SearchOptions(
+        providers=tuple(session.web_search or ()),
+        include_domains=tuple(session.include_domains or ()),
+        exclude_domains=tuple(session.exclude_domains or ()),
+        recency=session.search_recency,
+    )
 
 
 def _clip(text: str, limit: int) -> str:
@@ -202,7 +222,9 @@ async def find(*, research: Research, kind: str, query: str, limit: int) -> Foun
                 raise ResearchError(NOT_CONFIGURED)
             # The client bounds its own attempts; this only stops a call they did not.
             results: Sequence[WebResult | MemoryResult] = await asyncio.wait_for(
-                research.web.search(query, num_results=limit, scope=research.scope),
+                research.web.search(
+                    query, num_results=limit, scope=research.scope, options=research.options
+                ),
                 timeout=research.web.longest_call() + 1,
             )
         else:
@@ -268,13 +290,16 @@ async def gather(
         notes.append(
             "Web research is off for this session: only the knowledge base is searched."
             if research.web_off
-            else "Web research is off: no EXA_API_KEY is set. The knowledge base is used."
+            else "Web research is off: no web search is configured (EXA_API_KEY, SEARXNG_URL "
+            "or TAVILY_API_KEY). The knowledge base is used."
         )
     jobs = [(SourceKind.WEB, q) for q in web_queries if research.web is not None]
     jobs += [(SourceKind.MEMORY, q) for q in memory_queries]
     found: list[Source] = []
     if research.web is not None:  # the web queries' cache reads in one statement
-        research.web.read_ahead(web_queries, num_results=limit, scope=research.scope)
+        research.web.read_ahead(
+            web_queries, num_results=limit, scope=research.scope, options=research.options
+        )
     tasks = [
         asyncio.create_task(find(research=research, kind=kind, query=query, limit=limit))
         for kind, query in jobs

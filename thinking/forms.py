@@ -18,6 +18,7 @@ from .capabilities import (
     validate,
 )
 from .models import Effort, FormatMode, ThinkingMode, ThinkingSession
+from .search_settings import SearchSettingsForm
 from .words import counted
 
 
@@ -38,7 +39,7 @@ class MailSelect(forms.NullBooleanSelect):
         ]
 
 
-class StartSessionForm(forms.Form):
+class StartSessionForm(SearchSettingsForm):
     # Fields in the collapsed "advanced" section: it opens when one of them has an error.
     ADVANCED = (
         "model",
@@ -53,6 +54,8 @@ class StartSessionForm(forms.Form):
         "tools",
         "team",
         "webhook_url",
+        *SearchSettingsForm.SEARCH_FIELDS,
+        "language",
     )
     TOOLS = (
         ("search", "Search: the web and the knowledge base (only while research is on)"),
@@ -312,6 +315,7 @@ class StartSessionForm(forms.Form):
         data = self.cleaned_data  # what Form.clean returns
         self._clean_thinking(data)
         self._clean_ceiling(data)
+        self.clean_search(data)
         if self.user is not None and data.get("minutes") is not None:
             reason = limits.refuse_start(self.user, minutes=data["minutes"], team=data.get("team"))
             if reason:
@@ -456,6 +460,7 @@ class StartSessionForm(forms.Form):
             else self.cleaned_data["notify"],
             webhook_url=self.cleaned_data.get("webhook_url") or "",
             **self._tool_fields(),
+            **self.search_fields(),
         )
         if self.cleaned_data.get("parent") is not None:
             followups.link_follow_up(session, self.cleaned_data["parent"])

@@ -268,6 +268,16 @@ class SessionQuerySet(models.QuerySet["ThinkingSession"]):
         return self.runnable().filter(Q(worker_id="") | Q(heartbeat_at__lt=stale))
 
 
+class SearchRecency(models.TextChoices):
+    """How recent a session's web results must be (research/results.py RECENCY_DAYS)."""
+
+    ANY = "", "Any time"
+    DAY = "day", "The past day"
+    WEEK = "week", "The past week"
+    MONTH = "month", "The past month"
+    YEAR = "year", "The past year"
+
+
 class ThinkingSession(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(
@@ -403,6 +413,18 @@ class ThinkingSession(models.Model):
         default=True, help_text="Plan and search (knowledge base, and the web if on)."
     )
     web_enabled = models.BooleanField(default=True, help_text="Let research use web search.")
+    # Its web searches (#72): the providers (empty: DEEPTHINK_WEB_SEARCH), the domains its
+    # results must (or must not) be on, and how recent they must be.
+    web_search = models.JSONField(
+        default=list, blank=True, help_text="Web search providers; empty: the default."
+    )
+    include_domains = models.JSONField(default=list, blank=True)
+    exclude_domains = models.JSONField(default=list, blank=True)
+    search_recency = models.CharField(
+        max_length=8, blank=True, choices=SearchRecency.choices, default=SearchRecency.ANY
+    )
+    # The language its thoughts, syntheses and answer are written in; empty: the question's.
+    language = models.CharField(max_length=40, blank=True)
     # Stage entries recorded so far (each a `Stage` row; the newest 300 are served: stages.py).
     stage_count = models.PositiveIntegerField(default=0)
     # Format extraction problems per thought cycle: [{"cycle", "route", "errors"}] (signals.py).

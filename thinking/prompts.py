@@ -25,6 +25,30 @@ SYSTEM = (
 )
 
 
+LABELS_KEPT = (
+    "keep the format's labels and tags (THOUGHT:, TYPE:, QUESTION:, SYNTHESIS:, ANSWER:, "
+    "<think>, …) exactly as given, in English"
+)
+
+
+def language_instruction(language: str = "") -> str:
+    """The language a session writes in: the one it set, else the question's."""
+    if language:
+        return (
+            f"Write in {language}: your thoughts, questions, syntheses and answer, whatever "
+            f"the language of the question or the sources; {LABELS_KEPT}."
+        )
+    return (
+        "Write in the language of the question: your thoughts, questions, syntheses and "
+        f"answer, whatever the language of the sources; {LABELS_KEPT}."
+    )
+
+
+def system(language: str = "") -> str:
+    """The system prompt of a session's calls (the same on every call, so it stays cached)."""
+    return f"{SYSTEM}\n\n{language_instruction(language)}"
+
+
 @dataclass(frozen=True)
 class ThoughtLine:
     type: str

@@ -222,7 +222,7 @@ async def maybe_rerank(*, session: ThinkingSession, run: Run) -> ThinkingSession
         reply = await interrupt.watched(
             run.llm.utility(
                 [prompt_message(prompt)],
-                system=prompts.SYSTEM,
+                system=prompts.system(session.language),
                 main_model=session.model_id,
                 max_tokens=RERANK_MAX_TOKENS,
             ),

@@ -40,6 +40,7 @@ from typing import Any
 
 from .http_base import DISCONNECT_ERRORS as _DISCONNECT_ERRORS
 from .http_base import FakeHandler, FakeServer
+from .languages import FRENCH, Phrasebook, asked_language
 
 __all__ = [
     "FakeAnthropic",
@@ -270,11 +271,7 @@ _SOURCE_RE = re.compile(r'<source n="(\d+)"')
 _RANKED_RE = re.compile(r"^\[(\d+)\] .*\(priority now (\d+)\)$", re.MULTILINE)
 
 
-def _final_block(
-    label: str, subject: str, n: int, confidence: float, sources: Sequence[str] = ()
-) -> str:
-    quoted = f"\u201c{subject}\u201d"
-    cite = "".join(f" [{number}]" for number in sources[:2])
+def _final_en(label: str, quoted: str, n: int, confidence: float, cite: str) -> str:
     return (
         f"{label}: On the question {quoted}, the evidence gathered so far points to a "
         f"consistent picture: the outcome depends mainly on context and scale{cite} "
@@ -289,6 +286,44 @@ def _final_block(
         "REMAINING:\n"
         f"- How well does the conclusion on {quoted} hold outside typical cases?"
     )
+
+
+def _final_block(
+    label: str,
+    subject: str,
+    n: int,
+    confidence: float,
+    sources: Sequence[str] = (),
+    *,
+    book: Phrasebook | None = None,
+) -> str:
+    quoted = f"\u201c{subject}\u201d"
+    cite = "".join(f" [{number}]" for number in sources[:2])
+    return (book or ENGLISH).final(label, quoted, n, confidence, cite)
+
+
+ENGLISH = Phrasebook(
+    thoughts=_THOUGHT_TEMPLATES,
+    questions=_QUESTION_TEMPLATES,
+    reasons=_QUESTION_REASONS,
+    line_of_inquiry="line of inquiry {k}",
+    final=_final_en,
+    plan_steps=(
+        "Clarify what {topic} asks",
+        "Gather evidence from notes and the web",
+        "Test the strongest explanation against counterexamples",
+        "Synthesise",
+    ),
+    plain="Noted. A brief reflection on {topic}: it is worth approaching step by step (#{n}).",
+    progress="Looking for evidence on {subject}",
+    scratch="Which of the sources found bear directly on {subject}? Check [1].",
+)
+
+
+def _phrasebook(body: dict, prompt: str, question: str | None) -> Phrasebook:
+    """The language the request asks the reply to be in (tests/fakes/languages.py)."""
+    instructions = f"{_block_text(body.get('system'))}\n{prompt}"
+    return FRENCH if asked_language(instructions, question or "") == "fr" else ENGLISH
 
 
 def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
@@ -307,8 +342,9 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
     subject = _shorten(question or focus or "the question at hand")
     topic = f"\u201c{_shorten(focus or question or 'the question at hand')}\u201d"
     tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    book = _phrasebook(body, prompt, question)
     if "THOUGHT:" in prompt and tools and "ANSWER:" not in prompt:
-        used = _use_tools(state, tools, rounds, subject)
+        used = _use_tools(state, tools, rounds, subject, book)
         if used is not None:
             return used
 
@@ -330,9 +366,11 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
         text = _check_citations(prompt)
     elif "WEB QUERIES:" in prompt and "PLAN:" in prompt:
         _, n = state.bump("plans")
+        steps = "\n".join(
+            f"{i}. {step.format(topic=topic)}" for i, step in enumerate(book.plan_steps, 1)
+        )
         text = (
-            f"PLAN:\n1. Clarify what {topic} asks\n2. Gather evidence from notes and the web\n"
-            "3. Test the strongest explanation against counterexamples\n4. Synthesise\n"
+            f"PLAN:\n{steps}\n"
             f"TERMS: {', '.join(w for w in subject.split()[:4])}\n"
             f"WEB QUERIES:\n- {subject}\n- {subject} evidence (plan {n})\n"
             f"MEMORY QUERIES:\n- {subject}"
@@ -350,22 +388,25 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
         text = "\n---\n".join(blocks) or "Nothing to rank."
     elif "ANSWER:" in prompt:
         _, n = state.bump("answers")
-        text = _final_block("ANSWER", subject, n, 0.78, _SOURCE_RE.findall(prompt))
+        text = _final_block("ANSWER", subject, n, 0.78, _SOURCE_RE.findall(prompt), book=book)
     elif "SYNTHESIS:" in prompt:
         _, n = state.bump("syntheses")
         confidence = min(0.9, round(0.45 + 0.1 * (n - 1), 2))
-        text = _final_block("SYNTHESIS", subject, n, confidence, _SOURCE_RE.findall(prompt))
+        text = _final_block(
+            "SYNTHESIS", subject, n, confidence, _SOURCE_RE.findall(prompt), book=book
+        )
     elif "QUESTION:" in prompt:
         _, n = state.bump("questions")
         count = 3 if n % 2 else 2
         blocks = []
         for i in range(count):
             k = (n - 1) * 3 + i  # unique per block across calls
-            template = _QUESTION_TEMPLATES[k % len(_QUESTION_TEMPLATES)]
+            template = book.questions[k % len(book.questions)]
             blocks.append(
-                f"QUESTION: {template.format(focus=topic)} (line of inquiry {k + 1})\n"
+                f"QUESTION: {template.format(focus=topic)} "
+                f"({book.line_of_inquiry.format(k=k + 1)})\n"
                 f"PRIORITY: {9 - k % 6}\n"
-                f"WHY: {_QUESTION_REASONS[k % len(_QUESTION_REASONS)]}"
+                f"WHY: {book.reasons[k % len(book.reasons)]}"
             )
         text = "\n---\n".join(blocks)
     elif "THOUGHT:" in prompt:
@@ -376,7 +417,7 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
             kind = THOUGHT_TYPES[k % len(THOUGHT_TYPES)]
             confidence = 0.5 + 0.05 * (k % 8)
             blocks.append(
-                f"THOUGHT: {_THOUGHT_TEMPLATES[kind].format(focus=topic, n=k + 1)}\n"
+                f"THOUGHT: {book.thoughts[kind].format(focus=topic, n=k + 1)}\n"
                 f"TYPE: {kind}\n"
                 f"CONFIDENCE: {confidence:.2f}"
             )
@@ -385,7 +426,7 @@ def scripted_mind(body: dict, state: MindState | None = None) -> Reply:
             text = _tagged(text, topic, n, enhanced="<analysis>" in prompt)
     else:
         _, n = state.bump("plain")
-        text = f"Noted. A brief reflection on {topic}: it is worth approaching step by step (#{n})."
+        text = book.plain.format(topic=topic, n=n)
     return Reply(text=text, thinking=thinking)
 
 
@@ -445,7 +486,9 @@ def _grade_answer(prompt: str) -> str:
     )
 
 
-def _use_tools(state: MindState, tools: set, rounds: int, subject: str) -> Reply | None:
+def _use_tools(
+    state: MindState, tools: set, rounds: int, subject: str, book: Phrasebook | None = None
+) -> Reply | None:
     """Every third thought cycle, search (and report progress), then use the scratchpad,
     then write the thoughts: a real tool loop for demos and end-to-end tests."""
     if (state.thoughts + 1) % 3 != 1:
@@ -459,14 +502,14 @@ def _use_tools(state: MindState, tools: set, rounds: int, subject: str) -> Reply
                     "name": "progress",
                     "input": {
                         "stage": "research",
-                        "message": f"Looking for evidence on {_shorten(subject, 60)}",
+                        "message": (book or ENGLISH).progress.format(subject=_shorten(subject, 60)),
                         "plan_step": 2,
                     },
                 }
             )
         return Reply(text="Let me look for evidence first.", tool_uses=uses)
     if rounds == 1 and "think" in tools:
-        note = f"Which of the sources found bear directly on {_shorten(subject, 60)}? Check [1]."
+        note = (book or ENGLISH).scratch.format(subject=_shorten(subject, 60))
         return Reply(tool_uses=[{"name": "think", "input": {"thought": note}}])
     return None
 

@@ -8,12 +8,14 @@ name their handler class and thread; handlers subclass :class:`FakeHandler`.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import socket
 import sys
 import threading
 import time
+from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, Self
 
@@ -153,3 +155,56 @@ class FakeServer:
                 self.connections_opened += 1
             else:
                 self._connections.discard(conn)
+
+
+class ScriptedFake(FakeServer):
+    """A fake whose next answers a test may script: failures (`fail_next`) first, then bodies
+    (`enqueue`); `requests` records every request, in order."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.requests: list[Any] = []
+        self._failures: deque[int] = deque()
+        self._bodies: deque[dict[str, Any]] = deque()
+
+    def fail_next(self, status: int, count: int = 1) -> None:
+        """Answer the next `count` requests with HTTP `status` and the service's error body."""
+        with self._lock:
+            self._failures.extend([status] * count)
+
+    def enqueue(self, body: dict[str, Any]) -> None:
+        """Answer a later search with these fields (e.g. ``{"results": [...]}``)."""
+        with self._lock:
+            self._bodies.append(body)
+
+    def _arrived(self, record: Any) -> tuple[int | None, dict[str, Any] | None]:
+        """Record a request; the failure or body scripted for it, if any."""
+        with self._lock:
+            self.requests.append(record)
+            failure = self._failures.popleft() if self._failures else None
+            queued = self._bodies.popleft() if self._bodies and failure is None else None
+        if self.delay > 0:
+            self._stopping.wait(self.delay)
+        return failure, queued
+
+
+def command_line(description: str, *, port: int) -> argparse.ArgumentParser:
+    """The options every fake's command line takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=port)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each response")
+    parser.add_argument("--quiet", action="store_true", help="do not log requests")
+    return parser
+
+
+def serve(fake: FakeServer, name: str, settings: str) -> None:
+    """Run `fake` until Ctrl-C, saying where and with which settings to point the app at it
+    (`settings` may use {url})."""
+    fake.start()
+    print(f"{name} listening on {fake.base_url}", flush=True)
+    print(f"Try: {settings.format(url=fake.base_url)}", flush=True)
+    try:
+        fake.serve_forever()
+    except KeyboardInterrupt:
+        print("stopped", flush=True)

@@ -58,6 +58,7 @@ async def test_results_are_read_from_exas_wire_format(fake_exa: FakeExa):
         published_date=first.published_date,
         query="Why do we dream?",
         passage=first.passage,
+        provider="exa",
     )
     assert first.published_date and first.published_date.startswith("2026-")
     [request] = fake_exa.searches
@@ -120,20 +121,20 @@ async def test_a_rate_limit_is_retried_once_and_then_succeeds(fake_exa: FakeExa)
 async def test_a_server_error_twice_becomes_an_error_in_words(fake_exa: FakeExa):
     fake_exa.fail_next(503, count=2)
     error = await search_error()
-    assert str(error) == "Web search is unavailable (HTTP 503)."
+    assert str(error) == "Exa is unavailable (HTTP 503)."
     assert error.kind == "unavailable" and error.status == 503
     assert fake_exa.request_count == 2, "one retry, no more"
 
 
 async def test_a_rate_limit_twice_says_so(fake_exa: FakeExa):
     fake_exa.fail_next(429, count=2)
-    assert str(await search_error()).startswith("Web search is rate limited")
+    assert str(await search_error()).startswith("Exa is rate limited")
 
 
 async def test_a_wrong_key_names_the_key_and_is_not_retried(settings: Any, fake_exa: FakeExa):
     settings.EXA_API_KEY = "not-the-key"
     error = await search_error()
-    assert str(error) == "Web search rejected the API key (check EXA_API_KEY)."
+    assert str(error) == "Exa rejected the API key (check EXA_API_KEY)."
     assert error.kind == "auth" and fake_exa.request_count == 1
 
 
@@ -141,7 +142,7 @@ async def test_a_rejected_query_passes_on_exas_reason(fake_exa: FakeExa):
     fake_exa.fail_next(400, error="numResults must be between 1 and 100.")
     error = await search_error()
     assert str(error) == (
-        "Web search rejected the query (HTTP 400): numResults must be between 1 and 100."
+        "Exa rejected the query (HTTP 400): numResults must be between 1 and 100."
     )
     assert fake_exa.request_count == 1
 
@@ -150,7 +151,7 @@ async def test_a_silent_server_times_out_after_one_retry(settings: Any, fake_exa
     settings.DEEPTHINK_RESEARCH_TIMEOUT_SECONDS = 0.2
     fake_exa.delay = 5
     error = await search_error()
-    assert str(error) == "Web search did not answer within 0.2 seconds."
+    assert str(error) == "Exa did not answer within 0.2 seconds."
     assert error.kind == "timeout" and fake_exa.request_count == 2
 
 
@@ -158,7 +159,7 @@ async def test_an_unreachable_server_says_so(settings: Any):
     settings.EXA_API_KEY = "any"
     settings.EXA_BASE_URL = f"http://127.0.0.1:{_free_port()}"
     error = await search_error()
-    assert str(error) == "Could not reach web search (network, or EXA_BASE_URL)."
+    assert str(error) == "Could not reach Exa (network, or EXA_BASE_URL)."
 
 
 @pytest.mark.parametrize(
@@ -188,7 +189,7 @@ async def test_a_server_that_answers_no_http_is_not_called_a_timeout(settings: A
     finally:
         thread.join(timeout=5)
         listener.close()
-    assert str(error) == "Could not reach web search (network, or EXA_BASE_URL)."
+    assert str(error) == "Could not reach Exa (network, or EXA_BASE_URL)."
     assert error.kind == "connection" and len(accepted) == 2
 
 
@@ -201,7 +202,7 @@ async def test_a_proxy_from_the_environment_is_used(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{_free_port()}")
     error = await search_error()
-    assert str(error) == "Could not reach web search (network, or EXA_BASE_URL)."
+    assert str(error) == "Could not reach Exa (network, or EXA_BASE_URL)."
     assert fake_exa.request_count == 0
 
 

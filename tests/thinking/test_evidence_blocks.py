@@ -195,7 +195,7 @@ async def test_a_failing_web_search_is_a_note_that_names_the_web(
     assert await _gather(session, research, ["reef heat"], []) == []
     await session.arefresh_from_db()
     [note] = session.research_notes
-    assert note == 'Web search for "reef heat" failed: Web search is unavailable (HTTP 500).'
+    assert note == 'Web search for "reef heat" failed: Exa is unavailable (HTTP 500).'
 
 
 @pytest.mark.django_db(transaction=True)
@@ -253,7 +253,10 @@ async def test_web_queries_without_web_search_say_why_in_a_note(make_session: An
         notes.append(session.research_notes)
     assert notes == [
         ["Web research is off for this session: only the knowledge base is searched."],
-        ["Web research is off: no EXA_API_KEY is set. The knowledge base is used."],
+        [
+            "Web research is off: no web search is configured (EXA_API_KEY, SEARXNG_URL or "
+            "TAVILY_API_KEY). The knowledge base is used."
+        ],
         [],  # no web queries, nothing to say
     ]
 

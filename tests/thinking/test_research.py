@@ -549,7 +549,8 @@ async def test_a_web_search_without_a_web_client_is_noted_not_counted(
 
     await session.arefresh_from_db()
     assert session.research_notes == [
-        'Web search for "why do we dream" failed: Web search is off: set EXA_API_KEY to turn it on.'
+        'Web search for "why do we dream" failed: Web search is off: set EXA_API_KEY, '
+        "SEARXNG_URL or TAVILY_API_KEY to turn it on."
     ]
     assert session.search_tally == {} and fake_exa.request_count == 0
 

@@ -338,7 +338,7 @@ async def check_what_a_re_ranking_is_shown_and_moves(
     # The fast model (here the session's own), thinking off, with the loop's system prompt.
     assert request["body"]["model"] == session.model_id
     assert request["body"]["max_tokens"] == rerank.RERANK_MAX_TOKENS
-    assert request["body"]["system"][0]["text"] == prompts.SYSTEM
+    assert request["body"]["system"][0]["text"] == prompts.system(session.language)
     prompt = prompt_of(request)
     assert "Original Question: What is consciousness?" in prompt
     assert "New sources" not in prompt  # none since the last ranking

@@ -152,6 +152,21 @@ class Command(BaseCommand):
             f"{', '.join(tools.CHOICES)}; 'none' for none (default: every tool the "
             "deployment offers).",
         )
+        parser.add_argument(
+            "--web-search",
+            help="Web search providers, comma-separated: exa, searxng, tavily (default: "
+            "DEEPTHINK_WEB_SEARCH).",
+        )
+        parser.add_argument("--include-domains", help="Web results only from these domains.")
+        parser.add_argument("--exclude-domains", help="Web results never from these domains.")
+        parser.add_argument(
+            "--recency",
+            choices=["day", "week", "month", "year"],
+            help="How recent web pages must be.",
+        )
+        parser.add_argument(
+            "--language", help="Write in this language (default: the language of the question)."
+        )
         parser.add_argument("--owner", help="Username of the owner (default: first superuser).")
         parser.add_argument("--json", action="store_true", help="Print one JSON document.")
 
@@ -296,6 +311,13 @@ class Command(BaseCommand):
                 "research": "off" if options["no_research"] else "on",
                 "web": "off" if options["no_web"] else "on",
                 **_tool_choice(options["tools"]),
+                "web_search": [
+                    n.strip() for n in (options["web_search"] or "").split(",") if n.strip()
+                ],
+                "include_domains": options["include_domains"] or "",
+                "exclude_domains": options["exclude_domains"] or "",
+                "search_recency": options["recency"] or "",
+                "language": options["language"] or "",
                 "parent": options["parent"] or "",
                 "notify": "" if mail is None else str(mail).lower(),
                 "webhook_url": options["webhook_url"] or "",

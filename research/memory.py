@@ -443,7 +443,7 @@ def _rank_postgresql(
         FROM top JOIN research_passage AS p ON p.id = top.id, q
         ORDER BY top.score DESC, top.item_id DESC, top.position
     """  # noqa: S608 - only placeholders and constants are interpolated
-    params: list[object] = [
+    params: list[str | int | float | None] = [
         websearch_query(ask.terms),
         *weights,
         *ask.terms,

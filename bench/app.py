@@ -2,16 +2,17 @@
 
 Only what a deployment or a person relies on: the worker's `Supervisor` (what
 `manage.py runworker thinking` runs), the models, the ASGI application with its WebSocket URL
-(what a page connects to), and the knowledge base's `add_item`. No module's private function,
-no internal step: `bench/compare.py` runs these same benchmarks on an older tree, so they
-must mean the same thing on both. Import this module only after Django is set up
-(`harness.start_django`).
+(what a page connects to), and the knowledge base's `add_item` and `search_memory`. No
+module's private function, no internal step: `bench/compare.py` runs these same benchmarks
+on an older tree, so they must mean the same thing on both. Import this module only after
+Django is set up (`harness.start_django`).
 """
 
 from __future__ import annotations
 
 from config.asgi import application
 from research.knowledge import add_item
+from research.memory import search_memory
 from thinking.models import Synthesis, ThinkingSession, Thought
 from thinking.worker import Supervisor
 
@@ -26,4 +27,5 @@ __all__ = [
     "Thought",
     "add_item",
     "application",
+    "search_memory",
 ]

@@ -5,6 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from .knowledge import replace_passages
 from .models import KnowledgeItem, Passage, SearchCache
 
 
@@ -33,6 +34,16 @@ class KnowledgeItemAdmin(admin.ModelAdmin):
     readonly_fields = ("created_at", "updated_at")
     fields = ("owner", "title", "body", "url", "source", "origin", "created_at", "updated_at")
     inlines = (PassageInline,)
+
+    def save_model(self, request: HttpRequest, obj: KnowledgeItem, form: Any, change: bool) -> None:
+        """An edited title or text is what search finds at once: the passages (which carry
+        both) are rebuilt from it."""
+        super().save_model(request, obj, form, change)
+        if not change or {"title", "body"} & set(form.changed_data):
+            cut = [note for note in replace_passages(obj) if note not in obj.notes]
+            if cut:
+                obj.notes = [*obj.notes, *cut]
+                obj.save(update_fields=["notes"])
 
 
 @admin.register(SearchCache)

@@ -113,16 +113,22 @@ def replace_passages(item: KnowledgeItem, sections: list[Section] | None = None)
     if len(parts) > documents.MAX_PASSAGES:
         parts = parts[: documents.MAX_PASSAGES]
         notes.append(documents.truncation_note(len(parts), parts[-1]))
+    if not parts:  # an item with a title and no text is still found by its title
+        parts = [Section("")]
     Passage.objects.filter(item=item).delete()
     Passage.objects.bulk_create(
-        Passage(
-            item=item,
-            position=index,
-            heading=clean_title(part.heading)[:300] if part.heading else "",
-            page=part.page,
-            text=clean_text(part.text),
-        )
-        for index, part in enumerate(parts)
+        (
+            Passage(
+                item=item,
+                title=item.title,
+                position=index,
+                heading=clean_title(part.heading)[:300] if part.heading else "",
+                page=part.page,
+                text=clean_text(part.text),
+            )
+            for index, part in enumerate(parts)
+        ),
+        batch_size=500,
     )
     return notes
 

@@ -1,8 +1,9 @@
 """The knowledge base and the search cache.
 
-Full-text search over knowledge items is not an ORM field: on SQLite an FTS5 table kept in
-sync by triggers, on PostgreSQL a GIN expression index (both created in migration 0002, each
-only on its own database). `research/memory.py` is the only module that queries them.
+Full-text search is over passages and is not an ORM field: on SQLite an FTS5 table kept in
+step by triggers, on PostgreSQL a stored generated `tsvector` column with a GIN index (both
+made in migration 0007, each only on its own database). `research/memory.py` is the only
+module that queries them.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ class Passage(models.Model):
     results and citations point to, so a long document is cited by the part that says it."""
 
     item = models.ForeignKey(KnowledgeItem, on_delete=models.CASCADE, related_name="passages")
+    # The item's title, copied so each passage's full-text index holds it (a title hit ranks
+    # every passage of the item; the best of them is the one whose text matches too).
+    # knowledge.replace_passages writes it whenever the item changes.
+    title = models.CharField(max_length=300, blank=True, default="", editable=False)
     position = models.PositiveIntegerField()
     heading = models.CharField(max_length=300, blank=True)
     page = models.PositiveIntegerField(null=True, blank=True)

@@ -30,7 +30,11 @@ def get_item_for(user: object, pk: int) -> KnowledgeItem:
 
 def _search(user: Any, query: str) -> list[MemoryResult]:
     results = search_memory(
-        owner_ids=[user.pk], team_ids=team_ids_of(user), query=query, limit=SEARCH_LIMIT
+        owner_ids=[user.pk],
+        team_ids=team_ids_of(user),
+        query=query,
+        limit=SEARCH_LIMIT,
+        per_item=1,  # one row per item: the passage that matches best
     )
     # Visibility has one definition (visible_to); results outside it are never shown, even
     # if search scopes and visibility drift apart when teams arrive.

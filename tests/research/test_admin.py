@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from research.knowledge import add_item
+from research.memory import search_memory
 from research.models import KnowledgeSource, SearchCache
 
 pytestmark = pytest.mark.django_db
@@ -28,6 +29,19 @@ def test_knowledge_items_are_searchable_and_filterable(staff_client: Any, alice:
     assert "Tides" in html and "Dreams" not in html
     html = staff_client.get(url, {"source__exact": "upload"}).content.decode()
     assert "Dreams" in html and "Tides" not in html
+
+
+def test_an_item_edited_in_the_admin_is_found_by_its_new_words(staff_client: Any, alice: Any):
+    item = add_item(owner=alice, title="Volcanoes", body="Magma rises.")
+    url = reverse("admin:research_knowledgeitem_change", args=[item.pk])
+    form = {"owner": alice.pk, "title": "Glaciers", "body": "Ice flows.", "url": "",
+            "source": "note", "origin": "", "passages-TOTAL_FORMS": 1,
+            "passages-INITIAL_FORMS": 1, "passages-0-id": item.passages.get().pk,
+            "passages-0-item": item.pk}  # fmt: skip
+    assert staff_client.post(url, form).status_code == 302
+    assert search_memory(owner_ids=[alice.pk], query="volcanoes") == []
+    [found] = search_memory(owner_ids=[alice.pk], query="glaciers ice")
+    assert (found.item_id, found.passage) == (item.pk, "Ice flows.")
 
 
 def test_the_search_cache_is_read_only(staff_client: Any):

@@ -118,7 +118,8 @@ class MemorySearchContract:
 
     def test_another_users_items_never_appear(self, alice: Any, bob: Any):
         mine = add_item(owner=alice, title="Coral reefs", body="Reefs bleach in warm water.")
-        theirs = add_item(owner=bob, title="Coral reefs", body="Reefs bleach in warm water.")
+        # Not word for word the same: the same text twice is one result (a copy).
+        theirs = add_item(owner=bob, title="Coral reefs", body="Reefs bleach when seas warm.")
         assert [r.item_id for r in search(alice, "coral reefs")] == [mine.pk]
         assert [r.item_id for r in search(bob, "coral reefs")] == [theirs.pk]
         both = search_memory(owner_ids=[alice.pk, bob.pk], query="coral")
@@ -126,9 +127,9 @@ class MemorySearchContract:
         assert search_memory(owner_ids=[], query="coral") == []
 
     def test_edits_and_deletions_are_searchable_at_once(self, alice: Any):
-        item = add_item(owner=alice, title="Volcanoes", body="Magma rises.")
-        item.title, item.body = "Glaciers", "Ice flows."
-        item.save()
+        # An edit as the app makes one: the same origin saved again (a re-import).
+        item = add_item(owner=alice, title="Volcanoes", body="Magma rises.", origin="file:/a")
+        assert add_item(owner=alice, title="Glaciers", body="Ice flows.", origin="file:/a") == item
         assert search(alice, "volcanoes") == []
         assert [r.item_id for r in search(alice, "glaciers")] == [item.pk]
         item.delete()
@@ -136,9 +137,67 @@ class MemorySearchContract:
 
     def test_the_limit_is_respected(self, alice: Any):
         for n in range(5):
-            add_item(owner=alice, title=f"Comet {n}", body="A comet has a tail.")
+            add_item(owner=alice, title=f"Comet {n}", body=f"Comet {n} has a tail.")
         assert len(search(alice, "comet", limit=3)) == 3
         assert search(alice, "comet", limit=0) == []
+
+    def test_a_rare_words_only_page_ranks_first_ahead_of_copies_of_a_long_document(
+        self, alice: Any
+    ):
+        paper = "\n\n".join(
+            f"Coral reefs warm every summer, and reef temperature rises in the shallow "
+            f"reef flats of site {n}. Coral cover and temperature were logged daily."
+            for n in range(60)
+        )
+        for copy in range(13):
+            add_item(owner=alice, title=f"Reef temperature survey {copy}", body=paper)
+        page = add_item(
+            owner=alice,
+            title="Field note",
+            body="Zooxanthellae left the coral after the storm.",
+        )
+        results = search(alice, "zooxanthellae coral reef temperature", limit=5)
+        assert results[0].item_id == page.pk
+
+    def test_one_long_document_cannot_fill_the_top_five(self, alice: Any):
+        long = add_item(
+            owner=alice,
+            title="Tidal atlas",
+            body="\n\n".join(f"Tides at harbour {n} rise with the moon." for n in range(80)),
+        )
+        others = {
+            add_item(owner=alice, title=f"Note {n}", body=f"The moon, seen from pier {n}.").pk
+            for n in range(4)
+        }
+        results = search(alice, "tides moon", limit=5)
+        assert len(results) == 5
+        assert sum(r.item_id == long.pk for r in results) <= 2
+        assert len(others & {r.item_id for r in results}) == 3
+
+    def test_copies_of_one_text_are_shown_once(self, alice: Any):
+        for _ in range(6):
+            add_item(owner=alice, title="Meeting notes", body="The lagoon survey starts Monday.")
+        other = add_item(owner=alice, title="Plan", body="Survey the lagoon's west side first.")
+        results = search(alice, "lagoon survey", limit=5)
+        assert [r.passage for r in results].count("The lagoon survey starts Monday.") == 1
+        assert other.pk in {r.item_id for r in results}
+
+    def test_the_passage_shown_is_the_one_with_the_query_sentence(self, alice: Any):
+        chatter = " ".join(["The water was warm and the water was calm near the water."] * 6)
+        body = (
+            f"# Setting\n\n{chatter}\n\n# Findings\n\n"
+            "Bleaching began when the water reached thirty degrees. Recovery took a year.\n\n"
+            f"# Discussion\n\n{chatter}"
+        )
+        item = add_item(owner=alice, title="Reef report", body=body)
+        [best, *_] = search(alice, "Bleaching began when the water reached thirty degrees.")
+        assert best.item_id == item.pk
+        assert "Bleaching began when the water reached thirty degrees." in best.passage
+        assert best.locator == "§ Findings"
+
+    def test_an_item_without_text_is_found_by_its_title(self, alice: Any):
+        item = add_item(owner=alice, title="Nautilus", body="")
+        assert [r.item_id for r in search(alice, "nautilus")] == [item.pk]
 
 
 class TestMemorySearch(MemorySearchContract):
@@ -154,6 +213,31 @@ class TestMemorySearchOnPostgreSQL(MemorySearchContract):
                 f"needs PostgreSQL (this run uses {connection.vendor}); run with "
                 "DATABASE_URL=postgres://postgres@127.0.0.1:5432/test pytest -m services"
             )
+
+    def test_the_rare_word_still_wins_once_the_statistics_are_gathered(self, alice: Any):
+        # Word frequencies come from ANALYZE's statistics once there are some (autovacuum
+        # gathers them), from counts before.
+        self.test_a_rare_words_only_page_ranks_first_ahead_of_copies_of_a_long_document(alice)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE research_passage")
+        results = search(alice, "zooxanthellae coral reef temperature", limit=5)
+        assert results[0].title == "Field note"
+
+    def test_each_passage_has_a_stored_indexed_search_vector(self, alice: Any):
+        add_item(owner=alice, title="Kelp", body="Kelp forests grow fast.")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT is_generated FROM information_schema.columns "
+                "WHERE table_name = 'research_passage' AND column_name = 'search'"
+            )
+            assert cursor.fetchone() == ("ALWAYS",)
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(
+                "EXPLAIN SELECT id FROM research_passage "
+                "WHERE search @@ websearch_to_tsquery('english', 'kelp')"
+            )
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "research_passage_search_gin" in plan
 
 
 def test_query_terms_keep_only_words():

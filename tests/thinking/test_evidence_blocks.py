@@ -291,7 +291,7 @@ async def test_a_search_that_breaks_unexpectedly_is_logged_and_noted(
             raise RuntimeError("boom")
 
     for n in range(8):
-        await sync_to_async(add_item)(owner=alice, title=f"Reef {n}", body="reef heat notes")
+        await sync_to_async(add_item)(owner=alice, title=f"Reef {n}", body=f"reef heat notes {n}")
     session = await sync_to_async(make_session)()
     await claim(session)
     research = evidence.Research(owner_ids=[alice.pk], scope="s", web=BrokenWeb())  # type: ignore[arg-type]

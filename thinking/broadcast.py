@@ -513,7 +513,7 @@ async def publish(event: SessionEvent) -> None:
     connection)."""
     layer = get_channel_layer()
     group = group_name(event.session_id)
-    if not await has_members(layer, group):
+    if not await has_members(group):
         _forget(event.session_id)
         return
     if event.live is not None:

@@ -6,10 +6,11 @@ calls split between the session's model and the fast model (utility calls: the p
 sub-question lists, re-ranking, citation checks) and each priced by its own model
 (`pricing`). The figures per call come from this server's own recent completed sessions
 with the same research setting (their ModelCall rows and thinking time) once there are
-MIN_SESSIONS of them; until then from the built-in figures below, the benchmark's
-(bench/README.md, figure 7: a model call every 20 s of thinking, so 3 per thinking-minute,
-~30% of them utility work; ~15,000 tokens per minute with 87% of the input read from the
-prompt cache; ~1,000 output tokens a call). The range is LOW to HIGH times the expected
+MIN_SESSIONS of them; until then from the built-in figures below, the benchmark's ("7. Cost
+per thinking-minute" in the benchmark diary, `git show 1a29a6f^:bench/README.md`: a model
+call every 20 s of thinking, so 3 per thinking-minute, ~30% of them utility work; ~15,000
+tokens per minute with 87% of the input read from the prompt cache; ~1,000 output tokens a
+call). The range is LOW to HIGH times the expected
 figure, and never above a ceiling the session will hold.
 """
 
@@ -26,7 +27,7 @@ from .llm import UTILITY_PURPOSES
 from .models import ModelCall, Status, ThinkingSession
 from .pricing import Spent
 
-# The built-in figures (bench/README.md, figure 7), used until this server has its own.
+# The built-in figures (the benchmark diary's figure 7), used until this server has its own.
 CALLS_PER_MINUTE = 3.0
 UTILITY_SHARE = 0.3
 MAIN_CALL = Spent(1, input=300, output=1000, cache_read=4000, cache_write=500)
@@ -54,7 +55,7 @@ BUILT_IN = Measure(
     UTILITY_SHARE,
     MAIN_CALL,
     UTILITY_CALL,
-    "built-in figures (the benchmark's: bench/README.md, figure 7)",
+    "built-in figures (the benchmarks' cost per thinking-minute)",
 )
 
 

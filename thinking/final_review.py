@@ -180,7 +180,8 @@ Material = dict[str, list]
 def gather(session: ThinkingSession) -> Material:
     """Every synthesis, thought and sub-question of the session, as plain items. Read as
     tuples, not model instances: a long session's review reads thousands of thoughts once,
-    and instances held its memory peak up (bench/README, "Memory over a long session")."""
+    and instances held its memory peak up (the benchmark diary, `git show
+    1a29a6f^:bench/README.md`, "Memory over a long session"; `make bench`'s `memory`)."""
     syntheses = session.syntheses.filter(is_final=False).order_by("sequence")
     thoughts = session.thoughts.filter(type__in=transcript.MODEL_TYPES).order_by("sequence")
     return {

@@ -9,8 +9,8 @@ those retries live here. Errors that survive become LLMError with a sentence a p
 act on.
 
 The SDK's HTTP client runs on aiohttp (the SDK's `DefaultAioHttpClient`): its C parser reads
-a streamed reply for about half the CPU of the default pure-Python stack (bench/README, "The
-model client on aiohttp").
+a streamed reply for about half the CPU of the default pure-Python stack (the benchmark
+diary, `git show 1a29a6f^:bench/README.md`, "The model client on aiohttp").
 """
 
 from __future__ import annotations

@@ -4,16 +4,16 @@
 SDK's) and returns the event stream. The SDK's `messages.stream()` helper on top of it
 rebuilds a snapshot of the whole message and a typed event for every delta; iterating the
 stream itself still builds one typed object per event. Both were most of the client's CPU
-per call (bench/README, "The model stream" and "The stream's events as JSON"). Here the
-events are read with the SDK's public SSE decoder (`AsyncStream.raw_events`) and each one's
-JSON taken as it is; an `error` event is raised as the SDK's public `APIStatusError`, with
-the stream's status (200) and the event's error type and message. A stream that ends
-before `message_stop` raises IncompleteStream (asked again, like a lost connection); a
-tool call cut off inside its JSON by max_tokens is left out (the reply is asked again with
-more room); blocks and deltas of types this client does not read (server tools, citations,
-whatever comes next) are ignored. Each block's deltas
-are kept as strings and joined once, when the stream ends; the blocks come out as request
-blocks, values untouched (signatures included), ready to be sent back inside a tool loop.
+per call (the benchmark diary, `git show 1a29a6f^:bench/README.md`, "The model stream" and
+"The stream's events as JSON"). Here the events are read with the SDK's public SSE decoder
+(`AsyncStream.raw_events`) and each one's JSON taken as it is; an `error` event is raised as
+the SDK's public `APIStatusError`, with the stream's status (200) and the event's error type
+and message. A stream that ends before `message_stop` raises IncompleteStream (asked again,
+like a lost connection); a tool call cut off inside its JSON by max_tokens is left out (the
+reply is asked again with more room); blocks and deltas of types this client does not read
+(server tools, citations, whatever comes next) are ignored. Each block's deltas are kept as
+strings and joined once, when the stream ends; the blocks come out as request blocks, values
+untouched (signatures included), ready to be sent back inside a tool loop.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ async def leave(layer: BaseChannelLayer, group: str, channel: str, joined: float
     await layer.group_discard(group, channel)
 
 
-async def has_members(layer: BaseChannelLayer, group: str) -> bool:
-    """Whether a page has joined `group` (`join`) and not left it, so a `group_send` on
-    `layer` now would reach one."""
+async def has_members(group: str) -> bool:
+    """Whether a page has joined `group` (`join`) and not left it, so a `group_send` to it
+    now would reach one."""
     return await _counted_async(_key(group)) > 0

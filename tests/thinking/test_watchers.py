@@ -74,20 +74,20 @@ async def test_a_session_is_watched_exactly_while_a_page_that_joined_is_there(
     group = a_group()
     try:
         first, second = await layer.new_channel(), await layer.new_channel()
-        assert not await has_members(layer, group)
+        assert not await has_members(group)
 
         first_joined = await join(layer, group, first)
-        assert await has_members(layer, group)
+        assert await has_members(group)
         assert await reached(layer, group, first, second) == [first]
-        assert not await has_members(layer, a_group())
+        assert not await has_members(a_group())
 
         second_joined = await join(layer, group, second)
         await leave(layer, group, first, first_joined)
-        assert await has_members(layer, group), "one page is still open"
+        assert await has_members(group), "one page is still open"
         assert await reached(layer, group, first, second) == [second]
 
         await leave(layer, group, second, second_joined)
-        assert not await has_members(layer, group)
+        assert not await has_members(group)
         assert await reached(layer, group, first, second) == []
     finally:
         await close(layer, kind)
@@ -105,14 +105,14 @@ async def test_a_count_left_behind_expires_and_a_page_leaving_late_keeps_a_newer
     try:
         stale, fresh = await layer.new_channel(), await layer.new_channel()
         stale_joined = await join(layer, group, stale)
-        assert await has_members(layer, group)
+        assert await has_members(group)
         await asyncio.sleep(1.5)
-        assert not await has_members(layer, group)
+        assert not await has_members(group)
 
         fresh_joined = await join(layer, group, fresh)
         await leave(layer, group, stale, stale_joined)
-        assert await has_members(layer, group)
+        assert await has_members(group)
         await leave(layer, group, fresh, fresh_joined)
-        assert not await has_members(layer, group)
+        assert not await has_members(group)
     finally:
         await close(layer, kind)

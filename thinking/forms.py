@@ -51,7 +51,6 @@ class StartSessionForm(forms.Form):
         "format_mode",
         "format_spec",
         "tools",
-        "team",
         "webhook_url",
     )
     TOOLS = (

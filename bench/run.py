@@ -26,7 +26,7 @@ from . import report
 from .fakehost import FakeHost
 from .harness import RESULTS, Setup, code_version, machine, prepare, start_django, teardown
 
-NAMES = ("cpu", "concurrency", "live", "memory", "research", "cache")
+NAMES = ("cpu", "concurrency", "live", "memory", "research", "cache", "admin")
 
 
 def chosen(only: str) -> list[str]:
@@ -72,7 +72,7 @@ async def run_all(setup: Setup, names: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
-        "--only", default="", help=f"comma-separated benchmarks ({', '.join(NAMES)}; or 1-6)"
+        "--only", default="", help=f"comma-separated benchmarks ({', '.join(NAMES)}; or 1-7)"
     )
     parser.add_argument("--json", default="", help="write the results here instead")
     args = parser.parse_args(argv)

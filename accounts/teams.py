@@ -90,15 +90,22 @@ def invite_or_change(team: Team, by: Any, username: str, role: str) -> str:
         return f"{name} is now a member."
 
 
+def _waiting(user: Any) -> Any:
+    return Membership.objects.filter(user=user).exclude(accepted_at__isnull=False, offered_role="")
+
+
 def pending_for(user: Any) -> list[Membership]:
     """Invitations and ownership offers waiting for this user's answer."""
     if not getattr(user, "is_authenticated", False):
         return []
-    return list(
-        Membership.objects.filter(user=user)
-        .exclude(accepted_at__isnull=False, offered_role="")
-        .select_related("team", "invited_by")
-    )
+    return list(_waiting(user).select_related("team", "invited_by"))
+
+
+def pending_count(user: Any) -> int:
+    """How many answers this user owes (the navigation shows it on every page)."""
+    if not getattr(user, "is_authenticated", False):
+        return 0
+    return _waiting(user).count()
 
 
 def accept(user: Any, membership_id: int) -> Membership:

@@ -9,6 +9,7 @@ urlpatterns = [
     # Before Django's auth URLs, so the throttled login answers /accounts/login/.
     path("accounts/login/", views.ThrottledLoginView.as_view(), name="login"),
     path("accounts/signup/", views.signup, name="signup"),
+    path("settings/account/", views.account, name="account"),
     path("settings/tokens/", views.token_list, name="api-tokens"),
     path("settings/tokens/<int:pk>/revoke/", views.token_revoke, name="api-token-revoke"),
     path("settings/notifications/", views.notification_settings, name="notification-settings"),

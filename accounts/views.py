@@ -16,7 +16,7 @@ from django.contrib.auth.views import LoginView
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import add_never_cache_headers
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from config.http import AuthenticatedHttpRequest
 
@@ -59,23 +59,20 @@ class NotificationForm(forms.Form):
             user.save(update_fields=["email"])
 
 
-def _account_page(
+def _tokens_page(
     request: AuthenticatedHttpRequest,
     *,
     form: TokenForm | None = None,
     status: int = 200,
     **shown: Any,
 ) -> HttpResponse:
-    """The tokens page; `shown` carries a token or webhook key made by this request, which
-    exists only in this response (never cached)."""
+    """The tokens page; `shown` carries a token made by this request, which exists only in
+    this response (never cached)."""
     context = {
         "form": form or TokenForm(),
         "tokens": ApiToken.objects.filter(user=request.user),
         "new_token": None,
         "new_secret": "",
-        "webhook_key": webhook_secrets.of(request.user),
-        "new_webhook_key": "",
-        "notification_form": NotificationForm.for_user(request.user),
         **shown,
     }
     response = render(request, "accounts/tokens.html", context, status=status)
@@ -84,17 +81,37 @@ def _account_page(
     return response
 
 
+def _account_page(request: AuthenticatedHttpRequest, *, new_webhook_key: str = "") -> HttpResponse:
+    """The account page: when sessions mail you, and your webhook signing key (a new one is
+    shown only in the response that made it, never cached)."""
+    context = {
+        "webhook_key": webhook_secrets.of(request.user),
+        "new_webhook_key": new_webhook_key,
+        "notification_form": NotificationForm.for_user(request.user),
+    }
+    response = render(request, "accounts/account.html", context)
+    if new_webhook_key:
+        add_never_cache_headers(response)
+    return response
+
+
+@login_required
+@require_GET
+def account(request: AuthenticatedHttpRequest) -> HttpResponse:
+    return _account_page(request)
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def token_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = TokenForm(request.POST if request.method == "POST" else None)
     if not form.is_bound:
-        return _account_page(request, form=form)
+        return _tokens_page(request, form=form)
     if not form.is_valid():
-        return _account_page(request, form=form, status=422)
+        return _tokens_page(request, form=form, status=422)
     # Rendered here rather than redirected to: the token exists only in this response.
     token, secret = create_token(request.user, form.cleaned_data["name"])
-    return _account_page(request, new_token=token, new_secret=secret)
+    return _tokens_page(request, new_token=token, new_secret=secret)
 
 
 @login_required
@@ -123,7 +140,7 @@ def notification_settings(request: AuthenticatedHttpRequest) -> HttpResponse:
         messages.success(request, "Notification settings saved.")
     else:
         messages.error(request, " ".join(" ".join(map(str, e)) for e in form.errors.values()))
-    return redirect("api-tokens")
+    return redirect("account")
 
 
 class ThrottledLoginView(LoginView):
@@ -132,6 +149,10 @@ class ThrottledLoginView(LoginView):
     admin's login). A refused attempt answers 429 and never checks the password."""
 
     authentication_form = ThrottledAuthenticationForm
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        # The page links to sign-up only where the deployment allows it.
+        return {**super().get_context_data(**kwargs), "signup_open": settings.DEEPTHINK_SIGNUP}
 
     def form_invalid(self, form: Any) -> HttpResponse:
         response = super().form_invalid(form)

@@ -13,14 +13,30 @@ from __future__ import annotations
 from config.asgi import application
 from research.knowledge import add_item
 from research.memory import search_memory
-from thinking.models import Synthesis, ThinkingSession, Thought
+from thinking.models import (
+    ModelCall,
+    Source,
+    Stage,
+    SubQuestion,
+    Synthesis,
+    ThinkingSession,
+    Thought,
+)
 from thinking.worker import Supervisor
 
 # The page's WebSocket: ws/sessions/<id>/?rev=<the revision the page shows>.
 WS_PATH = "/ws/sessions/{session_id}/?rev={revision}"
 
+# The admin's change lists of a session's rows (/admin/thinking/<kind>/?session=<id>).
+ADMIN_ROWS = ("thought", "subquestion", "synthesis", "source", "stage", "modelcall")
+
 __all__ = [
+    "ADMIN_ROWS",
     "WS_PATH",
+    "ModelCall",
+    "Source",
+    "Stage",
+    "SubQuestion",
     "Supervisor",
     "Synthesis",
     "ThinkingSession",

@@ -15,7 +15,7 @@ import ninja
 import pydantic
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
@@ -28,11 +28,13 @@ from . import actions, followups, limits, stages, tools
 from .access import get_session_for
 from .citations import session_counts
 from .export import (
+    batched_text,
+    document_chunks,
+    markdown_chunks,
     model_usage,
     reference_summary,
-    session_document,
-    session_markdown,
     source_row,
+    streamed,
     sub_question_row,
     synthesis_row,
     thought_row,
@@ -989,15 +991,15 @@ class ExportParams(Schema):
 )
 def export_session(
     request: ApiRequest, session_id: uuid.UUID, params: Query[ExportParams]
-) -> HttpResponse:
-    """A download: the JSON document, or the Markdown report with `format=md`."""
+) -> StreamingHttpResponse:
+    """A download: the JSON document, or the Markdown report with `format=md`. Streamed,
+    its rows read a chunk at a time, so a long session's export is never held whole."""
     session = get_session_for(request.auth, session_id)
     if params.format == "md":
-        response = HttpResponse(
-            session_markdown(session), content_type="text/markdown; charset=utf-8"
-        )
+        chunks, kind = markdown_chunks(session), "text/markdown; charset=utf-8"
     else:
-        response = api.create_response(request, session_document(session), status=200)
+        chunks, kind = document_chunks(session), "application/json; charset=utf-8"
+    response = StreamingHttpResponse(streamed(request, batched_text(chunks)), content_type=kind)
     response["Content-Disposition"] = (
         f'attachment; filename="deep-think-{session.pk}.{params.format}"'
     )

@@ -7,10 +7,15 @@ lease, and never ModelCall.content (it holds thinking signatures).
 
 from __future__ import annotations
 
-from collections import Counter
+import json
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.db.models import Count
+from django.http import HttpRequest
 from django.utils.translation import ngettext
 
 from . import stages
@@ -18,6 +23,8 @@ from .citations import MARKS, check_rows, find_citations, session_counts
 from .formatting import duration, percent
 from .models import Source, SubQuestion, Synthesis, ThinkingSession, Thought, ThoughtType
 from .words import counted
+
+CHUNK = 500  # rows read at a time while a long list is written
 
 MODEL_CALL_COLUMNS = (
     "purpose",
@@ -143,7 +150,19 @@ def model_usage(session: ThinkingSession) -> list[dict[str, Any]]:
     ]
 
 
-def session_document(session: ThinkingSession) -> dict[str, Any]:
+class Rows:
+    """A list of the document read row by row when it is written (`document_chunks`), so a
+    long session's export never holds all its rows at once."""
+
+    def __init__(self, rows: Callable[[], Iterable[dict[str, Any]]]) -> None:
+        self.rows = rows
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.rows())
+
+
+def _document(session: ThinkingSession) -> dict[str, Any]:
+    """The document, its long lists as `Rows`."""
     return {
         "id": str(session.pk),
         "status": session.status,
@@ -175,11 +194,24 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
         "created_at": session.created_at.isoformat(),
         "started_at": session.started_at.isoformat() if session.started_at else None,
         "finished_at": session.finished_at.isoformat() if session.finished_at else None,
-        "thoughts": [thought_row(t) for t in session.thoughts.select_related("sub_question")],
-        "sub_questions": [
-            sub_question_row(q) for q in session.sub_questions.select_related("parent")
-        ],
-        "syntheses": [synthesis_row(s) for s in session.syntheses.all()],
+        "thoughts": Rows(
+            lambda: (
+                thought_row(t)
+                for t in session.thoughts.select_related("sub_question").iterator(CHUNK)
+            )
+        ),
+        "sub_questions": Rows(
+            lambda: (
+                sub_question_row(q)
+                for q in session.sub_questions.select_related("parent").iterator(CHUNK)
+            )
+        ),
+        "syntheses": Rows(
+            lambda: (
+                synthesis_row(s)
+                for s in session.syntheses.prefetch_related("citation_checks").iterator(100)
+            )
+        ),
         # Think longer (#19): every final answer, oldest first; the last is the current one.
         "answer_versions": [
             synthesis_row(s) for s in session.syntheses.filter(is_final=True).order_by("sequence")
@@ -205,25 +237,85 @@ def session_document(session: ThinkingSession) -> dict[str, Any]:
         "unknown_citations": session.unknown_citations,
         "reference_summary": reference_summary(session),
         "citation_check_counts": session_counts(session),
-        "sources": [source_row(s) for s in session.sources.all()],
+        "sources": Rows(lambda: (source_row(s) for s in session.sources.iterator(CHUNK))),
         # Usage per call, for accounting. Only these columns: `content` stays on the server.
-        "model_calls": [
-            {
-                "purpose": c["purpose"],
-                "model": c["model"],
-                "thinking_mode": c["thinking_mode"],
-                "stop_reason": c["stop_reason"],
-                "duration_ms": c["duration_ms"],
-                "input_tokens": c["input_tokens"],
-                "output_tokens": c["output_tokens"],
-                "cache_read_tokens": c["cache_read_tokens"],
-                "cache_write_tokens": c["cache_write_tokens"],
-                "cost_usd": None if c["cost_usd"] is None else float(c["cost_usd"]),
-                "created_at": c["created_at"].isoformat(),
-            }
-            for c in session.model_calls.values(*MODEL_CALL_COLUMNS)
-        ],
+        "model_calls": Rows(
+            lambda: (
+                {
+                    "purpose": c["purpose"],
+                    "model": c["model"],
+                    "thinking_mode": c["thinking_mode"],
+                    "stop_reason": c["stop_reason"],
+                    "duration_ms": c["duration_ms"],
+                    "input_tokens": c["input_tokens"],
+                    "output_tokens": c["output_tokens"],
+                    "cache_read_tokens": c["cache_read_tokens"],
+                    "cache_write_tokens": c["cache_write_tokens"],
+                    "cost_usd": None if c["cost_usd"] is None else float(c["cost_usd"]),
+                    "created_at": c["created_at"].isoformat(),
+                }
+                for c in session.model_calls.values(*MODEL_CALL_COLUMNS).iterator(CHUNK)
+            )
+        ),
     }
+
+
+def session_document(session: ThinkingSession) -> dict[str, Any]:
+    """The whole document in memory (the CLI's --json, tests); a download streams
+    `document_chunks` instead."""
+    return {
+        key: list(value) if isinstance(value, Rows) else value
+        for key, value in _document(session).items()
+    }
+
+
+def document_chunks(session: ThinkingSession) -> Iterator[str]:
+    """The JSON document as text, a row at a time: the same JSON as `session_document`."""
+    yield "{"
+    for number, (key, value) in enumerate(_document(session).items()):
+        yield f"{', ' if number else ''}{json.dumps(key)}: "
+        if isinstance(value, Rows):
+            yield "["
+            for index, row in enumerate(value):
+                yield f"{', ' if index else ''}{json.dumps(row)}"
+            yield "]"
+        else:
+            yield json.dumps(value)
+    yield "}"
+
+
+def streamed(request: HttpRequest, chunks: Generator[str]) -> Iterator[str] | AsyncIterator[str]:
+    """The chunks for a StreamingHttpResponse. Under ASGI, an async iterator that reads each
+    chunk in the request's thread (given a plain iterator, Django's ASGI handler would read it
+    whole before sending a byte); under WSGI, the chunks themselves."""
+    if isinstance(request, ASGIRequest):
+        return _read_in_thread(chunks)
+    return chunks
+
+
+async def _read_in_thread(chunks: Generator[str]) -> AsyncIterator[str]:
+    def read() -> str | None:
+        return next(chunks, None)
+
+    try:
+        while (chunk := await sync_to_async(read)()) is not None:
+            yield chunk
+    finally:
+        await sync_to_async(chunks.close)()  # its open cursor, if the client went away
+
+
+def batched_text(chunks: Iterable[str], size: int = 64 * 1024) -> Generator[str]:
+    """Small pieces of text joined into pieces of about `size` characters, for a stream."""
+    pending: list[str] = []
+    length = 0
+    for chunk in chunks:
+        pending.append(chunk)
+        length += len(chunk)
+        if length >= size:
+            yield "".join(pending)
+            pending, length = [], 0
+    if pending:
+        yield "".join(pending)
 
 
 # --- Markdown report ------------------------------------------------------------------
@@ -290,27 +382,73 @@ def _safe_url(url: str) -> str | None:
 
 
 def session_markdown(session: ThinkingSession) -> str:
-    """The session as a Markdown report: answer with citations and references, the
-    synthesis timeline, the sub-question tree, thinking stats and the thought stream."""
-    sources = list(session.sources.all())
-    numbers = {s.number for s in sources}
-    syntheses = list(session.syntheses.all())
-    questions = list(session.sub_questions.order_by("-priority", "created_at", "id"))
-    thoughts = list(session.thoughts.all())
+    """The whole report in memory; a download streams `markdown_chunks` instead."""
+    return "".join(markdown_chunks(session))
 
-    lines: list[str] = [f"# {_one_line(session.question)}", ""]
+
+def markdown_chunks(session: ThinkingSession) -> Iterator[str]:
+    """The session as a Markdown report, a line at a time: answer with citations and
+    references, the research plan and notes, the synthesis timeline, the sub-question tree,
+    thinking stats, the stages and the thought stream. Long lists are read in chunks."""
+    for line in _report_lines(session):
+        yield line + "\n"
+
+
+def _report_lines(session: ThinkingSession) -> Iterator[str]:
+    numbers = set(session.sources.values_list("number", flat=True))
+    finals = list(session.syntheses.filter(is_final=True).order_by("sequence"))
+
+    yield from [f"# {_one_line(session.question)}", ""]
     status = session.get_status_display()
     if session.completion_reason:
         status += f" ({session.get_completion_reason_display()})"
-    lines += [
+    yield from [
         f"Deep Think report · session `{session.pk}` · {status} · "
         f"created {session.created_at:%Y-%m-%d %H:%M} UTC",
         "",
     ]
     if "\n" in session.question.strip():  # the heading holds one line; show all of it
-        lines += [_inert(session.question), ""]
+        yield from [_inert(session.question), ""]
 
-    lines += ["## Answer", ""]
+    yield from _answer(session, finals, numbers)
+    yield from _references(session)
+    yield from _research(session)
+    yield from _timeline(session, numbers)
+    questions = list(
+        session.sub_questions.order_by("-priority", "created_at", "id").only(
+            "text", "priority", "explored", "answer", "parent_id"
+        )
+    )
+    yield from _tree(questions)
+    yield from _stats(session, questions)
+    yield from _stages(session)
+
+    yield from ["## Thoughts", ""]
+    shown = 0
+    thoughts = session.thoughts.only(
+        "sequence", "type", "confidence", "time_offset_seconds", "text"
+    )
+    for t in thoughts.iterator(CHUNK):
+        shown += 1
+        yield from [
+            f"### #{t.sequence + 1} · {t.get_type_display().lower()} · "
+            f"{percent(t.confidence)} · {duration(t.time_offset_seconds)}",
+            "",
+            _cited(t.text, numbers),
+            "",
+        ]
+    if not shown:
+        yield from ["*No thoughts.*", ""]
+
+    # Link definitions last: they make the [n] citations above link to their sources.
+    links = session.sources.values_list("number", "url").iterator(CHUNK)
+    definitions = [f"[{n}]: <{url}>" for n, raw in links if (url := _safe_url(raw)) is not None]
+    if definitions:
+        yield from [*definitions, ""]
+
+
+def _answer(session: ThinkingSession, finals: list[Synthesis], numbers: set[int]) -> list[str]:
+    lines = ["## Answer", ""]
     if session.final_answer:
         lines += [
             f"**Confidence: {percent(session.final_confidence)}**",
@@ -318,8 +456,7 @@ def session_markdown(session: ThinkingSession) -> str:
             _cited(session.final_answer, numbers),
             "",
         ]
-        final = next((s for s in reversed(syntheses) if s.is_final), None)
-        checked = check_rows(final) if final else []
+        checked = check_rows(finals[-1]) if finals else []
         doubtful = [row for row in checked if row["verdict"] in ("unsupported", "partial")]
         if doubtful:
             lines += ["**Claims the sources do not back:**", ""]
@@ -332,7 +469,6 @@ def session_markdown(session: ThinkingSession) -> str:
             lines.append("")
     else:
         lines += [f"*No final answer ({session.get_status_display().lower()}).*", ""]
-    finals = [s for s in syntheses if s.is_final]
     earlier = finals[:-1] if session.final_answer else finals
     if earlier:  # given more time (#19): the answers it gave before, kept as versions
         lines += ["### Earlier answers", ""]
@@ -343,78 +479,105 @@ def session_markdown(session: ThinkingSession) -> str:
                 _cited(version.text, numbers),
                 "",
             ]
+    return lines
 
-    lines += ["## References", ""]
+
+def _references(session: ThinkingSession) -> Iterator[str]:
+    yield from ["## References", ""]
     for tool in reference_summary(session):
         searches, new = tool["searches"], tool["new"]
-        lines.append(
+        yield (
             f"- {tool['label']}: {counted(searches, 'search', 'searches')}, "
             f"{new} new {ngettext('source', 'sources', new)}, "
             f"{tool['known']} already known found again"
         )
     if session.search_tally:
-        lines.append("")
-    if sources:
-        for source in sources:
-            url = _safe_url(source.url)
-            title = _one_line(source.title) or "Untitled"
-            entry = f"[{title}](<{url}>)" if url else title
-            lines.append(f"- \\[{source.number}\\] {entry} ({source.get_kind_display().lower()})")
-        lines.append("")
+        yield ""
+    listed = 0
+    for source in session.sources.only("number", "title", "url", "kind").iterator(CHUNK):
+        listed += 1
+        url = _safe_url(source.url)
+        title = _one_line(source.title) or "Untitled"
+        entry = f"[{title}](<{url}>)" if url else title
+        yield f"- \\[{source.number}\\] {entry} ({source.get_kind_display().lower()})"
+    yield from [""] if listed else ["*No sources.*", ""]
+
+
+def _research(session: ThinkingSession) -> list[str]:
+    """The research plan (its steps, the current one marked, its terms and queries) and the
+    research notes, as the JSON's `plan` and `research_notes` carry them."""
+    plan = session.plan if isinstance(session.plan, dict) else {}
+    steps = [str(step) for step in plan.get("steps") or []]
+    lines = ["## Research plan", ""]
+    if not session.research_enabled:
+        lines += ["*Research was off: no plan, no searches.*", ""]
+    elif not steps:
+        lines += ["*No plan was made.*", ""]
     else:
-        lines += ["*No sources.*", ""]
-
-    lines += _timeline(session, syntheses, numbers)
-    lines += _tree(questions)
-    lines += _stats(session, thoughts, questions, syntheses, sources)
-
-    lines += ["## Thoughts", ""]
-    for t in thoughts:
-        lines += [
-            f"### #{t.sequence + 1} · {t.get_type_display().lower()} · "
-            f"{percent(t.confidence)} · {duration(t.time_offset_seconds)}",
-            "",
-            _cited(t.text, numbers),
-            "",
-        ]
-    if not thoughts:
-        lines += ["*No thoughts.*", ""]
-
-    # Link definitions last: they make the [n] citations above link to their sources.
-    definitions = [
-        f"[{s.number}]: <{url}>" for s in sources if (url := _safe_url(s.url)) is not None
-    ]
-    if definitions:
-        lines += [*definitions, ""]
-    return "\n".join(lines)
+        current = plan.get("current")
+        for number, step in enumerate(steps):
+            mark = " *(current)*" if number == current and not session.is_finished else ""
+            lines.append(f"{number + 1}. {_one_line(step)}{mark}")
+        lines.append("")
+        for key, label in (
+            ("terms", "Key terms"),
+            ("web_queries", "Web queries"),
+            ("memory_queries", "Knowledge-base queries"),
+        ):
+            if plan.get(key):
+                values = "; ".join(_one_line(str(value)) for value in plan[key])
+                lines += [f"{label}: {values}", ""]
+        if plan.get("source") == "heuristic":
+            lines += ["A simple plan made from the question's key terms.", ""]
+    notes = session.research_notes if isinstance(session.research_notes, list) else []
+    if notes:
+        lines += ["Research notes:", ""]
+        lines += [f"- {_one_line(str(note))}" for note in notes]
+        lines.append("")
+    return lines
 
 
-def _timeline(session: ThinkingSession, syntheses: list[Any], numbers: set[int]) -> list[str]:
-    lines = ["## Synthesis timeline", ""]
+def _stages(session: ThinkingSession) -> list[str]:
+    """The stage history, as the JSON's `stages` (the newest stages.MAX_STAGES)."""
+    history = stages.served(session)
+    lines = ["## Stages", ""]
+    if session.stage_count > len(history):
+        lines += [f"The latest {len(history)} of {session.stage_count}.", ""]
+    for item in history:
+        at = f"{_one_line(str(item.get('at', '')))} · " if item.get("at") else ""
+        label = _one_line(str(item.get("label") or item.get("stage", "")))
+        lines.append(f"- {at}**{label}**: {_one_line(str(item.get('message', '')))}")
+    lines += [""] if history else ["*No stages.*", ""]
+    return lines
+
+
+def _timeline(session: ThinkingSession, numbers: set[int]) -> Iterator[str]:
+    yield from ["## Synthesis timeline", ""]
     if session.confidence_evolution:
         evolution = " → ".join(percent(v) for v in session.confidence_evolution)
-        lines += [f"Confidence: {evolution}", ""]
-    for s in syntheses:
+        yield from [f"Confidence: {evolution}", ""]
+    shown = 0
+    for s in session.syntheses.prefetch_related("citation_checks").iterator(100):
+        shown += 1
         label = "Final synthesis" if s.is_final else "Synthesis"
-        lines += [
+        yield from [
             f"### {s.sequence + 1}. {label} at {duration(s.time_offset_seconds)} · "
             f"confidence {percent(s.confidence)}",
             "",
             _cited(s.text, numbers),
             "",
         ]
-        lines += _checks(s, numbers)
+        yield from _checks(s, numbers)
         for heading, items in (
             ("Key insights", s.key_insights),
             ("Remaining questions", s.remaining_questions),
         ):
             if items:
-                lines += [f"{heading}:", ""]
-                lines += [f"- {_one_line(str(item))}" for item in items]
-                lines.append("")
-    if not syntheses:
-        lines += ["*No syntheses.*", ""]
-    return lines
+                yield from [f"{heading}:", ""]
+                yield from [f"- {_one_line(str(item))}" for item in items]
+                yield ""
+    if not shown:
+        yield from ["*No syntheses.*", ""]
 
 
 def _tree(questions: list[SubQuestion]) -> list[str]:
@@ -444,18 +607,12 @@ def _tree(questions: list[SubQuestion]) -> list[str]:
     return lines
 
 
-def _stats(
-    session: ThinkingSession,
-    thoughts: list[Any],
-    questions: list[SubQuestion],
-    syntheses: list[Any],
-    sources: list[Any],
-) -> list[str]:
-    by_type = Counter(t.type for t in thoughts)
+def _stats(session: ThinkingSession, questions: list[SubQuestion]) -> list[str]:
+    by_type = dict(session.thoughts.values_list("type").annotate(n=Count("id")).order_by())
     kinds = ", ".join(
         f"{label.lower()} {by_type[value]}"
         for value, label in ThoughtType.choices
-        if by_type[value]
+        if by_type.get(value)
     )
     cost = session.estimated_cost
     completion = session.get_completion_reason_display() or session.get_status_display()
@@ -465,10 +622,10 @@ def _stats(
     lines = [
         "## Thinking stats",
         "",
-        f"- Thoughts: {len(thoughts)}" + (f" ({kinds})" if kinds else ""),
+        f"- Thoughts: {sum(by_type.values())}" + (f" ({kinds})" if kinds else ""),
         f"- Sub-questions: {len(questions)} ({explored} explored)",
-        f"- Syntheses: {len(syntheses)}",
-        f"- Sources: {len(sources)}",
+        f"- Syntheses: {session.syntheses.count()}",
+        f"- Sources: {session.sources.count()}",
         f"- Active thinking time: {duration(session.active_seconds)} of "
         f"{duration(session.budget_seconds)}",
         f"- Cycles: {session.cycles}",

@@ -52,7 +52,6 @@ class StartSessionForm(SearchSettingsForm):
         "format_mode",
         "format_spec",
         "tools",
-        "team",
         "webhook_url",
         *SearchSettingsForm.SEARCH_FIELDS,
         "language",

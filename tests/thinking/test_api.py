@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -628,7 +629,7 @@ def test_export_json_is_the_session_document(api: Client, make_session: Any):
     assert response.status_code == 200
     assert response["Content-Type"].startswith("application/json")
     assert f'filename="deep-think-{session.pk}.json"' in response["Content-Disposition"]
-    assert response.json()["final_answer"] == "42"
+    assert json.loads(response.getvalue())["final_answer"] == "42"  # streamed
 
 
 def test_export_markdown_is_a_download(api: Client, make_session: Any):
@@ -637,7 +638,7 @@ def test_export_markdown_is_a_download(api: Client, make_session: Any):
     assert response.status_code == 200
     assert response["Content-Type"] == "text/markdown; charset=utf-8"
     assert f'filename="deep-think-{session.pk}.md"' in response["Content-Disposition"]
-    assert "## Answer" in response.content.decode()
+    assert "## Answer" in response.getvalue().decode()
 
 
 def test_export_refuses_other_formats(api: Client, make_session: Any):
@@ -674,5 +675,5 @@ def test_a_script_starts_follows_steers_and_downloads(
     assert api.get(f"/api/sessions/{session_id}/thoughts?after=0").json() == []
     assert post(api, f"/api/sessions/{session_id}/pause").json()["status"] == "paused"
     assert post(api, f"/api/sessions/{session_id}/resume").json()["status"] == "thinking"
-    report = api.get(f"/api/sessions/{session_id}/export?format=md").content.decode()
+    report = api.get(f"/api/sessions/{session_id}/export?format=md").getvalue().decode()
     assert report.startswith("# Why is the sky blue?")

@@ -198,3 +198,67 @@ def test_a_thinking_budget_with_auto_thinking_is_sent_as_manual(
     assert (session.thinking_mode, session.thinking_budget) == ("manual", 3000)
     sent = [r["body"].get("thinking") for r in fake_claude.requests if "THOUGHT:" in prompt_of(r)]
     assert sent and all(t == {"type": "enabled", "budget_tokens": 3000} for t in sent)
+
+
+def test_json_and_plain_output_end_with_the_source_list(fake_claude: Any, alice: Any):
+    from thinking.models import Source
+
+    out, _ = think("Why do we dream?", "--minutes", "0.05", "--owner", "alice", "--json")
+    doc = json.loads(out)
+    assert list(doc)[-1] == "sources"
+    session = ThinkingSession.objects.get()
+    Source.objects.create(
+        session=session, number=1, kind="web", title="Sleep and memory",
+        url="https://example.org/sleep", key="https://example.org/sleep",
+    )  # fmt: skip
+    out, _ = think("--extend", str(session.pk), "--minutes", "0.05", "--owner", "alice")
+    heading, _, listed = out.rpartition("\nSources (")
+    assert "Done." in heading
+    rows = listed.rstrip().splitlines()[1:]
+    assert rows[0] == "  [1] Sleep and memory <https://example.org/sleep>"
+    assert rows and all(row.startswith("  [") for row in rows), listed
+
+
+def test_with_the_provider_down_it_says_why_shows_the_wait_and_ctrl_c_pauses(tmp_path: Path):
+    import signal
+    import socket
+    import sqlite3
+    import time
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "DATABASE_"))}
+    env.update(
+        SQLITE_PATH=str(tmp_path / "cli.sqlite3"),
+        ANTHROPIC_API_KEY="sk-ant-test",
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
+        DEEPTHINK_PROVIDER_BACKOFF_SECONDS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=180)
+    process = subprocess.Popen(
+        [*manage, "think", "Why?", "--minutes", "5", "--no-research"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    lines: list[str] = []
+    began = time.monotonic()
+    try:
+        while not any("Waiting" in line for line in lines):
+            line = process.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        waited = time.monotonic() - began
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    out = "".join(lines) + rest
+    print(f"the reason was printed {waited:.1f}s after the command started")
+    assert "The model provider is unavailable:" in out and "Ctrl-C pauses" in out
+    assert "Traceback" not in out and process.returncode == 0, out
+    assert "pausing the session" in out and "Paused session" in out
+    with sqlite3.connect(tmp_path / "cli.sqlite3") as db:
+        assert db.execute("select status from thinking_thinkingsession").fetchall() == [("paused",)]

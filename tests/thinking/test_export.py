@@ -205,7 +205,7 @@ def test_no_api_response_carries_a_signature(finished: ThinkingSession, alice: A
     for route in routes:
         response = api.get(route)
         assert response.status_code == 200, route
-        assert SIGNATURE.encode() not in response.content, route
+        assert SIGNATURE.encode() not in response.getvalue(), route
     response = api.post(f"{base}/cancel")  # 409, with the session's reason
     assert SIGNATURE.encode() not in response.content
 
@@ -214,7 +214,7 @@ def test_the_api_export_is_the_cli_document(finished: ThinkingSession):
     # `think --json` prints session_document (test_cli.py); the export is the same document.
     browser = Client()
     browser.force_login(finished.owner)
-    body = browser.get(f"/api/sessions/{finished.pk}/export").json()
+    body = json.loads(browser.get(f"/api/sessions/{finished.pk}/export").getvalue())
     assert body == json.loads(json.dumps(session_document(finished)))
 
 
@@ -331,3 +331,131 @@ def test_an_unfinished_session_says_so(make_session: Any):
     report = session_markdown(make_session(status=Status.THINKING))
     assert "*No final answer (thinking).*" in report
     assert "*No sources.*" in report and "*No sub-questions.*" in report
+
+
+# --- at length (issue 67) -------------------------------------------------------------
+
+
+def test_the_report_carries_the_plan_the_stages_and_the_research_notes(
+    finished: ThinkingSession,
+):
+    from thinking.models import Stage
+
+    ThinkingSession.objects.filter(pk=finished.pk).update(
+        plan={
+            "steps": ["Survey the <b>theories</b>", "Weigh them"],
+            "current": 1,
+            "terms": ["REM", "memory"],
+            "web_queries": ["why do we dream [1](javascript:x)"],
+            "source": "model",
+        },
+        research_notes=["Web search for 'dreams' failed: timed out"],
+        stage_count=2,
+    )
+    Stage.objects.create(
+        session=finished, sequence=1,
+        entry={"stage": "planning", "label": "Planning", "message": "Planning the research",
+               "at": "0:01"},
+    )  # fmt: skip
+    Stage.objects.create(
+        session=finished, sequence=2,
+        entry={"stage": "note", "label": "Note", "message": "<img src=x> found two camps"},
+    )  # fmt: skip
+    finished.refresh_from_db()
+    report = session_markdown(finished)
+    document = session_document(finished)
+
+    plan = report.split("## Research plan")[1].split("\n## ")[0]
+    assert "1. Survey the &lt;b>theories&lt;/b>" in plan and "2. Weigh them" in plan
+    assert "Key terms: REM; memory" in plan
+    assert "Web queries: why do we dream \\[1\\](javascript:x)" in plan
+    assert "- Web search for 'dreams' failed: timed out" in plan
+    assert document["research_notes"] == ["Web search for 'dreams' failed: timed out"]
+
+    history = report.split("## Stages")[1].split("\n## ")[0]
+    assert [line for line in history.splitlines() if line.startswith("- ")] == [
+        "- 0:01 · **Planning**: Planning the research",
+        "- **Note**: &lt;img src=x> found two camps",
+    ]
+    assert [s["message"] for s in document["stages"]] == [
+        "Planning the research", "<img src=x> found two camps",
+    ]  # fmt: skip
+    assert "<img" not in report
+
+
+@pytest.fixture
+def five_thousand(make_session: Any) -> ThinkingSession:
+    from tests.live_page import long_session
+
+    session = long_session(make_session, thoughts=5000, sources=500, questions=50)
+    ThinkingSession.objects.filter(pk=session.pk).update(status=Status.COMPLETED)
+    session.refresh_from_db()
+    return session
+
+
+@pytest.mark.parametrize("fmt", ["json", "md"])
+def test_a_long_sessions_export_streams_and_is_never_held_whole(
+    five_thousand: ThinkingSession, fmt: str
+):
+    import tracemalloc
+
+    browser = Client()
+    browser.force_login(five_thousand.owner)
+    response = browser.get(f"/api/sessions/{five_thousand.pk}/export?format={fmt}")
+    assert response.status_code == 200 and response.streaming
+    assert response["Content-Disposition"].endswith(f'.{fmt}"')
+
+    def peak_while(read: Any) -> tuple[int, int, int]:
+        tracemalloc.start()
+        try:
+            size, parts = read()
+            return size, parts, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    def streaming() -> tuple[int, int]:
+        size = parts = 0
+        for part in response.streaming_content:
+            size, parts = size + len(part), parts + 1
+        return size, parts
+
+    def whole() -> tuple[int, int]:
+        if fmt == "json":
+            return len(json.dumps(session_document(five_thousand)).encode()), 1
+        return len(session_markdown(five_thousand).encode()), 1
+
+    size, parts, peak = peak_while(streaming)
+    whole_size, _, whole_peak = peak_while(whole)
+    assert parts > 10 and size == whole_size and size > 1_000_000
+    # The whole export is megabytes; a stream holds a chunk of rows at a time.
+    assert peak < whole_peak / 3, (peak, whole_peak)
+
+
+def test_the_streamed_json_is_the_document(five_thousand: ThinkingSession):
+    browser = Client()
+    browser.force_login(five_thousand.owner)
+    body = json.loads(browser.get(f"/api/sessions/{five_thousand.pk}/export").getvalue())
+    assert body == json.loads(json.dumps(session_document(five_thousand)))
+    assert [t["sequence"] for t in body["thoughts"]] == list(range(5000))
+    markdown = browser.get(f"/api/sessions/{five_thousand.pk}/export?format=md").getvalue()
+    assert markdown.decode() == session_markdown(five_thousand)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_under_asgi_the_export_streams_without_being_read_whole_first(
+    finished: ThinkingSession,
+):
+    import warnings
+
+    from asgiref.sync import sync_to_async
+    from django.test import AsyncClient
+
+    browser = AsyncClient()
+    await browser.aforce_login(await sync_to_async(lambda: finished.owner)())
+    with warnings.catch_warnings():
+        # Django warns when it must read a plain iterator whole to serve it under ASGI.
+        warnings.simplefilter("error")
+        response = await browser.get(f"/api/sessions/{finished.pk}/export?format=md")
+        assert response.streaming and response.is_async
+        body = b"".join([part async for part in response.streaming_content])
+    assert body.startswith(b"# Why do we dream?\n") and b"## Thoughts" in body

@@ -195,7 +195,7 @@ def test_mail_defaults_follow_the_budget_and_the_account_setting(
     assert start(minutes=30, notify=False)["notify"] is False
 
     # The account page sets the default for new sessions.
-    page = client.get("/settings/tokens/").content.decode()
+    page = client.get("/settings/account/").content.decode()
     assert "Mail me when a session ends" in page
     response = client.post("/settings/notifications/",
                            {"mail": MailChoice.ALWAYS, "email": "a@example.org"})  # fmt: skip

@@ -354,7 +354,7 @@ def test_the_api_detail_carries_plan_stages_notes_citations_and_routes(
     assert body["unknown_citations"] == 2
     assert body["parse_routes"] == {"tags": 3, "prose": 1}
     assert body["format_errors"][0]["cycle"] == 2
-    export = api.get(f"/api/sessions/{session.pk}/export").json()
+    export = json.loads(api.get(f"/api/sessions/{session.pk}/export").getvalue())
     assert set(export["stages"][0]) >= {"stage", "label", "message", "at"}
     assert export["format_errors"] == body["format_errors"]
 
@@ -378,7 +378,7 @@ def test_the_stage_history_keeps_its_newest_entries_a_row_each(
     assert [r.entry["message"] for r in rows] == [f"Entry {n}" for n in range(3, 26)]
     newest = [f"Entry {n}" for n in range(4, 26)]
     assert [s["message"] for s in api.get(f"/api/sessions/{session.pk}").json()["stages"]] == newest
-    export = api.get(f"/api/sessions/{session.pk}/export").json()
+    export = json.loads(api.get(f"/api/sessions/{session.pk}/export").getvalue())
     assert [s["message"] for s in export["stages"]] == newest
     client.force_login(alice)
     page = client.get(session.get_absolute_url()).content.decode()
@@ -470,7 +470,7 @@ def test_sub_questions_carry_their_initial_priority(api: Client, make_session: A
     rows = {r["text"]: r for r in api.get(f"/api/sessions/{session.pk}/sub-questions").json()}
     assert (rows["Moved?"]["priority"], rows["Moved?"]["initial_priority"]) == (9, 3)
     assert (rows["Still?"]["priority"], rows["Still?"]["initial_priority"]) == (4, 4)
-    export = api.get(f"/api/sessions/{session.pk}/export").json()
+    export = json.loads(api.get(f"/api/sessions/{session.pk}/export").getvalue())
     assert export["sub_questions"][0]["initial_priority"] in (3, 4)
     assert moved.priority_changes[0]["why"] == "new evidence"
 

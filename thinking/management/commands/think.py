@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.http import Http404
+from django.utils import timezone
 
 from thinking import actions, broadcast, estimates, followups, limits, llm, notify, tools
 from thinking.access import get_session_for
@@ -28,14 +31,22 @@ from thinking.models import IllegalTransition, Status, ThinkingSession
 
 
 class TerminalPrinter:
-    """Prints what each stored step added, as it is published."""
+    """Prints what each stored step added, as it is published; a provider outage goes to
+    `warn` (stderr with --json, so the JSON on stdout stays whole)."""
 
-    def __init__(self, write: Any, style: Any) -> None:
+    def __init__(self, write: Any, style: Any, *, warn: Any = None, quiet: bool = False) -> None:
         self.write = write
+        self.warn = warn or write
         self.style = style
+        self.quiet = quiet
 
     def show(self, event: SessionEvent) -> None:
         session = ThinkingSession.objects.get(pk=event.session_id)
+        if session.waiting_since is not None and session.waiting_reason:
+            self.waiting(session.waiting_since, session.waiting_reason)
+            return
+        if self.quiet:
+            return
         for t in session.thoughts.filter(sequence__in=event.thoughts):
             self.write(f"  [{t.type:<11} {t.confidence:4.2f}] {t.text}")
         if event.questions:
@@ -55,6 +66,30 @@ class TerminalPrinter:
         if not event.thoughts and event.synthesis is None and not event.questions:
             progress = f"{session.elapsed_seconds():.0f}s of {session.budget_seconds:.0f}s"
             self.write(self.style.HTTP_INFO(f"-- {session.get_status_display()} ({progress})"))
+
+    def waiting(self, since: datetime, reason: str) -> None:
+        """The provider is down: why, and for how long it has waited so far."""
+        waited = (timezone.now() - since).total_seconds()
+        self.warn(
+            self.style.WARNING(
+                f"!! The model provider is unavailable: {reason}\n"
+                f"   Waiting {waited:.0f}s so far and trying again with backoff (it gives up "
+                f"after {settings.DEEPTHINK_PROVIDER_GIVE_UP_SECONDS / 60:g} min); "
+                "Ctrl-C pauses the session."
+            )
+        )
+
+    def sources(self, session: ThinkingSession) -> None:
+        """The sources the session found, numbered as its answer cites them."""
+        rows = session.sources.only("number", "title", "url", "kind")
+        self.write(self.style.MIGRATE_HEADING(f"\nSources ({session.sources.count()}):"))
+        shown = 0
+        for source in rows.iterator():
+            shown += 1
+            where = source.url or source.get_kind_display().lower()
+            self.write(f"  [{source.number}] {source.title} <{where}>")
+        if not shown:
+            self.write("  none")
 
 
 def _given(value: object) -> object:
@@ -207,13 +242,27 @@ class Command(BaseCommand):
             self.stdout.write(f"Session {session.pk} · {budget}")
             if not options["conclude"]:
                 self.stdout.write(self._estimated(session) + "\n")
-        printer = TerminalPrinter(self.stdout.write, self.style)
-        asyncio.run(self._run(session, printer, quiet))
+        printer = TerminalPrinter(
+            self.stdout.write,
+            self.style,
+            warn=self.stderr.write if quiet else self.stdout.write,
+            quiet=quiet,
+        )
+        asyncio.run(self._run(session, printer, owner))
         session.refresh_from_db()
         if quiet:
-            self.stdout.write(json.dumps(session_document(session), indent=2))
-        elif session.status == Status.COMPLETED:
-            self.stdout.write(self.style.SUCCESS("\nDone."))
+            document = session_document(session)
+            document["sources"] = document.pop("sources")  # the source list comes last
+            self.stdout.write(json.dumps(document, indent=2))
+        else:
+            if session.status == Status.COMPLETED:
+                self.stdout.write(self.style.SUCCESS("\nDone."))
+            printer.sources(session)
+        if session.status == Status.PAUSED:
+            printer.warn(
+                f"Paused session {session.pk}: resume it on its page, or give it an answer "
+                f"now with `manage.py think --conclude {session.pk}`."
+            )
         if session.status == Status.FAILED:
             # The JSON (or the printed steps) keep everything stored; the exit code says it failed.
             if not quiet:
@@ -343,16 +392,36 @@ class Command(BaseCommand):
             self.stderr.write("Created superuser 'deepthink' (no password) to own CLI sessions.")
         return owner
 
-    async def _run(self, session: ThinkingSession, printer: TerminalPrinter, quiet: bool) -> None:
+    async def _run(self, session: ThinkingSession, printer: TerminalPrinter, owner: Any) -> None:
         show = sync_to_async(printer.show)
 
         async def publish(event: SessionEvent) -> None:
-            if not quiet:
-                await show(event)
+            await show(event)
             if settings.REDIS_URL:  # browsers watching through other processes
                 await broadcast.publish(event)
 
-        if not await actions.think_here(session, publish=publish):
-            raise CommandError("Another worker claimed the session first.")
+        pausing: list[asyncio.Task[None]] = []
+
+        async def pause() -> None:
+            try:
+                await sync_to_async(actions.pause)(session, user=owner)
+            except (actions.NotAllowed, IllegalTransition) as error:
+                printer.warn(f"Cannot pause: {error}")
+
+        def interrupted() -> None:
+            # Ctrl-C pauses: the run stops at once (a call in flight or a wait is cut short)
+            # and keeps everything. A second Ctrl-C stops this process as usual.
+            loop.remove_signal_handler(signal.SIGINT)
+            printer.warn("\nCtrl-C: pausing the session (Ctrl-C again to quit at once)...")
+            pausing.append(loop.create_task(pause()))
+
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, interrupted)
+        try:
+            if not await actions.think_here(session, publish=publish):
+                raise CommandError("Another worker claimed the session first.")
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+            await asyncio.gather(*pausing)
         # Its own mail and webhook before this process exits; others' are the workers' to send.
         await notify.deliver_due(session.pk)

@@ -450,34 +450,30 @@
     return list.querySelectorAll(":scope > li.thought[id^='thought-']");
   }
 
-  function earlierRow(live, before, hidden) {
-    var earlier = document.createElement("li");
-    earlier.id = "thought-earlier";
-    earlier.className = "earlier";
-    earlier.dataset.count = String(hidden);
+  // A row whose button loads a part of the list in its place (or the whole list).
+  function loadRow(id, className, hidden, url, target, swap, text) {
+    var row = document.createElement("li");
+    if (id) row.id = id;
+    row.className = className;
+    row.dataset.count = String(hidden);
     var button = document.createElement("button");
     button.type = "button";
-    button.setAttribute("hx-get", live.dataset.thoughtsUrl + "?before=" + before);
-    button.setAttribute("hx-target", "#thought-earlier");
-    button.setAttribute("hx-swap", "outerHTML");
-    button.textContent = "Show earlier thoughts (" + hidden + " not shown)";
-    earlier.appendChild(button);
-    return earlier;
+    button.setAttribute("hx-get", url);
+    button.setAttribute("hx-target", target);
+    button.setAttribute("hx-swap", swap);
+    button.textContent = text;
+    row.appendChild(button);
+    return row;
+  }
+
+  function earlierRow(live, before, hidden) {
+    return loadRow("thought-earlier", "earlier", hidden, live.dataset.thoughtsUrl + "?before=" + before,
+      "#thought-earlier", "outerHTML", "Show earlier thoughts (" + hidden + " not shown)");
   }
 
   function laterRow(live, hidden) {
-    var later = document.createElement("li");
-    later.id = "thought-later";
-    later.className = "later";
-    later.dataset.count = String(hidden);
-    var button = document.createElement("button");
-    button.type = "button";
-    button.setAttribute("hx-get", live.dataset.thoughtsUrl);
-    button.setAttribute("hx-target", "#thought-list");
-    button.setAttribute("hx-swap", "innerHTML");
-    button.textContent = "Show the newest thoughts (" + hidden + " below not shown)";
-    later.appendChild(button);
-    return later;
+    return loadRow("thought-later", "later", hidden, live.dataset.thoughtsUrl, "#thought-list",
+      "innerHTML", "Show the newest thoughts (" + hidden + " below not shown)");
   }
 
   function trimStream() {
@@ -553,16 +549,9 @@
         var earlier = syntheses.querySelector(":scope > li.synthesis-earlier");
         var hidden = extra + (earlier ? parseInt(earlier.dataset.count || "0", 10) : 0);
         if (earlier) earlier.remove();
-        var row = document.createElement("li");
-        row.className = "earlier synthesis-earlier";
-        row.dataset.count = String(hidden);
-        var button = document.createElement("button");
-        button.type = "button";
-        button.setAttribute("hx-get", live.dataset.synthesesUrl + "?before=" + shown[extra].id.slice("synthesis-".length));
-        button.setAttribute("hx-target", "closest li");
-        button.setAttribute("hx-swap", "outerHTML");
-        button.textContent = "Show earlier syntheses (" + hidden + " not shown)";
-        row.appendChild(button);
+        var before = shown[extra].id.slice("synthesis-".length);
+        var row = loadRow("", "earlier synthesis-earlier", hidden, live.dataset.synthesesUrl + "?before=" + before,
+          "closest li", "outerHTML", "Show earlier syntheses (" + hidden + " not shown)");
         syntheses.prepend(row);
         htmx.process(row);
       }

@@ -19,18 +19,18 @@ PAGE_BYTES = 300 * 1024
 
 
 @pytest.fixture
-def alice_client(client: Client, alice: Any) -> Client:
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
 def long_session(alice: Any) -> ThinkingSession:
     return build(alice, thoughts=1000)  # 400 sources, 400 sub-questions, 20 syntheses
 
 
 def ids(page: str, prefix: str) -> list[int]:
     return [int(n) for n in re.findall(rf'<li id="{prefix}-(\d+)"', page)]
+
+
+@pytest.fixture
+def alice_client(client: Client, alice: Any) -> Client:
+    client.force_login(alice)
+    return client
 
 
 def test_a_long_sessions_page_holds_the_newest_the_first_and_the_most_cited(

@@ -35,6 +35,10 @@
       y: lastId('#synthesis-list > li[id^="synthesis-"]', "synthesis-"),
       s: Math.max(0, knownTop("source-list"), lastId('#source-list > li[id^="source-"]', "source-")),
       q: Math.max(0, knownTop("subq-tree"), lastId('li.subq[id^="subq-"]', "subq-")),
+      // The sub-questions it shows: a catch-up redraws those that moved, not every one.
+      qs: Array.prototype.map.call(document.querySelectorAll('li.subq[id^="subq-"]'), function (li) {
+        return li.id.slice(5);
+      }).join(","),
     };
   }
 

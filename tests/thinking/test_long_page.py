@@ -154,3 +154,25 @@ def test_a_cancelled_session_offers_neither(alice_client: Client, make_session: 
     ):
         assert "Think longer" not in html and "Ask a follow-up" not in html
         assert "Notify me" not in html
+
+
+def test_a_catch_up_redraws_only_the_sub_questions_the_page_shows(long_session: ThinkingSession):
+    """A long session's page shows its first sub-questions: reconnecting, it gets those
+    that moved redrawn, not every one of the hundreds explored since."""
+    from thinking.broadcast import PageMarks, catch_up
+    from thinking.consumers import page_marks
+
+    rows = long_session.sub_questions.order_by("pk")
+    explored = list(rows.filter(explored=True).values_list("pk", flat=True))
+    top = rows.last().pk
+    shown = [explored[0], explored[5], rows.filter(explored=False).first().pk]
+    _, marks = page_marks(f"q={top}&qs={','.join(map(str, shown))},x".encode())
+    assert marks.shown_questions == frozenset(shown)
+
+    def redrawn(marks: PageMarks) -> list[int]:
+        plan = catch_up(long_session.pk, None, marks, owner=True)
+        section = next(s for s in plan.sections if s.__name__ == "questions")
+        return sorted(int(n) for n in re.findall(r'id="subq-row-(\d+)"', "".join(section())))
+
+    assert redrawn(marks) == sorted(explored[:6:5])
+    assert redrawn(PageMarks(question=top)) == explored, "a page that did not say: all"

@@ -6,6 +6,8 @@ syntheses, and the follow-up card once the session has ended."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -13,6 +15,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from .access import get_session_for
+from .models import ThinkingSession
 from .presenters import (
     focus_thoughts,
     source_numbers,
@@ -65,44 +68,38 @@ def session_thoughts(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     return render(request, "thinking/_thought_page.html", context)
 
 
-@login_required
-@require_GET
-def session_sources(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    """`?after=N`: the next page of "All sources", numbered after N."""
-    session = get_session_for(request.user, pk)
-    try:
-        after = _numbers(request, "after")["after"] or 0
-    except BadNumber:
-        return HttpResponseBadRequest(BAD_NUMBER)
-    context = {**source_page(session, after), "session": session}
-    return render(request, "thinking/_source_page.html", context)
+def _list_page(
+    name: str, template: str, build: Callable[[ThinkingSession, int | None], dict[str, Any]]
+) -> Callable[[HttpRequest, uuid.UUID], HttpResponse]:
+    """A view of one page of a list, from the whole number in `?<name>=`."""
+
+    @login_required
+    @require_GET
+    def view(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+        session = get_session_for(request.user, pk)
+        try:
+            key = _numbers(request, name)[name]
+        except BadNumber:
+            return HttpResponseBadRequest(BAD_NUMBER)
+        context = {**build(session, key), "session": session}
+        return render(request, f"thinking/{template}", context)
+
+    return view
 
 
-@login_required
-@require_GET
-def session_sub_questions(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    """`?after=ID`: the next page of "All sub-questions", asked after that one."""
-    session = get_session_for(request.user, pk)
-    try:
-        after = _numbers(request, "after")["after"] or 0
-    except BadNumber:
-        return HttpResponseBadRequest(BAD_NUMBER)
-    context = {**sub_question_page(session, after), "session": session}
-    return render(request, "thinking/_sub_question_page.html", context)
+def _syntheses(session: ThinkingSession, before: int | None) -> dict[str, Any]:
+    return {**syntheses_context(session, before), "source_numbers": source_numbers(session)}
 
 
-@login_required
-@require_GET
-def session_syntheses(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    """`?before=N`: the syntheses before sequence N, with the next "Show earlier" row."""
-    session = get_session_for(request.user, pk)
-    try:
-        before = _numbers(request, "before")["before"]
-    except BadNumber:
-        return HttpResponseBadRequest(BAD_NUMBER)
-    context = {
-        **syntheses_context(session, before),
-        "session": session,
-        "source_numbers": source_numbers(session),
-    }
-    return render(request, "thinking/_synthesis_page.html", context)
+# `?after=N`: the next page of "All sources", numbered after N.
+session_sources = _list_page(
+    "after", "_source_page.html", lambda session, after: source_page(session, after or 0)
+)
+# `?after=ID`: the next page of "All sub-questions", asked after that one.
+session_sub_questions = _list_page(
+    "after",
+    "_sub_question_page.html",
+    lambda session, after: sub_question_page(session, after or 0),
+)
+# `?before=N`: the syntheses before sequence N, with the next "Show earlier" row.
+session_syntheses = _list_page("before", "_synthesis_page.html", _syntheses)

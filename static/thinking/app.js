@@ -534,13 +534,13 @@
       var over = rows.length - KEEP_SOURCES; // cited < KEEP_SOURCES: rows[cited + over - 1] exists
       for (var i = 0; i < over; i++) rows[cited + i].remove();
     }
-    // Sub-questions: the tree keeps its first rows (by priority); the last top-level ones go.
+    // Sub-questions: the tree keeps its first rows (by priority); the last in reading order
+    // go (a follow-up comes after the question it follows, so a row goes before its parent).
     var tree = document.getElementById("subq-tree");
     if (tree) {
       tree.dataset.top = String(Math.max(knownTop("subq-tree"), lastId("li.subq[id^='subq-']", "subq-")));
-      while (tree.querySelectorAll("li.subq").length > KEEP_QUESTIONS && tree.children.length > 1) {
-        tree.lastElementChild.remove();
-      }
+      var questions = tree.querySelectorAll("li.subq");
+      for (var q = questions.length - 1; q >= KEEP_QUESTIONS; q--) questions[q].remove();
     }
     // Syntheses: the newest stay; older ones go behind "Show earlier syntheses".
     var syntheses = document.getElementById("synthesis-list");

@@ -332,16 +332,23 @@ def sub_questions_now(session_id: uuid.UUID) -> tuple[dict[int, str], dict[int, 
 
 
 def sub_question_changes(
-    session_id: uuid.UUID, known: dict[int, str], *, all_new_above: int | None = None
+    session_id: uuid.UUID,
+    known: dict[int, str],
+    *,
+    all_new_above: int | None = None,
+    shown: AbstractSet[int] | None = None,
 ) -> tuple[list[str], dict[int, str]]:
     """Rows for sub-questions the page lacks (appended where the tree puts them, oldest
     first so a parent is always there before its follow-ups) and rows whose state moved
-    (patched in place). Returns the HTML pieces and the states the page now has."""
+    (patched in place; in a catch-up, only of those `shown`, when the page said). Returns
+    the HTML pieces and the states the page now has."""
     states, parents = sub_questions_now(session_id)
     if all_new_above is not None:  # a catch-up: the page has ids up to this, maybe stale
         new = [pk for pk in states if pk > all_new_above]
         # Rows the page may show stale: explored, or re-ranked since they were added.
         rows = SubQuestion.objects.filter(session_id=session_id, pk__lte=all_new_above)
+        if shown is not None:
+            rows = rows.filter(pk__in=shown)
         moved = sorted(
             pk
             for pk, explored, priority, initial in rows.order_by().values_list(
@@ -369,6 +376,9 @@ class PageMarks:
     synthesis: int = -1
     source: int = 0
     question: int = 0
+    # The sub-questions it shows (a long session's page shows the first ones only): the
+    # catch-up redraws those, not every row that ever moved. None: not said, all of them.
+    shown_questions: frozenset[int] | None = None
 
 
 @dataclass
@@ -475,7 +485,7 @@ def catch_up(
 
     def questions() -> list[str]:
         pieces, result.questions = sub_question_changes(
-            session_id, {}, all_new_above=marks.question
+            session_id, {}, all_new_above=marks.question, shown=marks.shown_questions
         )
         return pieces
 

@@ -72,6 +72,18 @@ def still_allowed(user: Any, session_key: str | None, session_id: Any) -> bool:
 MAX_MARK = 2**31 - 1
 
 
+SHOWN_QUESTIONS = 400  # ids a page may name (it keeps at most 150 sub-questions)
+
+
+def shown_ids(value: str | None) -> frozenset[int] | None:
+    """The sub-questions a page shows ("1,5,9"), or None when it did not say (an older
+    page): then every row it may have is redrawn. Anything but ids is ignored."""
+    if value is None:
+        return None
+    parts = value.split(",")[:SHOWN_QUESTIONS]
+    return frozenset(int(p) for p in parts if p.isdigit() and len(p) <= 10)
+
+
 def page_marks(query_string: bytes) -> tuple[int | None, PageMarks]:
     """The revision and the last row of each list the page shows, from the socket's URL."""
     query = parse_qs(query_string.decode("latin-1"))
@@ -91,6 +103,7 @@ def page_marks(query_string: bytes) -> tuple[int | None, PageMarks]:
         synthesis=number("y", -1),
         source=number("s", 0),
         question=number("q", 0),
+        shown_questions=shown_ids(query.get("qs", [None])[0]),
     )
     return (revision if revision >= 0 else None), marks
 

@@ -7,13 +7,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
 from . import stages, trend
 from .forms import SteerForm
 from .models import (
     CitationCheck,
+    Source,
     SourceKind,
     Status,
     SubQuestion,
@@ -329,13 +330,87 @@ def sources_summary_context(session: ThinkingSession) -> dict[str, Any]:
     }
 
 
+SOURCE_TOP = 20  # sources a page shows at first: the most cited
+SOURCE_PAGE = 100  # sources per page of "Show all", by number
+SUB_QUESTION_TOP = 40  # sub-questions a page shows at first: the first by the model's order
+SUB_QUESTION_PAGE = 100  # sub-questions per page of "Show all", in the order they were asked
+SYNTHESIS_TOP = 10  # syntheses a page shows: the newest (older ones load on demand)
+
+
+def most_cited(session: ThinkingSession, limit: int = SOURCE_TOP) -> list[Source]:
+    """The sources the checked citations name most often (ties: the first found), topped up
+    with the first found: one grouped count, and one read of at most 2 * `limit` rows."""
+    checks = CitationCheck.objects.filter(synthesis__session_id=session.pk).order_by()
+    counted = checks.values_list("number").annotate(n=Count("pk")).order_by("-n", "number")
+    numbers = [number for number, _ in counted[:limit]]
+    first = session.sources.order_by("number").values_list("number", flat=True)[:limit]
+    rows = session.sources.filter(Q(number__in=numbers) | Q(number__in=first))
+    order = {number: index for index, number in enumerate(numbers)}
+    ranked = sorted(rows, key=lambda s: (order.get(s.number, limit), s.number))
+    return ranked[:limit]
+
+
 def sources_context(session: ThinkingSession) -> dict[str, Any]:
-    sources = list(session.sources.all())
+    """The sources card: the summary, the most cited, and the highest number the page knows
+    of (new ones arrive live after it; all of them are one request away)."""
+    numbers = source_numbers(session)
     return {
         **sources_summary_context(session),
-        "sources": sources,
-        "source_numbers": {s.number for s in sources},
+        "sources": most_cited(session),
+        "source_numbers": numbers,
+        "source_top": numbers.top,
     }
+
+
+def source_page(session: ThinkingSession, after: int = 0) -> dict[str, Any]:
+    """A page of "Show all sources": the next SOURCE_PAGE by number after `after` (keyset on
+    the (session, number) index), and where the next page starts."""
+    rows = list(session.sources.filter(number__gt=after).order_by("number")[: SOURCE_PAGE + 1])
+    more = len(rows) > SOURCE_PAGE
+    rows = rows[:SOURCE_PAGE]
+    return {
+        "sources": rows,
+        "copy": True,
+        "next_after": rows[-1].number if more else None,
+    }
+
+
+def sub_questions_context(session: ThinkingSession) -> dict[str, Any]:
+    """The sub-question card: the first SUB_QUESTION_TOP in the model's order (unexplored
+    first, by priority) as a tree, how many there are, and the highest id the page knows."""
+    rows = session.sub_questions.all()
+    tally = rows.order_by().aggregate(count=Count("pk"), top=Max("pk"))
+    return {
+        "sub_questions": list(rows[:SUB_QUESTION_TOP]),
+        "sub_question_count": tally["count"],
+        "sub_question_top": tally["top"] or 0,
+    }
+
+
+def sub_question_page(session: ThinkingSession, after: int = 0) -> dict[str, Any]:
+    """A page of "Show all sub-questions": the next SUB_QUESTION_PAGE in the order they were
+    asked (keyset on the primary key), as a flat list of copies."""
+    rows = list(session.sub_questions.filter(pk__gt=after).order_by("pk")[: SUB_QUESTION_PAGE + 1])
+    more = len(rows) > SUB_QUESTION_PAGE
+    rows = rows[:SUB_QUESTION_PAGE]
+    return {
+        "nodes": [{"question": q, "children": []} for q in rows],
+        "copy": True,
+        "next_after": rows[-1].pk if more else None,
+    }
+
+
+def syntheses_context(session: ThinkingSession, before: int | None = None) -> dict[str, Any]:
+    """The newest SYNTHESIS_TOP syntheses before `before` (all when None), oldest first, and
+    how many come before them (keyset on the (session, sequence) index)."""
+    rows = session.syntheses.all()
+    if before is not None:
+        rows = rows.filter(sequence__lt=before)
+    shown = list(rows.order_by("-sequence").prefetch_related("citation_checks")[:SYNTHESIS_TOP])
+    shown.reverse()
+    first = shown[0].sequence if shown else before
+    earlier = session.syntheses.filter(sequence__lt=first).count() if first is not None else 0
+    return {"syntheses": shown, "synthesis_earlier": earlier, "synthesis_before": first}
 
 
 def thought_rows(thoughts: list[Thought], previous: Thought | None = None) -> list[dict[str, Any]]:
@@ -463,8 +538,8 @@ def session_context(session: ThinkingSession, viewer: object = None) -> dict[str
         "ws_path": session_ws_path(session.pk),
         **thought_page(session),
         **notes_context(session),
-        "sub_questions": list(session.sub_questions.all()),
-        "syntheses": list(session.syntheses.prefetch_related("citation_checks")),
+        **sub_questions_context(session),
+        **syntheses_context(session),
         **plan_context(session),
         **steer_context(session),
         **sources_context(session),

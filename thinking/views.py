@@ -19,7 +19,7 @@ from . import actions, followups, limits, llm
 from .access import get_session_for
 from .forms import EstimateForm, ExtendForm, StartSessionForm, SteerForm
 from .models import IllegalTransition, Status, ThinkingSession
-from .presenters import header_context, session_context
+from .presenters import header_context, session_context, source_numbers
 from .words import counted
 
 
@@ -113,10 +113,11 @@ def session_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 
 def _follow_up_context(session: ThinkingSession, viewer: Any) -> dict[str, Any]:
-    """The session page's follow-up part: links, earlier answers, and what the viewer may do."""
-    finished = session.is_finished
+    """The session page's follow-up part: links, earlier answers, and what the viewer may do:
+    think longer (the owner, once it completed) and ask a follow-up (once it ended, unless
+    it was cancelled)."""
     follow_up = None
-    if finished:
+    if session.is_finished and session.status != Status.CANCELLED:
         follow_up = StartSessionForm(user=viewer, initial={"parent": session.pk})
     return {
         **followups.links(session, viewer),
@@ -137,6 +138,17 @@ def session_detail(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResp
     context = session_context(session, request.user)
     context.update(_follow_up_context(session, request.user))
     return render(request, "thinking/session_detail.html", context)
+
+
+@login_required
+@require_GET
+def session_followups(request: AuthenticatedHttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """The follow-up card alone, for this viewer: what a live page loads once its session
+    ends, so "Think longer" and "Ask a follow-up" appear without a reload."""
+    session = get_session_for(request.user, pk)
+    context = {"session": session, "source_numbers": source_numbers(session)}
+    context.update(_follow_up_context(session, request.user))
+    return render(request, "thinking/_followups.html", context)
 
 
 @login_required

@@ -19,15 +19,57 @@
     return last;
   }
 
+  // The highest id a list's page knew of when rendered or trimmed (data-top): the page
+  // shows only some of the sources and sub-questions, the rest one request away.
+  function knownTop(id) {
+    var el = document.getElementById(id);
+    var top = el ? parseInt(el.dataset.top || "0", 10) : 0;
+    return isNaN(top) ? 0 : top;
+  }
+
   function pageMarks() {
     var header = document.getElementById("session-header");
     return {
       rev: header ? header.dataset.revision : "",
       t: lastId('#thought-list > li[id^="thought-"], #scratchpad-list > li[id^="thought-"]', "thought-"),
       y: lastId('#synthesis-list > li[id^="synthesis-"]', "synthesis-"),
-      s: Math.max(0, lastId('#source-list > li[id^="source-"]', "source-")),
-      q: Math.max(0, lastId('li.subq[id^="subq-"]', "subq-")),
+      s: Math.max(0, knownTop("source-list"), lastId('#source-list > li[id^="source-"]', "source-")),
+      q: Math.max(0, knownTop("subq-tree"), lastId('li.subq[id^="subq-"]', "subq-")),
+      // The sub-questions it shows: a catch-up redraws those that moved, not every one.
+      qs: Array.prototype.map.call(document.querySelectorAll('li.subq[id^="subq-"]'), function (li) {
+        return li.id.slice(5);
+      }).join(","),
     };
+  }
+
+  // A live update may patch or extend a row this page does not show (a follow-up of a
+  // sub-question beyond the first ones, an older synthesis checked again): it gets a
+  // placeholder in #offpage to land in, so no swap misses its target, and is dropped after.
+  function sinkMissingTargets(event) {
+    var message = event.detail && event.detail.message;
+    var sink = document.getElementById("offpage");
+    if (!sink || typeof message !== "string" || message.indexOf("hx-swap-oob") === -1) return;
+    var template = document.createElement("template");
+    template.innerHTML = message;
+    template.content.querySelectorAll("[hx-swap-oob]").forEach(function (el) {
+      var how = el.getAttribute("hx-swap-oob");
+      var id = how === "true" ? el.id : (/^[a-zA-Z]+:#([\w-]+)$/.exec(how) || [])[1];
+      if (!id || document.getElementById(id)) return;
+      // Made by this very message (a new sub-question and then its follow-up): not missing.
+      if (template.content.querySelector("#" + CSS.escape(id) + ":not([hx-swap-oob])")) return;
+      var holder = document.createElement("div");
+      holder.id = id;
+      sink.appendChild(holder);
+    });
+  }
+
+  function dropOffpage() {
+    var sink = document.getElementById("offpage");
+    if (!sink || !sink.firstChild) return;
+    var tree = document.getElementById("subq-tree");
+    var top = Math.max(knownTop("subq-tree"), lastId('#offpage li.subq[id^="subq-"]', "subq-"));
+    if (tree) tree.dataset.top = String(top);
+    sink.replaceChildren();
   }
 
   htmx.createWebSocket = function (url) {
@@ -182,6 +224,18 @@
     if (list && stream.atEnd) list.scrollTop = list.scrollHeight;
   }
 
+  // Once the session has ended nothing is being written: a last "Writing…" of the model
+  // call in flight, delivered after the end, is put away.
+  function endLivePanel() {
+    var header = document.getElementById("session-header");
+    var panel = document.getElementById("live-reasoning");
+    if (!header || !panel || !FINISHED[header.dataset.status] || panel.classList.contains("hidden")) return;
+    panel.classList.add("hidden");
+    panel.replaceChildren();
+    delete panel.dataset.started;
+    delete panel.dataset.writing;
+  }
+
   // The live reasoning shows its newest lines.
   function followReasoning() {
     document.querySelectorAll("pre[data-follow]").forEach(function (pre) {
@@ -207,6 +261,9 @@
       var status = header.dataset.status;
       if (announced.status !== null && status !== announced.status) {
         announce("Session " + (header.dataset.statusLabel || status).toLowerCase() + ".");
+        // The follow-up card asks for itself again: "Think longer" and "Ask a follow-up"
+        // appear (as the viewer may use them), "Notify me in this tab" goes.
+        if (FINISHED[status]) htmx.trigger(document.body, "deepthink:ended");
       }
       announced.status = status;
       if (FINISHED[status]) setConnection("finished", "Finished");
@@ -371,46 +428,138 @@
     if (event.key === "Escape" && filter.focus) setFilter("");
   });
 
-  // A page left open on a long session keeps only the newest thoughts, like a fresh page;
-  // the older ones go behind "Show earlier" (only while the person follows the end).
+  // The thought list stays bounded however long the page is open. Following the end, it
+  // keeps the newest KEEP_THOUGHTS, the older ones behind "Show earlier". Reading earlier
+  // thoughts (after "Show earlier"), it keeps at most MAX_THOUGHTS: what lies far below is
+  // trimmed, and live thoughts wait behind "Show the newest thoughts", one request away.
   var KEEP_THOUGHTS = 150;
+  var MAX_THOUGHTS = 300;
 
   // Once the person has asked for earlier thoughts they are reading them: a later live
   // update (a citation check, say) must not take them away again.
   document.addEventListener("click", function (event) {
-    if (event.target.closest && event.target.closest("#thought-earlier button")) {
+    if (!event.target.closest) return;
+    if (event.target.closest("#thought-earlier button")) {
       stream.expanded = true;
       // The button is swapped out with the thoughts it loads: keep the focus's place (a
       // click focuses it too in most browsers; a keyboard needs it).
       stream.refocus = document.activeElement === event.target.closest("button");
+    } else if (event.target.closest("#thought-later button")) {
+      stream.expanded = false; // back at the newest page: following the end again
+      stream.atEnd = true;
     }
   });
+
+  function thoughtItems(list) {
+    return list.querySelectorAll(":scope > li.thought[id^='thought-']");
+  }
+
+  // A row whose button loads a part of the list in its place (or the whole list).
+  function loadRow(id, className, hidden, url, target, swap, text) {
+    var row = document.createElement("li");
+    if (id) row.id = id;
+    row.className = className;
+    row.dataset.count = String(hidden);
+    var button = document.createElement("button");
+    button.type = "button";
+    button.setAttribute("hx-get", url);
+    button.setAttribute("hx-target", target);
+    button.setAttribute("hx-swap", swap);
+    button.textContent = text;
+    row.appendChild(button);
+    return row;
+  }
+
+  function earlierRow(live, before, hidden) {
+    return loadRow("thought-earlier", "earlier", hidden, live.dataset.thoughtsUrl + "?before=" + before,
+      "#thought-earlier", "outerHTML", "Show earlier thoughts (" + hidden + " not shown)");
+  }
+
+  function laterRow(live, hidden) {
+    return loadRow("thought-later", "later", hidden, live.dataset.thoughtsUrl, "#thought-list",
+      "innerHTML", "Show the newest thoughts (" + hidden + " below not shown)");
+  }
 
   function trimStream() {
     var list = document.getElementById("thought-list");
     var live = document.getElementById("live");
-    if (!list || !live || !stream.atEnd || stream.expanded || filter.focus) return;
-    var items = list.querySelectorAll(":scope > li.thought[id^='thought-']");
-    var extra = items.length - KEEP_THOUGHTS;
+    if (!list || !live || filter.focus) return;
+    var items = thoughtItems(list);
+    var later = document.getElementById("thought-later");
+    var i, extra;
+    if (later || (stream.expanded && items.length > MAX_THOUGHTS)) {
+      // Reading far back: drop the newest beyond the bound, and live arrivals after the row.
+      var hidden = later ? parseInt(later.dataset.count || "0", 10) : 0;
+      var dropped = [];
+      if (later) {
+        for (var node = later.nextElementSibling; node; node = node.nextElementSibling) {
+          if (node.matches("li.thought")) dropped.push(node);
+        }
+      }
+      extra = items.length - dropped.length - MAX_THOUGHTS;
+      for (i = items.length - dropped.length - 1; extra > 0; i--, extra--) dropped.push(items[i]);
+      if (!dropped.length && later) return;
+      dropped.forEach(function (li) { li.remove(); });
+      if (later) later.remove();
+      list.appendChild(laterRow(live, hidden + dropped.length));
+      htmx.process(list.lastElementChild);
+      return;
+    }
+    if (!stream.atEnd || stream.expanded) return;
+    extra = items.length - KEEP_THOUGHTS;
     if (extra <= 0) return;
-    for (var i = 0; i < extra; i++) items[i].remove();
+    for (i = 0; i < extra; i++) items[i].remove();
     var before = items[extra].id.slice("thought-".length);
     var earlier = document.getElementById("thought-earlier");
-    var hidden = (earlier ? parseInt(earlier.dataset.count || "0", 10) : 0) + extra;
+    var count = (earlier ? parseInt(earlier.dataset.count || "0", 10) : 0) + extra;
     if (earlier) earlier.remove();
-    earlier = document.createElement("li");
-    earlier.id = "thought-earlier";
-    earlier.className = "earlier";
-    earlier.dataset.count = String(hidden);
-    var button = document.createElement("button");
-    button.type = "button";
-    button.setAttribute("hx-get", live.dataset.thoughtsUrl + "?before=" + before);
-    button.setAttribute("hx-target", "#thought-earlier");
-    button.setAttribute("hx-swap", "outerHTML");
-    button.textContent = "Show earlier thoughts (" + hidden + " not shown)";
-    earlier.appendChild(button);
-    list.prepend(earlier);
-    htmx.process(earlier);
+    list.prepend(earlierRow(live, before, count));
+    htmx.process(list.firstElementChild);
+  }
+
+  // Sources, sub-questions and syntheses grow live too: each list keeps a bounded number of
+  // rows (the rest are under "All sources", "All sub-questions", "Show earlier syntheses").
+  var KEEP_SOURCES = 60;
+  var KEEP_QUESTIONS = 150;
+  var KEEP_SYNTHESES = 20;
+
+  function trimLists() {
+    // Sources: the most cited come first and stay; the oldest of those added live go.
+    var sources = document.getElementById("source-list");
+    if (sources) {
+      var rows = sources.querySelectorAll(":scope > li[id^='source-']");
+      var cited = parseInt(sources.dataset.cited || "0", 10) || 0;
+      var top = Math.max(knownTop("source-list"), lastId("#source-list > li[id^='source-']", "source-"));
+      sources.dataset.top = String(top);
+      var over = rows.length - KEEP_SOURCES; // cited < KEEP_SOURCES: rows[cited + over - 1] exists
+      for (var i = 0; i < over; i++) rows[cited + i].remove();
+    }
+    // Sub-questions: the tree keeps its first rows (by priority); the last in reading order
+    // go (a follow-up comes after the question it follows, so a row goes before its parent).
+    var tree = document.getElementById("subq-tree");
+    if (tree) {
+      tree.dataset.top = String(Math.max(knownTop("subq-tree"), lastId("li.subq[id^='subq-']", "subq-")));
+      var questions = tree.querySelectorAll("li.subq");
+      for (var q = questions.length - 1; q >= KEEP_QUESTIONS; q--) questions[q].remove();
+    }
+    // Syntheses: the newest stay; older ones go behind "Show earlier syntheses".
+    var syntheses = document.getElementById("synthesis-list");
+    var live = document.getElementById("live");
+    if (syntheses && live) {
+      var shown = syntheses.querySelectorAll(":scope > li.synthesis[id^='synthesis-']");
+      var extra = shown.length - KEEP_SYNTHESES;
+      if (extra > 0) {
+        for (var j = 0; j < extra; j++) shown[j].remove();
+        var earlier = syntheses.querySelector(":scope > li.synthesis-earlier");
+        var hidden = extra + (earlier ? parseInt(earlier.dataset.count || "0", 10) : 0);
+        if (earlier) earlier.remove();
+        var before = shown[extra].id.slice("synthesis-".length);
+        var row = loadRow("", "earlier synthesis-earlier", hidden, live.dataset.synthesesUrl + "?before=" + before,
+          "closest li", "outerHTML", "Show earlier syntheses (" + hidden + " not shown)");
+        syntheses.prepend(row);
+        htmx.process(row);
+      }
+    }
   }
 
   // The scratchpad keeps its newest notes, as a fresh page shows them and its summary says:
@@ -427,9 +576,12 @@
   }
 
   function afterUpdate() {
+    dropOffpage();
     restoreDetails();
     followReasoning();
+    endLivePanel();
     trimStream();
+    trimLists();
     trimNotes();
     followStream();
     syncFilter();
@@ -437,6 +589,7 @@
   }
 
   document.addEventListener("htmx:wsBeforeMessage", noteStreamPosition);
+  document.addEventListener("htmx:wsBeforeMessage", sinkMissingTargets);
   document.addEventListener("htmx:wsAfterMessage", function () {
     afterUpdate();
     caughtUp();

@@ -36,8 +36,11 @@ def test_an_open_tab_notifies_when_the_session_ends_and_can_think_longer(page: A
     shown = page.evaluate("window.__shown")
     assert shown == [{"title": "Deep Think completed", "body": "Do bees dream about flowers?"}]
 
-    page.reload()
-    assert "Ask a follow-up" in page.content()
+    # Without a reload: the finished page offers more time and a follow-up, and no longer
+    # offers to notify.
+    expect(page.get_by_role("button", name="Think longer")).to_be_visible()
+    expect(page.locator(".follow-up summary")).to_have_text("Ask a follow-up")
+    expect(page.locator("#notify-offer")).to_have_count(0)
     page.get_by_label("More minutes").fill("0.05")
     page.get_by_role("button", name="Think longer").click()
     expect(page.locator("#session-header")).to_have_attribute(

@@ -71,16 +71,16 @@ run: migrate
 
 # An offline stand-in for the Claude API (the same fake the tests use).
 fake-claude: install
-	$(BIN)/python -m tests.fakes.anthropic_server --port $${FAKE_PORT:-8765} --delay $${FAKE_DELAY:-0.5}
+	$(BIN)/python -m fakes.anthropic_server --port $${FAKE_PORT:-8765} --delay $${FAKE_DELAY:-0.5}
 
 fake-exa: install
-	$(BIN)/python -m tests.fakes.exa_server --port $${FAKE_EXA_PORT:-8766} --delay $${FAKE_DELAY:-0.3}
+	$(BIN)/python -m fakes.exa_server --port $${FAKE_EXA_PORT:-8766} --delay $${FAKE_DELAY:-0.3}
 
 fake-searxng: install
-	$(BIN)/python -m tests.fakes.searxng_server --port $${FAKE_SEARXNG_PORT:-8767} --delay $${FAKE_DELAY:-0.3}
+	$(BIN)/python -m fakes.searxng_server --port $${FAKE_SEARXNG_PORT:-8767} --delay $${FAKE_DELAY:-0.3}
 
 fake-tavily: install
-	$(BIN)/python -m tests.fakes.tavily_server --port $${FAKE_TAVILY_PORT:-8768} --delay $${FAKE_DELAY:-0.3}
+	$(BIN)/python -m fakes.tavily_server --port $${FAKE_TAVILY_PORT:-8768} --delay $${FAKE_DELAY:-0.3}
 
 lint: install-dev
 	$(BIN)/ruff check .
@@ -119,7 +119,7 @@ clean:
 	rm -rf $(VENV) .tools .pytest_cache .ruff_cache mutants mutation/.cache
 
 # Mutation testing (mutation/README.md): every covered module, or one with
-# MODULE=thinking/capabilities.py. Incremental; the fast suite only; MUTATE_WORKERS=2.
+# MODULE=thinking/provider/capabilities.py. Incremental; the fast suite only; MUTATE_WORKERS=2.
 mutate: install-dev
 	$(BIN)/python -m mutation.run $(MODULE)
 

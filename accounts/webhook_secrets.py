@@ -1,6 +1,6 @@
 """Each person's webhook signing key: made or rotated on the account page (or with
 `manage.py webhook_secret`), shown once, then only as a hint; read when a delivery is signed
-(thinking.webhooks, thinking.notify).
+(thinking.people.webhooks, thinking.people.notify).
 
 One key per person, not one for the site: a receiver given a key to check its own webhooks
 cannot forge anyone else's.

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.fakes import anthropic_server, exa_server
+from fakes import anthropic_server, exa_server
 
 FAKES_DIR = Path(anthropic_server.__file__).resolve().parent
 BOMB_TOKENS = 10**9  # output tokens reported by a session's last cycle

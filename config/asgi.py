@@ -15,9 +15,9 @@ from channels.routing import ChannelNameRouter, ProtocolTypeRouter, URLRouter  #
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from config.startup import freeze_start_up  # noqa: E402
-from thinking.origins import SameOriginValidator  # noqa: E402
-from thinking.routing import websocket_urlpatterns, worker_channels  # noqa: E402
-from thinking.worker import with_inprocess_worker  # noqa: E402
+from thinking.deliberation.worker import with_inprocess_worker  # noqa: E402
+from thinking.web.origins import SameOriginValidator  # noqa: E402
+from thinking.web.routing import websocket_urlpatterns, worker_channels  # noqa: E402
 
 router = ProtocolTypeRouter(
     {

@@ -21,6 +21,6 @@ class AuthenticatedHttpRequest(HtmxHttpRequest):
 
 class ApiRequest(HttpRequest):
     """A request to an authenticated django-ninja endpoint: `request.auth` is the `User` the
-    API's authenticators returned (thinking/api.py: a bearer token or a session cookie)."""
+    API's authenticators returned (thinking/web/api.py: a bearer token or a session cookie)."""
 
     auth: User

@@ -1,6 +1,6 @@
 """Log lines that say which session they are about.
 
-A worker runs each session in a task of its own (thinking/worker.py) inside
+A worker runs each session in a task of its own (thinking/deliberation/worker.py) inside
 `about_session(id)`; every line logged from that task, and from the database hops and tasks
 it starts (they inherit its context), carries ` [session <id>]` after the logger's name.
 """

@@ -401,7 +401,7 @@ DEEPTHINK_MAX_COST_USD = env_float("DEEPTHINK_MAX_COST_USD", 0.0, minimum=0.0)
 
 
 def _prices(raw: str) -> dict[str, dict[str, float]]:
-    from thinking.pricing import parse_prices
+    from thinking.provider.pricing import parse_prices
 
     try:
         return parse_prices(raw)
@@ -410,7 +410,7 @@ def _prices(raw: str) -> dict[str, dict[str, float]]:
 
 
 # Prices of models the built-in table lacks (or other prices): JSON of US dollars per million
-# tokens, merged over the table (thinking/pricing.py has the format).
+# tokens, merged over the table (thinking/provider/pricing.py has the format).
 DEEPTHINK_PRICES = _prices(env_str("DEEPTHINK_PRICES"))
 # A team session without its own ceiling reserves at most this share of what is left of the
 # team's monthly budget, so one session cannot lock the rest of the team out.
@@ -422,7 +422,7 @@ DEEPTHINK_LIVE_INTERVAL = env_float("DEEPTHINK_LIVE_INTERVAL", 0.5, minimum=0.0)
 
 def _check_thinking() -> None:
     """Validate what the operator set (and only that) against the model's known limits."""
-    from thinking.capabilities import (
+    from thinking.provider.capabilities import (
         ThinkingSettings,
         builtin_capabilities,
         manual_budget,
@@ -461,7 +461,7 @@ _check_thinking()
 DEEPTHINK_STREAM_RETRIES = env_int("DEEPTHINK_STREAM_RETRIES", 3, minimum=0)
 DEEPTHINK_RETRY_BASE_SECONDS = env_float("DEEPTHINK_RETRY_BASE_SECONDS", 1.0, minimum=0)
 
-# How the model is asked to structure each thought cycle (see thinking/tags.py): "standard"
+# How the model is asked to structure each thought cycle (see thinking/provider/tags.py): "standard"
 # or "enhanced"; "custom" is chosen per session, with its own tag spec.
 DEEPTHINK_FORMAT = env_str("DEEPTHINK_FORMAT", "enhanced").lower()
 if DEEPTHINK_FORMAT not in ("standard", "enhanced"):
@@ -524,7 +524,7 @@ DEEPTHINK_KNOWLEDGE_READ_MEMORY_MB = env_int("DEEPTHINK_KNOWLEDGE_READ_MEMORY_MB
 DEEPTHINK_KNOWLEDGE_READERS = env_int("DEEPTHINK_KNOWLEDGE_READERS", 2, minimum=1)
 # Page text asked of Exa per web result (bounded), besides its highlights.
 DEEPTHINK_WEB_TEXT_CHARS = env_int("DEEPTHINK_WEB_TEXT_CHARS", 3000, minimum=0)
-# The citation check (thinking/citations.py): on/off, claims per checker call, calls at
+# The citation check (thinking/deliberation/citations.py): on/off, claims per checker call, calls at
 # once, claims checked per synthesis at most, and the checker's reply budget.
 DEEPTHINK_CITATION_CHECK = env_bool("DEEPTHINK_CITATION_CHECK", True)
 DEEPTHINK_CHECK_BATCH = env_int("DEEPTHINK_CHECK_BATCH", 8, minimum=1)
@@ -604,5 +604,5 @@ DEEPTHINK_WEBHOOKS = env_bool("DEEPTHINK_WEBHOOKS", True)
 # holds up only its own. DEEPTHINK_WEBHOOK_TIMEOUT_SECONDS is each one's total deadline.
 DEEPTHINK_WEBHOOK_PARALLEL = env_int("DEEPTHINK_WEBHOOK_PARALLEL", 8, minimum=1)
 # Live pages (WebSockets) one person may have open at once, across every web process; one
-# more is closed with 4429 (thinking/sockets.py).
+# more is closed with 4429 (thinking/web/sockets.py).
 DEEPTHINK_WS_MAX_PER_USER = env_int("DEEPTHINK_WS_MAX_PER_USER", 20, minimum=1)

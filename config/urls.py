@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from config.health import healthz
-from thinking.api import api
+from thinking.web.api import api
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
@@ -14,5 +14,5 @@ urlpatterns = [
     path("api/", api.urls),
     path("knowledge/", include("research.urls")),
     path("evaluations/", include("evaluation.urls")),
-    path("", include("thinking.urls")),
+    path("", include("thinking.web.urls")),
 ]

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 
-from thinking import pricing
-from thinking.llm import LLM, LLMError
+from thinking.provider import pricing
+from thinking.provider.llm import LLM, LLMError
 
 from .models import Grade
 

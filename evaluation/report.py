@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from thinking.citations import session_counts
+from thinking.deliberation.citations import session_counts
 
 from . import metrics
 from .models import EvaluationItem, EvaluationRun, ItemStatus

@@ -1,5 +1,5 @@
 """Running an evaluation: each question becomes a real session started through people's
-actions (`thinking.actions.start`: the start form, its limits and ceilings), run in this
+actions (`thinking.people.actions.start`: the start form, its limits and ceilings), run in this
 process as `manage.py think` runs one (`actions.think_here`), then graded.
 
 Resuming: a run is found by its name. Graded questions are kept; a question whose session
@@ -28,11 +28,12 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from thinking import actions, broadcast
 from thinking.events import SessionEvent
-from thinking.forms import StartSessionForm
-from thinking.llm import LLM
 from thinking.models import Status, ThinkingSession
+from thinking.page import broadcast
+from thinking.people import actions
+from thinking.provider.llm import LLM
+from thinking.web.forms import StartSessionForm
 
 from . import grading
 from .models import EvaluationItem, EvaluationRun, ItemStatus

@@ -37,60 +37,63 @@ LIFECYCLE_TESTS = (
 
 MODULES: dict[str, tuple[str, ...]] = {
     # authorization: who may see a session (every view, API route and socket looks up here)
-    "thinking/access.py": ("tests/test_authorization.py", "tests/thinking/test_teams.py"),
+    "thinking/web/access.py": ("tests/test_authorization.py", "tests/thinking/test_teams.py"),
     # limits and budgets
-    "thinking/limits.py": (
+    "thinking/people/limits.py": (
         "tests/thinking/test_limits.py",
         "tests/thinking/test_api_limits.py",
         "tests/thinking/test_teams.py",
         "tests/thinking/test_actions.py",
     ),
-    "thinking/budget.py": (
+    "thinking/people/budget.py": (
         "tests/thinking/test_real_claude.py",
         "tests/thinking/test_teams.py",
         "tests/thinking/test_limits.py",
         "tests/thinking/test_thinking_sessions.py",
     ),
     # capabilities and request building
-    "thinking/capabilities.py": (
+    "thinking/provider/capabilities.py": (
         "tests/thinking/test_capabilities.py",
         "tests/thinking/test_model_capabilities.py",
     ),
     # the tag extractor and reply parsing
-    "thinking/parsing.py": ("tests/thinking/test_parsing.py", "tests/thinking/test_seed_parts.py"),
-    "thinking/tags.py": ("tests/thinking/test_tags.py", "tests/thinking/test_parsing.py"),
+    "thinking/provider/parsing.py": (
+        "tests/thinking/test_parsing.py",
+        "tests/thinking/test_seed_parts.py",
+    ),
+    "thinking/provider/tags.py": ("tests/thinking/test_tags.py", "tests/thinking/test_parsing.py"),
     # evidence and citations
-    "thinking/evidence.py": (
+    "thinking/deliberation/evidence.py": (
         "tests/thinking/test_source_store.py",  # the stores one at a time
         "tests/thinking/test_evidence_blocks.py",
         "tests/thinking/test_tools.py",
         "tests/thinking/test_research.py",
         "tests/thinking/test_citations.py",
     ),
-    "thinking/citations.py": (
+    "thinking/deliberation/citations.py": (
         "tests/thinking/test_citations.py",
         "tests/thinking/test_export.py",
         "tests/thinking/test_rendering.py",
     ),
-    "thinking/tools.py": (
+    "thinking/deliberation/tools.py": (
         "tests/thinking/test_tools.py",
         "tests/thinking/test_research.py",
         "tests/thinking/test_promises.py",
         "tests/thinking/test_evidence_blocks.py",
     ),
     # re-ranking: what the model is shown, and the moves (a person's question keeps its place)
-    "thinking/rerank.py": (
+    "thinking/deliberation/rerank.py": (
         "tests/thinking/test_seed_loop.py",
         "tests/thinking/test_seed_parts.py",
     ),
-    "thinking/planner.py": (
+    "thinking/deliberation/planner.py": (
         "tests/thinking/test_planner.py",
         "tests/thinking/test_research.py",
         "tests/thinking/test_promises.py",
         "tests/thinking/test_seed_loop.py",
     ),
     # the lifecycle and the step context: people's verbs, the one door for writes, the stores
-    "thinking/actions.py": (
+    "thinking/people/actions.py": (
         *LIFECYCLE_TESTS,
         "tests/thinking/test_cli.py",  # think_here: a session run in this process
         "tests/thinking/test_followups.py",  # extend: more time for a completed session
@@ -98,16 +101,16 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "thinking/models.py": (*LIFECYCLE_TESTS, "tests/thinking/test_step_stores.py"),
     # the stores one at a time (a cancel mid-failure, the notice while waiting), then sessions
-    "thinking/steps.py": ("tests/thinking/test_step_stores.py", *LOOP_TESTS),
+    "thinking/deliberation/steps.py": ("tests/thinking/test_step_stores.py", *LOOP_TESTS),
     # the loop (the longest runs)
-    "thinking/prompts.py": ("tests/thinking/test_prompts.py", *LOOP_TESTS),
-    "thinking/loop.py": (
+    "thinking/deliberation/prompts.py": ("tests/thinking/test_prompts.py", *LOOP_TESTS),
+    "thinking/deliberation/loop.py": (
         "tests/thinking/test_focus.py",
         "tests/thinking/test_schedule.py",
         *LOOP_TESTS,
     ),
     # the session log every model call carries
-    "thinking/transcript.py": (
+    "thinking/deliberation/transcript.py": (
         "tests/thinking/test_transcript.py",
         "tests/thinking/test_prompts.py",
     ),
@@ -131,6 +134,6 @@ DEFAULT_ORDER = tuple(MODULES)
 # CI's smoke run: request building (`build_request`, ~110 mutants) against its pure unit tests,
 # so it finishes well under two minutes on two busy cores. It has its own cache slot, so it
 # never disturbs the full run's results for the module.
-SMOKE_MODULE = "thinking/capabilities.py"
+SMOKE_MODULE = "thinking/provider/capabilities.py"
 SMOKE_TESTS = ("tests/thinking/test_capabilities.py",)
-SMOKE_MUTANTS = "thinking.capabilities.x_build_request__mutmut_*"
+SMOKE_MUTANTS = "thinking.provider.capabilities.x_build_request__mutmut_*"

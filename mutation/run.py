@@ -2,7 +2,7 @@
 
     python -m mutation.run                           # every module, then the report
                                                      # (mutation/results/report.md)
-    python -m mutation.run thinking/capabilities.py  # one module (make mutate MODULE=...)
+    python -m mutation.run thinking/provider/capabilities.py  # one module (make mutate MODULE=...)
     python -m mutation.run --smoke                   # CI: one small module, score printed
 
 mutmut keeps its work in `mutants/` (copies of the code with every mutant in it, and the

@@ -1,4 +1,4 @@
-"""Knowledge routes of the JSON API (mounted under /api/knowledge by thinking/api.py): upload
+"""Knowledge routes of the JSON API (mounted under /api/knowledge by thinking/web/api.py): upload
 a document, the same formats and rules as the upload form and `import_knowledge`."""
 
 from __future__ import annotations

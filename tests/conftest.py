@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.exa_server import FakeExa
-from tests.fakes.searxng_server import FakeSearxng
-from tests.fakes.tavily_server import FakeTavily
+from fakes.anthropic_server import FakeAnthropic
+from fakes.exa_server import FakeExa
+from fakes.searxng_server import FakeSearxng
+from fakes.tavily_server import FakeTavily
 
 
 def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
@@ -158,7 +158,7 @@ def make_session(alice: Any) -> Callable[..., Any]:
 def renders_here(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The events this process renders for the live stream (`broadcast.render_event`), in
     order."""
-    from thinking import broadcast
+    from thinking.page import broadcast
 
     rendered: list[Any] = []
     render = broadcast.render_event
@@ -176,7 +176,7 @@ async def closed_supervisors(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[N
     """The shared model and web clients of every supervisor a test makes are closed at its
     end, as a stopping worker closes them, rather than left to the garbage collector (which
     warns of each unclosed connection pool)."""
-    from thinking.worker import Supervisor
+    from thinking.deliberation.worker import Supervisor
 
     made: list[Supervisor] = []
     init = Supervisor.__init__
@@ -213,5 +213,5 @@ async def background_tasks() -> Any:
 def rang(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The sessions whose start doorbell was rung (the worker is not started)."""
     calls: list[Any] = []
-    monkeypatch.setattr("thinking.actions.request_start", calls.append)
+    monkeypatch.setattr("thinking.people.actions.request_start", calls.append)
     return calls

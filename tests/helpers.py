@@ -17,8 +17,8 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient, Client
 
+from thinking.deliberation.run import Clock
 from thinking.events import SessionEvent
-from thinking.run import Clock
 
 # Viewports of the browser tests.
 DESKTOP = {"width": 1280, "height": 900}
@@ -83,7 +83,7 @@ def services_available() -> tuple[bool, str]:
 
 async def stage_history(session: Any) -> list[dict]:
     """The session's stage history as the API serves it, oldest first."""
-    from thinking import stages
+    from thinking.deliberation import stages
 
     return await sync_to_async(stages.served)(session)
 
@@ -203,8 +203,8 @@ async def run(
 ) -> str | None:
     """Claim and run a session to its end with `llm` (by default the LLM of the settings: a
     fake server); the LLM is closed afterwards."""
-    from thinking import loop
-    from thinking.llm import LLM
+    from thinking.deliberation import loop
+    from thinking.provider.llm import LLM
 
     await claim(session)
     llm = llm or LLM.from_settings()
@@ -245,7 +245,7 @@ def communicator(
     from urllib.parse import urlencode
 
     from config.asgi import application
-    from thinking.presenters import session_ws_path
+    from thinking.page.presenters import session_ws_path
 
     query = dict(marks or {})
     if rev is not None:
@@ -393,8 +393,8 @@ def record_call(session: Any, *, model: str, purpose: str = "thoughts", **tokens
     """A model call stored as the loop stores it (`Step.record_calls`): its row, priced by
     `model`, and the session's tokens, cost and usage per model (`tokens`: input_tokens,
     output_tokens, cache_read_tokens, cache_write_tokens)."""
-    from thinking.llm import Reply, Usage
     from thinking.models import ThinkingSession
+    from thinking.provider.llm import Reply, Usage
 
     reply = Reply(text="", model=model, usage=Usage(**tokens))
     with ThinkingSession.step(session.pk, stop_on_cancel=False) as step:
@@ -409,9 +409,9 @@ async def stopped_mid_stream(
     20-character chunk); `after` seconds into that stream, a person's `stop` (a synchronous
     action) is made. The session must then end within `timeout`: its final status and what
     it published."""
-    from tests.fakes.anthropic_server import Reply as Scripted
-    from thinking import loop
-    from thinking.llm import LLM
+    from fakes.anthropic_server import Reply as Scripted
+    from thinking.deliberation import loop
+    from thinking.provider.llm import LLM
 
     fake.enqueue(Scripted(text="THOUGHT: " + "slow " * 80, chunk_delay=2.0))
     await claim(session)

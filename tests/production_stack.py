@@ -39,8 +39,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from fakes.anthropic_server import FakeAnthropic
 from tests.browser.app_server import free_port
-from tests.fakes.anthropic_server import FakeAnthropic
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -130,13 +130,24 @@ def _reaches(start: str) -> set[str]:
 
 
 # Lower layers: what each may never import (the front ends, people's actions, the loop).
-FRONT_ENDS = {"thinking.views", "thinking.page_views", "thinking.api", "thinking.consumers"}
-LOOP = {"thinking.loop", "thinking.worker"}
+FRONT_ENDS = {
+    "thinking.web.views",
+    "thinking.web.page_views",
+    "thinking.web.api",
+    "thinking.web.consumers",
+}
+LOOP = {"thinking.deliberation.loop", "thinking.deliberation.worker"}
 
 
 @pytest.mark.parametrize(
     "module",
-    ["thinking.models", "thinking.llm", "thinking.streaming", "thinking.steps", "research.web"],
+    [
+        "thinking.models",
+        "thinking.provider.llm",
+        "thinking.provider.streaming",
+        "thinking.deliberation.steps",
+        "research.web",
+    ],
 )
 def test_lower_layers_do_not_import_the_loop_or_the_front_ends(module: str):
     assert not _reaches(module) & (FRONT_ENDS | LOOP)
@@ -156,5 +167,5 @@ def test_nothing_the_evaluation_measures_imports_it(module: str):
 
 def test_the_evaluation_starts_sessions_only_through_peoples_actions():
     reached = set().union(*(GRAPH[m] for m in EVALUATION))
-    assert "thinking.actions" in reached
-    assert not reached & (LOOP | FRONT_ENDS | {"thinking.steps"})
+    assert "thinking.people.actions" in reached
+    assert not reached & (LOOP | FRONT_ENDS | {"thinking.deliberation.steps"})

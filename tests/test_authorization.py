@@ -25,7 +25,7 @@ from evaluation.models import EvaluationRun
 from research.knowledge import add_item
 from tests.helpers import communicator, login
 from thinking.models import Status, ThinkingSession
-from thinking.routing import websocket_urlpatterns
+from thinking.web.routing import websocket_urlpatterns
 
 # Public by design: signing in, resetting a password, the API's schema and docs.
 PUBLIC = re.compile(r"^(accounts/|api/openapi\.json$|api/docs$|api/$|healthz$)")

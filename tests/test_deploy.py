@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from fakes.anthropic_server import FakeAnthropic
 from tests.browser.app_server import daphne_flags, free_port
-from tests.fakes.anthropic_server import FakeAnthropic
 from tests.helpers import services_available
 from tests.production_stack import (
     ADMIN,

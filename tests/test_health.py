@@ -19,8 +19,8 @@ from django.utils import timezone
 from config import health
 from tests.browser.app_server import free_port
 from tests.helpers import on_statements
+from thinking.deliberation.worker import Supervisor
 from thinking.models import WorkerHeartbeat
-from thinking.worker import Supervisor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""The model client (the SDK's aiohttp client, thinking/llm.py) and the web client (httpx,
+"""The model client (the SDK's aiohttp client, thinking/provider/llm.py) and the web client (httpx,
 research/web.py) each keep a connection alive between requests, and drop one the server
 closed instead of writing to it; a worker's shared web client does not queue a burst of
 sessions' searches."""
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from fakes.anthropic_server import FakeAnthropic
+from fakes.exa_server import FakeExa
+from fakes.http_base import FakeServer
 from research.web import SharedWebClient
-from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.exa_server import FakeExa
-from tests.fakes.http_base import FakeServer
-from thinking.llm import _new_client
+from thinking.provider.llm import _new_client
 
 
 async def _keeps_one_and_not_a_closed_one(fake: FakeServer, call: Callable[[], Awaitable[Any]]):

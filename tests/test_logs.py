@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from config.logs import SessionFilter
-from tests.fakes.anthropic_server import StreamError
+from fakes.anthropic_server import StreamError
 from tests.helpers import in_fresh_python
+from thinking.deliberation.worker import Supervisor
 from thinking.models import Status, ThinkingSession
-from thinking.worker import Supervisor
 
 
 def test_each_line_is_printed_once_under_daphne_and_runworker():
@@ -25,7 +25,7 @@ if sys.argv[1] == "daphne":
 import django
 django.setup()
 from config.logs import about_session
-logging.getLogger("thinking.worker").info("worker listening")
+logging.getLogger("thinking.deliberation.worker").info("worker listening")
 logging.getLogger("django.request").error("Internal Server Error: /x")
 logging.getLogger("django.channels.worker").warning("channel trouble")
 logging.getLogger("daphne.server").info("Listening on TCP address 127.0.0.1:8000")
@@ -39,7 +39,7 @@ logging.getLogger("django.security.DisallowedHost").error("Invalid HTTP_HOST hea
         assert result.returncode == 0, result.stderr
         lines = result.stderr.splitlines()
         for event in (
-            "thinking.worker: worker listening",
+            "thinking.deliberation.worker: worker listening",
             "django.request: Internal Server Error: /x",
             "django.channels.worker: channel trouble",
             "daphne.server: Listening on TCP address",

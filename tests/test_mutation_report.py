@@ -11,49 +11,50 @@ EARLIER = """Measured on 2026-11-01 at commit abc1234, mutmut 3.8.1.
 
 | module | mutants | killed | survived | equivalent | timeout | no tests | not run | % killed |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|
-| thinking/access.py | 9 | 9 | 0 | 0 | 0 | 0 | 0 | 100.0% |
-| thinking/limits.py | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80.0% (below 90) |
-| thinking/loop.py | not run yet | | | | | | | |
+| thinking/web/access.py | 9 | 9 | 0 | 0 | 0 | 0 | 0 | 100.0% |
+| thinking/people/limits.py | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80.0% (below 90) |
+| thinking/deliberation/loop.py | not run yet | | | | | | | |
 
-## thinking/limits.py
+## thinking/people/limits.py
 
 Survivors:
 
-- thinking/limits.py:5 `a` -> `b` (x)
+- thinking/people/limits.py:5 `a` -> `b` (x)
 """
 
 
 def test_a_module_without_results_keeps_its_earlier_row_and_says_when_it_was_measured():
     kept = report.earlier(EARLIER)
     rows = [
-        report.Row("thinking/access.py"),  # no results here: the earlier row stays
-        report.Row("thinking/limits.py", ran=True, killed=10),  # measured again: replaced
-        report.Row("thinking/loop.py"),
+        report.Row("thinking/web/access.py"),  # no results here: the earlier row stays
+        report.Row("thinking/people/limits.py", ran=True, killed=10),  # measured again: replaced
+        report.Row("thinking/deliberation/loop.py"),
     ]
     text = report.markdown(rows, kept)
     assert (
-        "| thinking/access.py | 9 | 9 | 0 | 0 | 0 | 0 | 0 | 100.0% (measured at abc1234) |" in text
+        "| thinking/web/access.py | 9 | 9 | 0 | 0 | 0 | 0 | 0 | 100.0% (measured at abc1234) |"
+        in text
     )
-    assert "| thinking/limits.py | 10 | 10 | 0 | 0 | 0 | 0 | 0 | 100.0% |" in text
-    assert "| thinking/loop.py | not run yet |" in text
+    assert "| thinking/people/limits.py | 10 | 10 | 0 | 0 | 0 | 0 | 0 | 100.0% |" in text
+    assert "| thinking/deliberation/loop.py | not run yet |" in text
     assert "`a` -> `b`" not in text  # the earlier survivors went with the earlier row
-    assert "No results here for thinking/access.py: their rows" in text
-    assert "Not run yet: thinking/loop.py." in text
+    assert "No results here for thinking/web/access.py: their rows" in text
+    assert "Not run yet: thinking/deliberation/loop.py." in text
     # Carried again by a later report, a row keeps the commit it was measured at.
-    again = report.table([report.Row("thinking/access.py")], report.earlier(text))
+    again = report.table([report.Row("thinking/web/access.py")], report.earlier(text))
     assert again.splitlines()[-1].endswith("100.0% (measured at abc1234) |")
 
 
 def test_an_earlier_rows_section_comes_with_it():
-    text = report.markdown([report.Row("thinking/limits.py")], report.earlier(EARLIER))
-    assert "| thinking/limits.py | 10 | 8 | 2 |" in text
-    assert "- thinking/limits.py:5 `a` -> `b` (x)" in text
+    text = report.markdown([report.Row("thinking/people/limits.py")], report.earlier(EARLIER))
+    assert "| thinking/people/limits.py | 10 | 8 | 2 |" in text
+    assert "- thinking/people/limits.py:5 `a` -> `b` (x)" in text
 
 
 def test_survivors_are_tested_again_but_not_those_listed_as_equivalent(tmp_path, monkeypatch):
     from mutation import run
 
-    module = "thinking/loop.py"
+    module = "thinking/deliberation/loop.py"
     meta = tmp_path / (module + ".meta")
     meta.parent.mkdir(parents=True)
     codes = {"m.equivalent": 0, "m.survivor": 0, "m.killed": 1, "m.no_tests": 33}
@@ -61,7 +62,7 @@ def test_survivors_are_tested_again_but_not_those_listed_as_equivalent(tmp_path,
     monkeypatch.setattr(run, "MUTANTS", tmp_path)
     equivalents = tmp_path / "equivalents"
     equivalents.mkdir()
-    (equivalents / "thinking.loop.toml").write_text(
+    (equivalents / "thinking.deliberation.loop.toml").write_text(
         '[[equivalent]]\nmutant = "m.equivalent"\nchange = "x"\nreason = "y"\n'
     )
     monkeypatch.setattr(report, "EQUIVALENTS", equivalents)
@@ -79,37 +80,37 @@ def test_survivors_are_tested_again_but_not_those_listed_as_equivalent(tmp_path,
 def test_a_cleared_cache_resumes_from_the_kept_verdicts(tmp_path, monkeypatch):
     from mutation import run
 
-    module = "thinking/loop.py"
+    module = "thinking/deliberation/loop.py"
     mutants, results = tmp_path / "mutants", tmp_path / "results"
     monkeypatch.setattr(run, "MUTANTS", mutants)
     monkeypatch.setattr(run, "RESULTS", results)
     results.mkdir()
-    kept = {"exit_code_by_key": {"thinking.loop.x_f__mutmut_1": 1}}
-    (results / "thinking.loop.json").write_text(json.dumps(kept))
+    kept = {"exit_code_by_key": {"thinking.deliberation.loop.x_f__mutmut_1": 1}}
+    (results / "thinking.deliberation.loop.json").write_text(json.dumps(kept))
 
     run.resume(module)  # no local results: mutmut starts from the kept ones
-    meta = mutants / "thinking" / "loop.py.meta"
+    meta = mutants / f"{module}.meta"
     assert json.loads(meta.read_text()) == kept
 
-    local = {"exit_code_by_key": {"thinking.loop.x_f__mutmut_1": 0}}
+    local = {"exit_code_by_key": {"thinking.deliberation.loop.x_f__mutmut_1": 0}}
     meta.write_text(json.dumps(local))
     run.resume(module)  # local results win over the kept ones
     assert json.loads(meta.read_text()) == local
     run.keep(module)  # and are kept for the next time the cache is cleared
-    assert json.loads((results / "thinking.loop.json").read_text()) == local
+    assert json.loads((results / "thinking.deliberation.loop.json").read_text()) == local
 
 
 def test_a_module_given_more_test_files_keeps_its_verdicts(tmp_path, monkeypatch):
     from mutation import run
 
-    module = "thinking/loop.py"
+    module = "thinking/deliberation/loop.py"
     mutants, results = tmp_path / "mutants", tmp_path / "results"
     monkeypatch.setattr(run, "MUTANTS", mutants)
     monkeypatch.setattr(run, "RESULTS", results)
     monkeypatch.setattr(run, "CACHE", tmp_path / "cache")
     run.activate(module)
     local = {"exit_code_by_key": {"m.killed": 1, "m.survivor": 0}}
-    meta = mutants / "thinking" / "loop.py.meta"
+    meta = mutants / f"{module}.meta"
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps(local))
     (mutants / "mutmut-stats.json").write_text("{}")  # built with the old test files

@@ -15,9 +15,9 @@ from asgiref.sync import sync_to_async
 from django.urls import reverse
 
 from tests.helpers import add_thought, communicator, login
-from thinking.broadcast import publish
 from thinking.events import SessionEvent
 from thinking.models import Status
+from thinking.page.broadcast import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,7 +147,7 @@ async def test_the_websocket_origin_check_includes_the_port(
     from channels.testing import WebsocketCommunicator
 
     from config.asgi import application
-    from thinking.presenters import session_ws_path
+    from thinking.page.presenters import session_ws_path
 
     session = await sync_to_async(make_session)()
     headers = [

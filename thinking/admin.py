@@ -16,10 +16,9 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from . import stages
-from .export import MODEL_CALL_COLUMNS, reference_summary
-from .formatting import duration, percent
-from .models import (
+from thinking.deliberation import stages
+from thinking.formatting import duration, percent
+from thinking.models import (
     CitationCheck,
     Delivery,
     Extension,
@@ -31,6 +30,7 @@ from .models import (
     ThinkingSession,
     Thought,
 )
+from thinking.web.export import MODEL_CALL_COLUMNS, reference_summary
 
 # The newest stage entries shown on a session's page; the rest are on the Stage list.
 STAGES_SHOWN = 10
@@ -122,7 +122,8 @@ class ReadOnlyRowAdmin(SessionRowAdmin):
 
 
 class CitationCheckInline(admin.TabularInline):
-    """Read-only: verdicts are written by the citation check (thinking/citations.py)."""
+    """Read-only: verdicts are written by the citation check
+    (thinking/deliberation/citations.py)."""
 
     model = CitationCheck
     fields = ("number", "verdict", "claim", "why")
@@ -608,7 +609,7 @@ class StageKindFilter(admin.SimpleListFilter):
 
 @admin.register(Stage)
 class StageAdmin(ReadOnlyRowAdmin):
-    """A session's stage history, one row an entry (thinking/stages.py)."""
+    """A session's stage history, one row an entry (thinking/deliberation/stages.py)."""
 
     list_display = ("sequence", "session_question", "stage", "label", "message", "at")
     list_display_links = ("sequence",)

@@ -23,13 +23,13 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from . import pricing
-from .capabilities import ThinkingSettings
-from .events import SessionEvent
-from .parsing import question_digest
+from thinking.events import SessionEvent
+from thinking.provider import pricing
+from thinking.provider.capabilities import ThinkingSettings
+from thinking.provider.parsing import question_digest
 
 if TYPE_CHECKING:
-    from .llm import Reply
+    from thinking.provider.llm import Reply
 
 
 class Status(models.TextChoices):
@@ -96,7 +96,7 @@ class Stopped(Exception):
 
 
 class Lap(Protocol):
-    """Active time handed out in laps (the worker's meter, `thinking.run.Meter`)."""
+    """Active time handed out in laps (the worker's meter, `thinking.deliberation.run.Meter`)."""
 
     def lap(self) -> float: ...
 
@@ -362,7 +362,7 @@ class ThinkingSession(models.Model):
     research_notes = models.JSONField(default=list, blank=True)
     # The latest stage entry, the loop's or the model's: stage, label, message, step, confidence.
     progress = models.JSONField(default=dict, blank=True)
-    # The tools its thought cycles offer the model (thinking/tools.py `offered`).
+    # The tools its thought cycles offer the model (thinking/deliberation/tools.py `offered`).
     tools_enabled = models.BooleanField(
         default=True, help_text="Offer tools at all while it thinks (the ones chosen below)."
     )
@@ -393,8 +393,8 @@ class ThinkingSession(models.Model):
     output_tokens = models.PositiveBigIntegerField(default=0)
     cache_read_tokens = models.PositiveBigIntegerField(default=0)
     cache_write_tokens = models.PositiveBigIntegerField(default=0)
-    # Each call priced by its own model when it was stored (thinking/pricing.py); calls of a
-    # model without a price are counted instead.
+    # Each call priced by its own model when it was stored (thinking/provider/pricing.py); calls of
+    # a model without a price are counted instead.
     cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
     unpriced_calls = models.PositiveIntegerField(default=0)
     # Calls, tokens and cost per model and kind of call (pricing.tallied).
@@ -578,7 +578,7 @@ class ThinkingSession(models.Model):
             only=only,
         )
 
-    # --- state changes requested by people (views, API, CLI, admin: thinking/actions.py) ----
+    # --- state changes requested by people (views, API, CLI, admin: thinking/people/actions.py) ---
     # Each goes through a step, so it is ordered with the worker's writes by the row lock:
     # whoever moves first wins and the other sees the new state.
 
@@ -629,7 +629,7 @@ class ThinkingSession(models.Model):
 
     # --- the lifecycle as the worker runs it -----------------------------------------
     # Each verb guards the current state and returns the field changes, which the step
-    # applies together with its checkpoint in one UPDATE (see thinking/steps.py).
+    # applies together with its checkpoint in one UPDATE (see thinking/deliberation/steps.py).
 
     def begin(self, *, now: datetime) -> dict[str, Any]:
         """Move to `thinking` and start the clock."""
@@ -976,8 +976,8 @@ class Verdict(models.TextChoices):
 
 class CitationCheck(models.Model):
     """One cited claim of a synthesis, judged against the passage of the source it cites
-    (thinking/citations.py). `occurrence` says which citation of `number` in the text it is,
-    so the page can mark that very citation."""
+    (thinking/deliberation/citations.py). `occurrence` says which citation of `number` in the text
+    it is, so the page can mark that very citation."""
 
     synthesis = models.ForeignKey(
         Synthesis, on_delete=models.CASCADE, related_name="citation_checks"
@@ -1060,8 +1060,8 @@ class Delivery(models.Model):
 
 class WorkerHeartbeat(models.Model):
     """A worker process alive at `seen_at`: its supervisor beats every tick
-    (thinking/worker.py) and deletes the row when it stops. `/healthz` calls the workers
-    healthy while one has beaten within the lease (DEEPTHINK_LEASE_SECONDS), the time after
+    (thinking/deliberation/worker.py) and deletes the row when it stops. `/healthz` calls the
+    workers healthy while one has beaten within the lease (DEEPTHINK_LEASE_SECONDS), the time after
     which a session's worker counts as gone too. A killed worker's row just goes stale; a
     starting worker prunes rows stale for a day."""
 

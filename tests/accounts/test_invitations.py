@@ -12,7 +12,7 @@ from accounts import teams
 from accounts.models import Membership, Role, Team
 from research.knowledge import add_item
 from tests.helpers import WORKER, claim
-from thinking import evidence
+from thinking.deliberation import evidence
 from thinking.models import SourceKind, ThinkingSession
 
 

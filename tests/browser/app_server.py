@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.exa_server import FakeExa
+from fakes.anthropic_server import FakeAnthropic
+from fakes.exa_server import FakeExa
 
 ROOT = Path(__file__).resolve().parents[2]
 USERNAME = "alice"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from fakes.anthropic_server import Reply
 from tests.browser.app_server import AppServer
-from tests.fakes.anthropic_server import Reply
 from tests.helpers import DESKTOP, PHONE, stored_thoughts
 
 pytestmark = pytest.mark.browser

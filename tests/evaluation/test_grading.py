@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from evaluation import grading, questions
-from tests.fakes.anthropic_server import scripted_mind
+from fakes.anthropic_server import scripted_mind
 
 
 def _grade_with_the_fake(question: str, reference: str, answer: str) -> tuple[str, str] | None:

@@ -17,7 +17,7 @@ import httpx2
 import pytest
 from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 
-from tests.fakes.anthropic_server import FakeAnthropic, HttpError, Reply, StreamCut, StreamError
+from fakes.anthropic_server import FakeAnthropic, HttpError, Reply, StreamCut, StreamError
 
 MODEL = "claude-opus-5-5"
 USER = [{"role": "user", "content": "Hello there"}]
@@ -170,7 +170,8 @@ async def test_a_cut_stream_breaks_off_after_its_opening(fake, http):
     # Both of the SDK's HTTP clients see a body that ended early (not an error event), after
     # the deltas sent before the cut; the SDK does not retry a stream that has begun. Since
     # anthropic 2.17 its stream helper wraps the failed read in an APIConnectionError; the
-    # app reads the raw events (thinking/streaming.py) and meets the HTTP client's own error.
+    # app reads the raw events (thinking/provider/streaming.py) and meets the HTTP client's own
+    # error.
     fake.enqueue(StreamCut(text_before="partial answer that gets cut "))
     http_client = anthropic.DefaultAioHttpClient() if http == "aiohttp" else None
     seen: list[str] = []
@@ -301,7 +302,7 @@ async def test_delays_and_concurrent_requests(client, fake):
 def test_cli_runs_and_serves():
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.anthropic_server", "--port", "0", "--quiet"],
+        [sys.executable, "-m", "fakes.anthropic_server", "--port", "0", "--quiet"],
         cwd=root,
         stdout=subprocess.PIPE,
         text=True,

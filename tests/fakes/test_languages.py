@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakes.anthropic_server import MindState, scripted_mind
-from tests.fakes.languages import asked_language, detect
-from thinking import prompts
+from fakes.anthropic_server import MindState, scripted_mind
+from fakes.languages import asked_language, detect
+from thinking.deliberation import prompts
 
 
 @pytest.mark.parametrize(

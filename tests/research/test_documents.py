@@ -225,7 +225,7 @@ async def test_a_session_cites_the_passage_of_a_document_with_its_page(
 ):
     from asgiref.sync import sync_to_async
 
-    from thinking import evidence
+    from thinking.deliberation import evidence
 
     pdf = make_pdf(["Overview of reef ecology.", "Bleaching begins above thirty degrees."])
     reading = await sync_to_async(read_upload)(pdf, name="reefs.pdf")
@@ -257,7 +257,7 @@ async def test_a_web_source_keeps_the_page_text_the_model_was_shown(
 ):
     from asgiref.sync import sync_to_async
 
-    from thinking import evidence
+    from thinking.deliberation import evidence
 
     session = await sync_to_async(make_session)()
     await claim(session)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.fakes.exa_server import FakeExa
+from fakes.exa_server import FakeExa
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def test_errors_have_exas_shape():
 
 
 def test_it_runs_as_a_module():
-    command = [sys.executable, "-m", "tests.fakes.exa_server", "--port", "0", "--quiet"]
+    command = [sys.executable, "-m", "fakes.exa_server", "--port", "0", "--quiet"]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None

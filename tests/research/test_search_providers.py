@@ -11,11 +11,11 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import connections
 
+from fakes.exa_server import FakeExa
+from fakes.searxng_server import FakeSearxng
+from fakes.tavily_server import FakeTavily
 from research import providers
 from research.web import ResearchError, SearchOptions, WebResult, WebSearch
-from tests.fakes.exa_server import FakeExa
-from tests.fakes.searxng_server import FakeSearxng
-from tests.fakes.tavily_server import FakeTavily
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,9 +13,9 @@ from channels.db import database_sync_to_async
 from django.db import connections
 from django.utils import timezone
 
+from fakes.exa_server import FakeExa
 from research.models import SearchCache
 from research.web import NOT_CONFIGURED, ResearchError, WebResult, WebSearch, normalise_url
-from tests.fakes.exa_server import FakeExa
 from tests.helpers import cache_reads
 
 pytestmark = pytest.mark.django_db(transaction=True)

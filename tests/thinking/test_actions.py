@@ -14,10 +14,10 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounts.models import Membership, Role, Team
-from thinking import actions, followups, limits
 from thinking.events import SessionEvent
-from thinking.forms import StartSessionForm, SteerForm
 from thinking.models import CompletionReason, IllegalTransition, Status, ThinkingSession, Thought
+from thinking.people import actions, followups, limits
+from thinking.web.forms import StartSessionForm, SteerForm
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     events: list[Any] = []
-    monkeypatch.setattr("thinking.actions.publish_sync", events.append)
+    monkeypatch.setattr("thinking.people.actions.publish_sync", events.append)
     return events
 
 

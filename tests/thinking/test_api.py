@@ -59,7 +59,7 @@ def provider(settings: Any) -> None:
 @pytest.fixture
 def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     events: list[Any] = []
-    monkeypatch.setattr("thinking.actions.publish_sync", events.append)
+    monkeypatch.setattr("thinking.people.actions.publish_sync", events.append)
     return events
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from thinking.capabilities import (
+from thinking.provider.capabilities import (
     INTERLEAVED_BETA,
     Capabilities,
     ThinkingSettings,
@@ -127,7 +127,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from thinking.capabilities import MODEL_IDS, best_mode  # noqa: E402
+from thinking.provider.capabilities import MODEL_IDS, best_mode  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 THINKING_VARS = ("DEEPTHINK_THINKING", "DEEPTHINK_THINKING_BUDGET", "DEEPTHINK_EFFORT")

@@ -13,13 +13,11 @@ from asgiref.sync import sync_to_async
 from django.test import Client
 
 from accounts.tokens import create_token
-from tests.fakes.anthropic_server import HttpError, Reply
+from fakes.anthropic_server import HttpError, Reply
 from tests.helpers import WORKER, claim, logged_error, prompt_of, run
-from thinking import citations
-from thinking.citations import cited_numbers, claims_in, find_citations, parse_verdicts
+from thinking.deliberation import citations
+from thinking.deliberation.citations import cited_numbers, claims_in, find_citations, parse_verdicts
 from thinking.events import SessionEvent
-from thinking.export import session_document, session_markdown
-from thinking.llm import LLM
 from thinking.models import (
     CitationCheck,
     LeaseLost,
@@ -28,7 +26,9 @@ from thinking.models import (
     Synthesis,
     ThinkingSession,
 )
+from thinking.provider.llm import LLM
 from thinking.templatetags.thinking_extras import cited
+from thinking.web.export import session_document, session_markdown
 
 REEF = "Coral bleaching begins when water stays above 30 degrees Celsius for several weeks."
 TIDES = "Tides are caused mainly by the gravitational pull of the moon on the oceans."
@@ -64,8 +64,8 @@ LINK = re.compile(r'<a class="cite" href="#source-(\d+)"[^>]*>\[\d+\]</a>')
 
 @pytest.mark.django_db
 def test_live_updates_and_pages_link_only_the_sources_there_are(make_session: Any, alice: Any):
-    from thinking.broadcast import render_event
     from thinking.models import Thought
+    from thinking.page.broadcast import render_event
 
     session = make_session(status="thinking")
     for number in (1, 2, 3):
@@ -435,7 +435,7 @@ async def test_the_loop_names_a_synthesis_by_its_sequence_in_its_own_session(
     try:
         await citations.check_synthesis_citations(session, 0, llm, publish, worker_id=WORKER)
         # A sequence the session does not have is logged, and the loop goes on.
-        with caplog.at_level("ERROR", logger="thinking.citations"):
+        with caplog.at_level("ERROR", logger="thinking.deliberation.citations"):
             same = await citations.check_synthesis_citations(
                 session, 5, llm, publish, worker_id=WORKER
             )
@@ -577,7 +577,7 @@ async def test_a_search_that_finds_only_known_sources_names_their_numbers(
 
 @pytest.mark.django_db(transaction=True)
 async def test_verdicts_reach_open_pages_as_a_live_update(fake_claude: Any, make_session: Any):
-    from thinking.broadcast import render_event
+    from thinking.page.broadcast import render_event
 
     session, synthesis = await checked_session(make_session, PLANTED)
     await sync_to_async(ThinkingSession.objects.filter(pk=session.pk).update)(status="completed")
@@ -775,7 +775,7 @@ async def test_a_checker_call_that_breaks_unexpectedly_is_a_failure_not_a_crash(
             raise RuntimeError("boom")
 
     claims = [citations.Claim("Reefs bleach.", 1, 0)]
-    with caplog.at_level("ERROR", logger="thinking.citations"):
+    with caplog.at_level("ERROR", logger="thinking.deliberation.citations"):
         run = await citations.judge(claims, {1: ("Reef", "Heat.")}, llm=Broken())  # type: ignore[arg-type]
     assert run.failures == ["the checker call failed unexpectedly"]
     assert run.verdicts == {} and run.replies == []

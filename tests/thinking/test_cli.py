@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.fakes.anthropic_server import HttpError, Reply
+from fakes.anthropic_server import HttpError, Reply
 from tests.helpers import prompt_of
 from thinking.models import Delivery, ThinkingSession
 

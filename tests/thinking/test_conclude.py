@@ -17,7 +17,7 @@ from django.utils import timezone
 from accounts.models import Membership, Role, Team
 from accounts.tokens import create_token
 from tests.helpers import bearer, post, run, stopped_mid_stream
-from thinking import actions, interrupt
+from thinking.deliberation import interrupt
 from thinking.models import (
     CitationCheck,
     CompletionReason,
@@ -26,6 +26,7 @@ from thinking.models import (
     Status,
     ThinkingSession,
 )
+from thinking.people import actions
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

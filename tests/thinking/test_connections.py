@@ -35,7 +35,7 @@ def _terminate_others(keep: int) -> int:
 def test_terminated_backends_are_replaced_and_the_session_completes(
     fake_claude: Any, make_session: Any, redis_layer: str
 ):
-    from thinking.worker import request_start
+    from thinking.deliberation.worker import request_start
 
     fake_claude.delay = 0.05
     session = make_session(budget_seconds=6, synthesis_interval_seconds=1.5)

@@ -54,7 +54,7 @@ async def test_an_up_to_date_page_gets_no_catch_up(make_session: Any, alice: Any
 
 
 async def test_a_page_that_missed_updates_gets_them_once(make_session: Any, alice: Any):
-    from thinking.broadcast import publish
+    from thinking.page.broadcast import publish
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     await add_thought(session, 0, "seen by the page")
@@ -79,7 +79,7 @@ async def test_a_page_that_missed_updates_gets_them_once(make_session: Any, alic
 
 
 async def test_model_text_arrives_escaped(make_session: Any, alice: Any):
-    from thinking.broadcast import publish
+    from thinking.page.broadcast import publish
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     comm = communicator(session.pk, await login(alice), rev=0)
@@ -188,7 +188,7 @@ async def test_an_idle_live_page_stays_connected_over_redis(
         pytest.skip(reason)
     import os
 
-    from thinking.broadcast import publish
+    from thinking.page.broadcast import publish
 
     settings.CHANNEL_LAYERS = {
         "default": {
@@ -241,7 +241,7 @@ def team_with(owner: Any, member: Any) -> Any:
 
 
 async def test_live_headers_offer_cancel_to_the_owner_only(make_session: Any, alice: Any, bob: Any):
-    from thinking.broadcast import publish
+    from thinking.page.broadcast import publish
 
     team = await sync_to_async(team_with)(alice, bob)
     session = await sync_to_async(make_session)(status=Status.THINKING, team=team)
@@ -262,8 +262,8 @@ async def test_live_headers_offer_cancel_to_the_owner_only(make_session: Any, al
 
 async def live_message_after_a_step(session: ThinkingSession, alice: Any) -> None:
     """One step on a session: a thought on a sub-question that it explored, a new source."""
-    from thinking.broadcast import publish
     from thinking.models import Source, SubQuestion
+    from thinking.page.broadcast import publish
 
     comm = communicator(session.pk, await login(alice), rev=session.revision)
     assert (await comm.connect())[0]
@@ -296,7 +296,7 @@ async def live_message_after_a_step(session: ThinkingSession, alice: Any) -> Non
 async def test_a_live_message_carries_only_what_changed_whatever_the_sessions_length(
     make_session: Any, alice: Any, monkeypatch: Any
 ):
-    from thinking import consumers
+    from thinking.web import consumers
 
     sizes = []
     sent: list[str] = []
@@ -361,8 +361,8 @@ async def open_pages(session: ThinkingSession, cookie: str, count: int) -> list[
 async def test_every_open_page_gets_each_new_source_once_and_in_order(
     make_session: Any, alice: Any
 ):
-    from thinking.broadcast import publish
     from thinking.models import SubQuestion
+    from thinking.page.broadcast import publish
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     question = await SubQuestion.objects.acreate(session=session, text="Why?", priority=5)
@@ -393,8 +393,8 @@ async def test_a_page_that_caught_up_past_a_message_shows_each_sub_question_once
     read newer rows: the page shows each sub-question once, then and at the next message."""
     from channels.layers import get_channel_layer
 
-    from thinking.broadcast import group_name, publish, render_event
     from thinking.models import SubQuestion
+    from thinking.page.broadcast import group_name, publish, render_event
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     root = await SubQuestion.objects.acreate(session=session, text="Why?", priority=5)
@@ -425,8 +425,8 @@ async def test_steps_nobody_watches_are_not_rendered_and_a_page_opened_later_has
 ):
     """With no page open, a step's render is skipped (half of its CPU); a page opened later
     catches up from the database, and from then on gets each step live, once."""
-    from thinking import broadcast
     from thinking.models import SubQuestion
+    from thinking.page import broadcast
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     root = await SubQuestion.objects.acreate(session=session, text="Why?", priority=5)
@@ -473,7 +473,7 @@ async def test_the_reasoning_streams_to_a_page_while_the_database_is_stalled(
     import threading
 
     from config.hops import EXECUTOR, db_hop
-    from thinking import broadcast
+    from thinking.page import broadcast
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     cookie = await login(alice)
@@ -508,8 +508,8 @@ async def test_the_reasoning_streams_to_a_page_while_the_database_is_stalled(
 def test_a_new_sub_question_joins_its_parents_list_live_as_on_a_reload(
     make_session: Any, alice: Any, client: Any
 ):
-    from thinking.broadcast import render_event
     from thinking.models import SubQuestion
+    from thinking.page.broadcast import render_event
 
     session = make_session(status=Status.THINKING)
     root = SubQuestion.objects.create(session=session, text="Why?", priority=5)
@@ -532,8 +532,8 @@ def test_each_message_starts_from_the_sub_questions_the_last_one_left_pages_with
 ):
     """A page applies a message's rows only if it shows what they move from: after one
     message, that is the states the message left pages with, so the next starts from them."""
-    from thinking.broadcast import render_event, sub_questions_now
     from thinking.models import SubQuestion
+    from thinking.page.broadcast import render_event, sub_questions_now
 
     session = make_session(status=Status.THINKING)
     first, second = (
@@ -558,8 +558,8 @@ def test_sub_question_states_are_each_rows_explored_and_priority(make_session: A
     """The states a live update compares: each row once, with its own explored flag and
     priority (two digits too), nothing from another session, and none for a session without
     sub-questions."""
-    from thinking.broadcast import sub_questions_now
     from thinking.models import SubQuestion
+    from thinking.page.broadcast import sub_questions_now
 
     session, other = make_session(), make_session()
     assert sub_questions_now(session.pk) == ({}, {})
@@ -580,8 +580,8 @@ def test_sub_question_states_are_each_rows_explored_and_priority(make_session: A
 def test_an_update_on_a_sub_question_already_explored_sends_no_rows(make_session: Any):
     """A thought on a sub-question explored before changes no row: the update draws none.
     Re-ranked since, the row is drawn again, from the state pages show."""
-    from thinking.broadcast import render_event
     from thinking.models import SubQuestion
+    from thinking.page.broadcast import render_event
 
     session = make_session(status=Status.THINKING)
     question = SubQuestion.objects.create(session=session, text="Why?", priority=5)
@@ -619,8 +619,8 @@ def test_a_thought_cycles_live_update_costs_a_fixed_number_of_queries(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from thinking.broadcast import render_event
     from thinking.models import SubQuestion
+    from thinking.page.broadcast import render_event
 
     session = long_session(make_session, thoughts=300, sources=120, questions=60)
     render_event(SessionEvent(session.pk, questions=True, sources=True))  # what pages have
@@ -657,7 +657,7 @@ def test_a_thought_cycles_live_update_costs_a_fixed_number_of_queries(
 def test_a_pages_marks_stay_within_the_databases_integers():
     """A forged mark far out of range is compared in SQL as the largest (or no) row, not
     sent to the database as a number it refuses."""
-    from thinking.consumers import MAX_MARK, page_marks
+    from thinking.web.consumers import MAX_MARK, page_marks
 
     revision, marks = page_marks(b"rev=99999999999&s=3000000000&t=-5000000000&q=7&y=x")
     assert revision == MAX_MARK and marks.source == MAX_MARK and marks.thought == -1
@@ -671,8 +671,8 @@ def test_a_page_behind_reads_its_own_changes_in_two_statements(make_session: Any
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from thinking.broadcast import sub_question_changes, sub_questions_now
     from thinking.models import SubQuestion
+    from thinking.page.broadcast import sub_question_changes, sub_questions_now
 
     session = make_session(status=Status.THINKING)
     root = SubQuestion.objects.create(session=session, text="Why?", priority=5)
@@ -701,8 +701,8 @@ async def test_one_step_costs_no_database_reads_per_open_page(make_session: Any,
     from django.test.utils import CaptureQueriesContext
 
     from config.hops import db_hop
-    from thinking.broadcast import group_name, publish, render_event
     from thinking.models import SubQuestion
+    from thinking.page.broadcast import group_name, publish, render_event
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     question = await SubQuestion.objects.acreate(session=session, text="Why?", priority=5)
@@ -736,7 +736,7 @@ async def test_two_cycles_sent_as_one_message_show_their_parts_as_a_reload_does(
 ):
     """Steps that waited together behind a slow send go out as one message (publishing.py):
     each cycle's parts still show under its own first thought."""
-    from thinking.broadcast import render_event
+    from thinking.page.broadcast import render_event
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     for sequence, cycle in ((1, 1), (2, 1), (3, 2), (4, 2)):
@@ -757,8 +757,8 @@ async def test_a_stage_entered_sends_the_plan_region_as_a_reload_shows_it(
 ):
     """Half of a cycle's updates are a stage entered: those carry the plan region alone (the
     header's counts and state are as the last step left them, and it re-renders then)."""
-    from thinking import stages
-    from thinking.broadcast import render_event
+    from thinking.deliberation import stages
+    from thinking.page.broadcast import render_event
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     await sync_to_async(render_event)(SessionEvent(session.pk))  # what open pages have
@@ -796,7 +796,7 @@ def test_a_stage_entered_on_a_session_finished_since_redraws_its_end(make_sessio
     """A stage's event that arrives after the session ended (the worker's last steps, a
     publisher behind) is drawn as the end is: the header with the final state, the answer
     and the steering form, not the plan region alone."""
-    from thinking.broadcast import render_event
+    from thinking.page.broadcast import render_event
 
     session = make_session(status=Status.THINKING)
     render_event(SessionEvent(session.pk))  # what open pages have
@@ -817,8 +817,8 @@ async def test_a_long_stage_history_shows_its_newest_twenty_live_as_on_a_reload(
 ):
     """The plan region carries the newest 20 stages, newest first, and says how many there
     are; the model's extras show on its own reports. Live and reloaded, the same region."""
-    from thinking import stages
-    from thinking.broadcast import render_event
+    from thinking.deliberation import stages
+    from thinking.page.broadcast import render_event
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     await sync_to_async(render_event)(SessionEvent(session.pk))  # what open pages have
@@ -860,8 +860,8 @@ async def test_a_cycle_with_scratchpad_notes_updates_the_summary_as_a_reload_sho
 ):
     """A cycle that wrote to the scratchpad sends the summary line with it: the count of all
     notes, and how many of the newest the page shows, the same line a reload draws."""
-    from thinking.broadcast import render_event
-    from thinking.presenters import NOTE_PAGE
+    from thinking.page.broadcast import render_event
+    from thinking.page.presenters import NOTE_PAGE
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     notes = NOTE_PAGE + 2
@@ -888,8 +888,8 @@ async def test_a_live_thought_shows_its_sub_question_as_a_reload_does(
 ):
     """A cycle's thoughts go out with the sub-question they were on (the "on: …" button the
     stream filter uses), drawn as a reload draws them; the thoughts named, no others."""
-    from thinking.broadcast import render_event
     from thinking.models import SubQuestion
+    from thinking.page.broadcast import render_event
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     focus = await sync_to_async(SubQuestion.objects.create)(
@@ -918,8 +918,8 @@ async def test_new_and_moved_sub_questions_reach_the_page_a_few_or_many_at_once(
 ):
     """A cycle's few sub-questions and a re-ranking's many are sent alike: a row for each
     new one, a patch for each one that moved, from the state pages showed."""
-    from thinking import broadcast
     from thinking.models import SubQuestion
+    from thinking.page import broadcast
 
     async def ask(n: int) -> SubQuestion:
         return await SubQuestion.objects.acreate(session=session, text=f"Why {n}?", priority=n)
@@ -954,8 +954,8 @@ async def test_a_big_cycle_reaches_the_page_in_messages_within_the_budget(
 ):
     """A cycle of many long thoughts and many new sources is more than one WebSocket message
     may carry: the page gets it split into several, each within the budget, every row once."""
-    from thinking.broadcast import MESSAGE_BUDGET, publish
     from thinking.models import Source
+    from thinking.page.broadcast import MESSAGE_BUDGET, publish
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     comm = communicator(session.pk, await login(alice), rev=session.revision)
@@ -989,7 +989,7 @@ async def test_a_big_cycle_reaches_the_page_in_messages_within_the_budget(
 async def test_the_models_reasoning_reaches_an_open_page_escaped(make_session: Any, alice: Any):
     """The live panel: what the model is thinking right now reaches the page (its newest
     part, when long), as text."""
-    from thinking.broadcast import LIVE_TEXT_CHARS, publish
+    from thinking.page.broadcast import LIVE_TEXT_CHARS, publish
 
     session = await sync_to_async(make_session)(status=Status.THINKING)
     comm = communicator(session.pk, await login(alice), rev=session.revision)
@@ -1052,7 +1052,7 @@ async def test_places_held_by_a_process_that_died_run_out(
 ):
     import time_machine
 
-    from thinking import sockets
+    from thinking.web import sockets
 
     # The process's own memory (embedded defaults), where the test can move the clock.
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -1072,7 +1072,7 @@ async def test_places_held_by_a_process_that_died_run_out(
 def test_an_open_page_keeps_its_place_by_renewing_it(alice: Any, settings: Any):
     import time_machine
 
-    from thinking import sockets
+    from thinking.web import sockets
 
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     settings.DEEPTHINK_WS_MAX_PER_USER = 1
@@ -1096,8 +1096,8 @@ async def test_an_update_racing_the_clients_close_is_not_written_and_raises_noth
     from autobahn.exception import Disconnected
 
     from config.asgi import application
-    from thinking.broadcast import publish
-    from thinking.presenters import session_ws_path
+    from thinking.page.broadcast import publish
+    from thinking.page.presenters import session_ws_path
 
     session = await sync_to_async(make_session)(status=Status.THINKING, revision=0)
     cookie = await login(alice)

@@ -17,8 +17,6 @@ from django.urls import reverse
 
 from accounts.tokens import create_token
 from tests.helpers import FrozenClock, bearer, each_call_takes, in_fresh_python, post, run
-from thinking import pricing
-from thinking.forms import StartSessionForm
 from thinking.models import (
     CitationCheck,
     CompletionReason,
@@ -27,6 +25,8 @@ from thinking.models import (
     Status,
     ThinkingSession,
 )
+from thinking.provider import pricing
+from thinking.web.forms import StartSessionForm
 
 # List prices per million tokens, as the issue's by-hand check reads them (input, output);
 # cache reads cost a tenth of input, cache writes 1.25 times.
@@ -204,7 +204,7 @@ def test_the_reserve_comes_from_the_sessions_own_calls(make_session: Any):
     synthesis and its review of what was written) and its check, from this session's own
     calls, with a margin."""
     from tests.helpers import record_call
-    from thinking import budget
+    from thinking.people import budget
 
     session = make_session(model_id="claude-opus-5-5", max_cost_usd=Decimal("1"))
     assert budget.reserved(session, dollars=True) == 0
@@ -340,7 +340,7 @@ def test_the_estimate_is_measured_on_this_server_once_it_has_sessions(
     """Calls per thinking-minute and tokens per call from the last completed sessions with
     the same research setting; research off is measured apart."""
     from tests.helpers import record_call
-    from thinking import estimates
+    from thinking.people import estimates
 
     settings.DEEPTHINK_FAST_MODEL = ""
     for _ in range(estimates.MIN_SESSIONS):

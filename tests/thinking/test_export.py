@@ -10,7 +10,6 @@ from markdown_it import MarkdownIt
 
 from accounts.tokens import create_token
 from tests.helpers import record_call
-from thinking.export import session_document, session_markdown
 from thinking.models import (
     CompletionReason,
     ModelCall,
@@ -21,6 +20,7 @@ from thinking.models import (
     ThinkingSession,
     Thought,
 )
+from thinking.web.export import session_document, session_markdown
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from thinking import steps
+from thinking.deliberation import steps
 from thinking.models import SubQuestion
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,6 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import Membership, Role, Team
-from thinking.export import session_markdown
 from thinking.models import (
     CompletionReason,
     Extension,
@@ -24,6 +23,7 @@ from thinking.models import (
     Synthesis,
     ThinkingSession,
 )
+from thinking.web.export import session_markdown
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,8 +107,8 @@ def test_the_page_offers_think_longer_and_shows_earlier_answers(
     client: Client, alice: Any, finished: Any, monkeypatch: pytest.MonkeyPatch
 ):
     started: list[uuid.UUID] = []
-    monkeypatch.setattr("thinking.actions.request_start", started.append)
-    monkeypatch.setattr("thinking.actions.publish_sync", lambda event: None)
+    monkeypatch.setattr("thinking.people.actions.request_start", started.append)
+    monkeypatch.setattr("thinking.people.actions.publish_sync", lambda event: None)
     session = finished()
     client.force_login(alice)
     page = client.get(session.get_absolute_url()).content.decode()
@@ -129,8 +129,8 @@ def test_the_page_offers_think_longer_and_shows_earlier_answers(
 
 def test_api_extend_rules(client: Client, alice: Any, bob: Any, finished: Any,
                           make_session: Any, monkeypatch: pytest.MonkeyPatch):  # fmt: skip
-    monkeypatch.setattr("thinking.actions.request_start", lambda pk: None)
-    monkeypatch.setattr("thinking.actions.publish_sync", lambda event: None)
+    monkeypatch.setattr("thinking.people.actions.request_start", lambda pk: None)
+    monkeypatch.setattr("thinking.people.actions.publish_sync", lambda event: None)
     session = finished()
     client.force_login(alice)
     url = f"/api/sessions/{session.pk}/extend"
@@ -173,8 +173,8 @@ def test_think_longer_thinks_that_many_more_minutes_and_the_unused_time_only_if_
     """Stopped early by its stop signal after 20 s of a 60 s budget: one more minute is 60 s
     more thinking from where it stopped; the 40 s it left unused are added only when the
     person ticks the box."""
-    monkeypatch.setattr("thinking.actions.request_start", lambda pk: None)
-    monkeypatch.setattr("thinking.actions.publish_sync", lambda event: None)
+    monkeypatch.setattr("thinking.people.actions.request_start", lambda pk: None)
+    monkeypatch.setattr("thinking.people.actions.publish_sync", lambda event: None)
     session = finished(completion_reason=CompletionReason.STOP_SIGNAL, active_seconds=20.0)
     client.force_login(alice)
     page = client.get(session.get_absolute_url()).content.decode()
@@ -195,8 +195,8 @@ def test_think_longer_thinks_that_many_more_minutes_and_the_unused_time_only_if_
 def test_the_api_adds_the_unused_time_only_when_asked(
     client: Client, alice: Any, finished: Any, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr("thinking.actions.request_start", lambda pk: None)
-    monkeypatch.setattr("thinking.actions.publish_sync", lambda event: None)
+    monkeypatch.setattr("thinking.people.actions.request_start", lambda pk: None)
+    monkeypatch.setattr("thinking.people.actions.publish_sync", lambda event: None)
     client.force_login(alice)
     plain = finished(completion_reason=CompletionReason.CONCLUDED, active_seconds=30.0)
     body = post(client, f"/api/sessions/{plain.pk}/extend", {"minutes": 2}).json()
@@ -213,8 +213,8 @@ def test_the_api_adds_the_unused_time_only_when_asked(
 def test_an_extension_counts_against_the_hourly_limit(
     client: Client, alice: Any, finished: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr("thinking.actions.request_start", lambda pk: None)
-    monkeypatch.setattr("thinking.actions.publish_sync", lambda event: None)
+    monkeypatch.setattr("thinking.people.actions.request_start", lambda pk: None)
+    monkeypatch.setattr("thinking.people.actions.publish_sync", lambda event: None)
     session = finished()
     settings.DEEPTHINK_SESSIONS_PER_HOUR = 2  # the session itself is one start this hour
     client.force_login(alice)
@@ -228,7 +228,7 @@ def test_an_extension_counts_against_the_hourly_limit(
 
 
 def test_a_session_ended_by_its_token_ceiling_gets_its_allowance_again(alice: Any, finished: Any):
-    from thinking import actions
+    from thinking.people import actions
 
     session = finished(
         completion_reason=CompletionReason.TOKEN_CEILING, token_ceiling=5000,
@@ -283,8 +283,8 @@ def test_api_follow_up_links_parent_and_children(
     client: Client, alice: Any, bob: Any, finished: Any, monkeypatch: pytest.MonkeyPatch,
     settings: Any,
 ):  # fmt: skip
-    monkeypatch.setattr("thinking.actions.request_start", lambda pk: None)
-    monkeypatch.setattr("thinking.actions.llm.is_configured", lambda: True)
+    monkeypatch.setattr("thinking.people.actions.request_start", lambda pk: None)
+    monkeypatch.setattr("thinking.people.actions.llm.is_configured", lambda: True)
     parent = finished()
     client.force_login(alice)
 
@@ -319,7 +319,7 @@ def test_api_follow_up_links_parent_and_children(
 def test_a_follow_up_needs_a_finished_parent(
     client: Client, alice: Any, make_session: Any, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr("thinking.actions.llm.is_configured", lambda: True)
+    monkeypatch.setattr("thinking.people.actions.llm.is_configured", lambda: True)
     running = make_session(status=Status.THINKING)
     client.force_login(alice)
     response = post(client, "/api/sessions", {
@@ -334,8 +334,8 @@ def test_the_pages_follow_up_form_starts_a_linked_session(
     client: Client, alice: Any, finished: Any, monkeypatch: pytest.MonkeyPatch
 ):
     started: list[uuid.UUID] = []
-    monkeypatch.setattr("thinking.actions.request_start", started.append)
-    monkeypatch.setattr("thinking.actions.llm.is_configured", lambda: True)
+    monkeypatch.setattr("thinking.people.actions.request_start", started.append)
+    monkeypatch.setattr("thinking.people.actions.llm.is_configured", lambda: True)
     parent = finished()
     client.force_login(alice)
     page = client.get(parent.get_absolute_url()).content.decode()

@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.urls import reverse
 
-from tests.fakes.anthropic_server import Reply
+from fakes.anthropic_server import Reply
 from tests.helpers import FrozenClock, prompt_of, run
 from thinking.models import CompletionReason, Status, Synthesis, ThinkingSession
 
@@ -190,7 +190,7 @@ async def test_a_custom_spec_left_on_a_session_in_another_mode_is_not_read(
         status = await run(session)
 
     assert status == Status.COMPLETED and await session.thoughts.aexists()
-    assert not [r for r in caplog.records if r.name == "thinking.loop"]
+    assert not [r for r in caplog.records if r.name == "thinking.deliberation.loop"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -207,7 +207,7 @@ async def test_an_invalid_stored_custom_spec_reads_plain_lines_and_says_so_in_th
     assert status == Status.COMPLETED
     first = await session.thoughts.order_by("sequence").afirst()
     assert first.text == "read as a line"
-    warnings = {r.getMessage() for r in caplog.records if r.name == "thinking.signals"}
+    warnings = {r.getMessage() for r in caplog.records if r.name == "thinking.deliberation.signals"}
     assert warnings == {f"Session {session.pk} has an invalid custom spec; reading lines"}
 
 

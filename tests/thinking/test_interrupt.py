@@ -1,5 +1,6 @@
-"""The model calls in flight on one event loop are watched together (thinking/interrupt.py):
-one read of the statuses a poll, however many calls, and a pause stops only its own."""
+"""The model calls in flight on one event loop are watched together
+(thinking/deliberation/interrupt.py): one read of the statuses a poll, however many calls, and a
+pause stops only its own."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from thinking import interrupt
+from thinking.deliberation import interrupt
 from thinking.models import Status, ThinkingSession
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,13 +8,14 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from fakes.anthropic_server import Reply
 from research.knowledge import add_item
 from research.web import WebResult
-from tests.fakes.anthropic_server import Reply
 from tests.helpers import WORKER, claim, run
-from thinking import evidence, parsing, steps, tools
+from thinking.deliberation import evidence, steps, tools
+from thinking.deliberation.run import Clock, Meter
 from thinking.models import CompletionReason, LeaseLost, Status, Stopped, ThinkingSession
-from thinking.run import Clock, Meter
+from thinking.provider import parsing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -106,7 +106,7 @@ def test_resuming_is_checked_against_the_concurrency_limit(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_limit_decision_outside_a_transaction_is_a_programming_error(alice: Any) -> None:
-    from thinking import limits
+    from thinking.people import limits
 
     with pytest.raises(RuntimeError) as error:
         limits.reserve_start(alice, minutes=1)

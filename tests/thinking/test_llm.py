@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
-from thinking import llm as llm_module
-from thinking.capabilities import ThinkingSettings
-from thinking.llm import LLM, LLMError
+from fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
+from thinking.provider import llm as llm_module
+from thinking.provider.capabilities import ThinkingSettings
+from thinking.provider.llm import LLM, LLMError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -250,7 +250,7 @@ async def test_the_streams_events_read_as_json_give_what_the_sdks_typed_stream_g
     both ways gives the same blocks (nulls left out, signatures and tool input intact), stop
     reason and usage; a mid-stream error is the same public error (class, status, type and
     the API's message)."""
-    from thinking import streaming
+    from thinking.provider import streaming
 
     tool = {"id": "toolu_1", "name": "think", "input": {"thought": "ü «x»", "n": [1, None]}}
     replies = [
@@ -336,7 +336,7 @@ def _capabilities(*, adaptive: bool, enabled: bool, effort: list[str]) -> dict:
 
 # --- cut-off replies, model roles, choosing a model (issue 13) -------------------------
 
-from tests.fakes.anthropic_server import model_info  # noqa: E402
+from fakes.anthropic_server import model_info  # noqa: E402
 
 
 async def test_a_cut_off_reply_is_asked_again_once_with_more_room(client: LLM, fake_claude: Any):

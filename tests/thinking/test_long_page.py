@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from tests.long_session import build
-from thinking import presenters
 from thinking.models import CitationCheck, CompletionReason, Source, Status, ThinkingSession
+from thinking.page import presenters
 
 pytestmark = pytest.mark.django_db
 
@@ -159,8 +159,8 @@ def test_a_cancelled_session_offers_neither(alice_client: Client, make_session: 
 def test_a_catch_up_redraws_only_the_sub_questions_the_page_shows(long_session: ThinkingSession):
     """A long session's page shows its first sub-questions: reconnecting, it gets those
     that moved redrawn, not every one of the hundreds explored since."""
-    from thinking.broadcast import PageMarks, catch_up
-    from thinking.consumers import page_marks
+    from thinking.page.broadcast import PageMarks, catch_up
+    from thinking.web.consumers import page_marks
 
     rows = long_session.sub_questions.order_by("pk")
     explored = list(rows.filter(explored=True).values_list("pk", flat=True))

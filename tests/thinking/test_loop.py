@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
+from fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
 from tests.helpers import (
     WORKER,
     FrozenClock,
@@ -25,9 +25,8 @@ from tests.helpers import (
     take_over,
     without_tools,
 )
-from thinking import loop
+from thinking.deliberation import loop
 from thinking.events import SessionEvent, publish_nothing
-from thinking.llm import LLM
 from thinking.models import (
     CitationCheck,
     CompletionReason,
@@ -37,6 +36,7 @@ from thinking.models import (
     Synthesis,
     ThinkingSession,
 )
+from thinking.provider.llm import LLM
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from thinking import llm as llm_module
-from thinking.capabilities import UNKNOWN, builtin_capabilities
-from thinking.llm import LLM
+from thinking.provider import llm as llm_module
+from thinking.provider.capabilities import UNKNOWN, builtin_capabilities
+from thinking.provider.llm import LLM
 
 YES = {"supported": True}
 NO = {"supported": False}

@@ -12,10 +12,10 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.utils import timezone
 
-from tests.fakes.anthropic_server import Reply
-from thinking import loop
-from thinking.llm import LLM
+from fakes.anthropic_server import Reply
+from thinking.deliberation import loop
 from thinking.models import IllegalTransition, Status, Stopped, ThinkingSession, Thought
+from thinking.provider.llm import LLM
 
 
 @pytest.mark.django_db
@@ -178,8 +178,8 @@ def test_a_start_schedules_the_first_synthesis_and_a_restart_keeps_the_schedule(
 def test_a_persons_question_redraws_the_live_question_list_and_a_note_does_not(
     make_session: Any, alice: Any, django_capture_on_commit_callbacks: Any
 ):
-    from thinking.broadcast import render_event
     from thinking.events import SessionEvent
+    from thinking.page.broadcast import render_event
 
     session = make_session(status=Status.THINKING)
     render_event(SessionEvent(session.pk))  # pages open before: what they have is the base

@@ -25,11 +25,11 @@ from django.utils import timezone
 
 from accounts import webhook_secrets
 from accounts.models import MailChoice, NotificationPreference
-from tests.fakes.anthropic_server import HttpError, Reply
+from fakes.anthropic_server import HttpError, Reply
 from tests.helpers import prompt_of
-from thinking import notify, webhooks
+from thinking.deliberation.worker import Supervisor
 from thinking.models import CompletionReason, Delivery, DeliveryStatus, Status, ThinkingSession
-from thinking.worker import Supervisor
+from thinking.people import notify, webhooks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -179,8 +179,8 @@ def test_mail_defaults_follow_the_budget_and_the_account_setting(
     client: Client, alice: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
 ):
     settings.DEEPTHINK_MAX_CONCURRENT_SESSIONS = 50
-    monkeypatch.setattr("thinking.actions.request_start", lambda pk: None)
-    monkeypatch.setattr("thinking.actions.llm.is_configured", lambda: True)
+    monkeypatch.setattr("thinking.people.actions.request_start", lambda pk: None)
+    monkeypatch.setattr("thinking.people.actions.llm.is_configured", lambda: True)
     client.force_login(alice)
 
     def start(**data: Any) -> dict:
@@ -304,7 +304,7 @@ def test_private_and_odd_webhook_urls_are_refused_at_submit(
     client: Client, alice: Any, settings: Any, monkeypatch: pytest.MonkeyPatch,
     url: str, reason: str,
 ):  # fmt: skip
-    monkeypatch.setattr("thinking.actions.llm.is_configured", lambda: True)
+    monkeypatch.setattr("thinking.people.actions.llm.is_configured", lambda: True)
     settings.DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = []  # any public host; nothing private listed
     client.force_login(alice)
     response = client.post("/api/sessions", {"question": "Q?", "minutes": 1, "webhook_url": url},

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from thinking.parsing import (
+from thinking.provider.parsing import (
     clamp_confidence,
     clamp_priority,
     normalize_type,
@@ -15,7 +15,7 @@ from thinking.parsing import (
     question_key,
     read_thought_reply,
 )
-from thinking.tags import spec_from_json
+from thinking.provider.tags import spec_from_json
 
 # The example replies of the extended-thinking seed, verbatim.
 SEED_THOUGHTS = """THOUGHT: Consciousness might be best understood as layered awareness

@@ -4,7 +4,7 @@ itself when the model's is unusable."""
 
 from __future__ import annotations
 
-from thinking import planner
+from thinking.deliberation import planner
 
 PLAN_REPLY = """PLAN:
 1. Define the terms

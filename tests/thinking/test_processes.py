@@ -114,7 +114,7 @@ def stop(worker: subprocess.Popen[str]) -> str:
 def test_two_worker_processes_share_sessions_over_redis(
     fake_claude: Any, make_session: Any, redis_layer: str
 ):
-    from thinking.worker import request_start
+    from thinking.deliberation.worker import request_start
 
     fake_claude.delay = 0.05
     sessions = [
@@ -223,7 +223,7 @@ def test_a_killed_worker_is_replaced_and_the_session_completes(
 
 
 def test_sigterm_hands_sessions_over_at_once(fake_claude: Any, make_session: Any, redis_layer: str):
-    from thinking.worker import request_start
+    from thinking.deliberation.worker import request_start
 
     fake_claude.delay = 0.05
     session = make_session(budget_seconds=8, synthesis_interval_seconds=60)

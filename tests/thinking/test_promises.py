@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.fakes.anthropic_server import HttpError, Reply
+from fakes.anthropic_server import HttpError, Reply
 from tests.helpers import (
     WORKER,
     FrozenClock,
@@ -882,8 +882,8 @@ async def test_a_stop_asked_for_during_a_periodic_synthesis_still_gets_the_final
 async def test_a_session_taken_over_before_its_worker_began_it_is_left_alone(
     fake_claude: Any, make_session: Any, caplog: Any
 ):
-    from thinking import loop
-    from thinking.llm import LLM
+    from thinking.deliberation import loop
+    from thinking.provider.llm import LLM
 
     session = await new_session(make_session, budget_seconds=30)
     await claim(session)

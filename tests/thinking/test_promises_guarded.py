@@ -21,7 +21,7 @@ from asgiref.sync import sync_to_async
 
 from tests.browser.app_server import ROOT, USERNAME, serve
 from tests.helpers import prompt_of, run
-from thinking import transcript
+from thinking.deliberation import transcript
 from thinking.models import Status, Thought
 
 PARALLEL = 12

@@ -9,8 +9,9 @@ and the same on every call of its kind, the session log next, the short moving p
 
 from __future__ import annotations
 
-from thinking import prompts, tags
+from thinking.deliberation import prompts
 from thinking.models import FormatMode
+from thinking.provider import tags
 
 THOUGHT_LINES = """THOUGHT: [your thought]
 TYPE: [exploration/critique/connection/insight]

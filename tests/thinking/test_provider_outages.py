@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.fakes.anthropic_server import HttpError, Reply
+from fakes.anthropic_server import HttpError, Reply
 from tests.helpers import run
 from thinking.events import SessionEvent
 from thinking.models import CompletionReason, Status, ThinkingSession

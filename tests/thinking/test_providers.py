@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
-from tests.fakes.openai_server import REASONING_MARK, FakeOpenAI
+from fakes.anthropic_server import HttpError, Reply, StreamCut, StreamError
+from fakes.openai_server import REASONING_MARK, FakeOpenAI
 from tests.helpers import FrozenClock, each_call_takes, run
-from thinking import llm, openai_chat
-from thinking.llm import LLM, LLMError, OpenAICompatibleLLM
 from thinking.models import Source, Status, SubQuestion, Synthesis, ThinkingSession, Thought
+from thinking.provider import llm, openai_chat
+from thinking.provider.llm import LLM, LLMError, OpenAICompatibleLLM
 
 MakeOpenAI = Callable[..., FakeOpenAI]
 

@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 from thinking.events import LiveStep, SessionEvent
-from thinking.publishing import SessionPublisher, merge
+from thinking.page.publishing import SessionPublisher, merge
 
 SESSION = uuid.uuid4()
 

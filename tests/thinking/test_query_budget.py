@@ -20,12 +20,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.helpers import WORKER, without_tools
-from thinking import evidence, loop
+from thinking.deliberation import evidence, loop
+from thinking.deliberation.run import Meter, Run
+from thinking.deliberation.steps import Focus
 from thinking.events import SessionEvent
-from thinking.llm import LLM
 from thinking.models import Source, Status, SubQuestion, ThinkingSession, Thought
-from thinking.run import Meter, Run
-from thinking.steps import Focus
+from thinking.provider.llm import LLM
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,11 +15,12 @@ from django.db.models import Sum
 from django.urls import reverse
 
 from accounts.models import Team
-from tests.fakes.anthropic_server import Reply, model_info
+from fakes.anthropic_server import Reply, model_info
 from tests.helpers import run
-from thinking import budget, limits, llm
-from thinking.forms import StartSessionForm
 from thinking.models import CompletionReason, ModelCall, Status, ThinkingSession
+from thinking.people import budget, limits
+from thinking.provider import llm
+from thinking.web.forms import StartSessionForm
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

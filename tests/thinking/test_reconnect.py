@@ -11,10 +11,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tests.live_page import Page, communicator, drain, login, long_session, receive_until
-from thinking import broadcast
+from thinking.deliberation.worker import Supervisor
 from thinking.models import Status, ThinkingSession
-from thinking.presenters import THOUGHT_PAGE
-from thinking.worker import Supervisor
+from thinking.page import broadcast
+from thinking.page.presenters import THOUGHT_PAGE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -156,7 +156,7 @@ async def test_a_catch_up_leaves_the_steering_form_alone_while_it_can_be_used(
 async def test_a_catch_up_that_fails_is_logged_once_and_tells_the_page_to_reload(
     make_session: Any, alice: Any, monkeypatch: Any, caplog: Any
 ):
-    from thinking import consumers
+    from thinking.web import consumers
 
     session = await sync_to_async(make_session)(status=Status.THINKING, revision=3)
 
@@ -165,7 +165,7 @@ async def test_a_catch_up_that_fails_is_logged_once_and_tells_the_page_to_reload
 
     monkeypatch.setattr(consumers, "catch_up", broken)
     comm = communicator(session.pk, await login(alice), rev=1)
-    with caplog.at_level(logging.ERROR, logger="thinking.consumers"):
+    with caplog.at_level(logging.ERROR, logger="thinking.web.consumers"):
         assert (await comm.connect())[0]
         output = await comm.receive_output(timeout=2)
     # A 4xxx close: the browser does not reconnect into the same failure, it offers a reload.

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from fakes.anthropic_server import Reply
 from research.knowledge import add_item
 from research.memory import search_memory
-from tests.fakes.anthropic_server import Reply
 from tests.helpers import (
     WORKER,
     FrozenClock,
@@ -25,7 +25,7 @@ from tests.helpers import (
     stage_history,
     take_over,
 )
-from thinking import evidence
+from thinking.deliberation import evidence
 from thinking.events import SessionEvent
 from thinking.models import Source, ThinkingSession
 

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.fakes.anthropic_server import HttpError, Reply
+from fakes.anthropic_server import HttpError, Reply
 from tests.helpers import FrozenClock
-from thinking import evidence, loop, steps
+from thinking.deliberation import evidence, loop, steps
+from thinking.deliberation.run import Meter, Run
 from thinking.events import SessionEvent
-from thinking.llm import LLM
 from thinking.models import CompletionReason, Status, ThinkingSession
-from thinking.run import Meter, Run
+from thinking.provider.llm import LLM
 
 WORKER = "worker-schedule"
 

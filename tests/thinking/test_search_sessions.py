@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.fakes import searxng_server
-from tests.fakes.searxng_server import FakeSearxng
-from tests.fakes.tavily_server import FakeTavily
+from fakes import searxng_server
+from fakes.searxng_server import FakeSearxng
+from fakes.tavily_server import FakeTavily
 from tests.helpers import FrozenClock, each_call_takes, run
-from thinking import prompts
+from thinking.deliberation import prompts
 from thinking.models import Source, Status, Synthesis, Thought
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,8 +13,8 @@ from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from fakes.anthropic_server import HttpError, Reply
 from research.knowledge import add_item
-from tests.fakes.anthropic_server import HttpError, Reply
 from tests.helpers import (
     WORKER,
     FrozenClock,
@@ -27,9 +27,9 @@ from tests.helpers import (
     stopped_mid_stream,
     take_over,
 )
-from thinking import evidence, loop
+from thinking.deliberation import evidence, loop
+from thinking.deliberation.run import Meter, Run
 from thinking.events import SessionEvent, publish_nothing
-from thinking.llm import LLM, LLMError
 from thinking.models import (
     LeaseLost,
     Status,
@@ -38,7 +38,7 @@ from thinking.models import (
     ThinkingSession,
     Thought,
 )
-from thinking.run import Meter, Run
+from thinking.provider.llm import LLM, LLMError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -111,7 +111,7 @@ async def test_a_progress_report_moves_the_plan_and_keeps_its_extras(
 
 async def rerank_now(session: ThinkingSession) -> ThinkingSession:
     """The re-ranking step alone, as the loop calls it after a cycle."""
-    from thinking import rerank
+    from thinking.deliberation import rerank
 
     await claim(session)
     llm = LLM.from_settings()
@@ -162,7 +162,7 @@ async def test_a_due_re_ranking_shows_its_stage_before_the_call_and_the_moves_af
 ):
     """The page is told of the re-ranking's stage before its call, then of the stage that
     says how many moved, with the moved questions, in one update."""
-    from thinking import rerank
+    from thinking.deliberation import rerank
 
     session = await sync_to_async(make_session)(cycles=5, status=Status.THINKING)
     for n, priority in ((1, 3), (2, 4), (3, 5)):
@@ -194,7 +194,7 @@ async def test_a_due_re_ranking_shows_its_stage_before_the_call_and_the_moves_af
 async def test_a_session_that_ended_is_not_re_ranked(fake_claude: Any, make_session: Any):
     # Due, but finished before its turn came (a budget spent in another hop): no stage, no
     # call.
-    from thinking import rerank
+    from thinking.deliberation import rerank
 
     session = await sync_to_async(make_session)(cycles=5, status=Status.THINKING)
     for n, priority in ((1, 3), (2, 4)):
@@ -228,7 +228,7 @@ async def test_only_open_model_asked_questions_and_new_sources_make_a_re_ranking
     """Checked every cycle: a person's question, an explored one and another session's do
     not count as open, and only this session's sources found since the last re-ranking make
     one due before its cycle comes."""
-    from thinking import rerank
+    from thinking.deliberation import rerank
     from thinking.models import Source
 
     session = await sync_to_async(make_session)(cycles=1, status=Status.THINKING)
@@ -271,7 +271,7 @@ async def test_only_open_model_asked_questions_and_new_sources_make_a_re_ranking
 async def check_what_a_re_ranking_is_shown_and_moves(
     fake_claude: Any, make_session: Any, alice: Any
 ) -> None:
-    from thinking import prompts, rerank
+    from thinking.deliberation import prompts, rerank
 
     """The model is shown the twenty open questions of its own that come first (by
     priority, then age), the newest synthesis and the last eight of its thoughts, oldest
@@ -387,7 +387,8 @@ async def test_what_a_re_ranking_is_shown_and_what_it_moves_on_postgresql(
 def check_rankings_move_only_open_questions_of_the_models(make_session: Any, alice: Any) -> None:
     """Not from a reply only (it ranks at most the twenty it was shown): more are read twenty
     at a time."""
-    from thinking import parsing, rerank
+    from thinking.deliberation import rerank
+    from thinking.provider import parsing
 
     session = make_session(cycles=2)
     asked = [
@@ -448,7 +449,7 @@ async def three_open_questions(make_session: Any, **fields: Any) -> ThinkingSess
 async def rerank_with(
     session: ThinkingSession, meter: Meter, publish: Any = publish_nothing
 ) -> ThinkingSession:
-    from thinking import rerank
+    from thinking.deliberation import rerank
 
     llm = LLM.from_settings()
     run_ = Run(llm=llm, research=None, publish=publish, worker_id=WORKER, meter=meter)
@@ -495,10 +496,10 @@ async def test_a_failed_re_ranking_moves_nothing_says_so_and_waits_its_turn(
     before = await priorities(session)
     fake_claude.enqueue(HttpError(400, "invalid_request_error", "bad"))
 
-    with caplog.at_level("WARNING", logger="thinking.rerank"):
+    with caplog.at_level("WARNING", logger="thinking.deliberation.rerank"):
         stored = await rerank_with(session, Meter())
 
-    [logged] = [r.getMessage() for r in caplog.records if r.name == "thinking.rerank"]
+    [logged] = [r.getMessage() for r in caplog.records if r.name == "thinking.deliberation.rerank"]
     assert logged.startswith(f"Session {session.pk}: re-ranking skipped: The model provider")
 
     assert await priorities(session) == before
@@ -542,7 +543,7 @@ async def test_a_re_ranking_refused_for_want_of_credentials_stops_the_session(
     make_session: Any, kind: str
 ):
     """A failed call is skipped, but one that no later call can get past ends the session."""
-    from thinking import rerank
+    from thinking.deliberation import rerank
 
     session = await three_open_questions(make_session)
     before = await priorities(session)
@@ -572,7 +573,7 @@ async def test_a_worker_that_lost_its_lease_before_a_re_ranking_neither_enters_n
 async def test_a_pause_stops_a_re_ranking_in_flight_and_its_time_is_not_counted(
     fake_claude: Any, make_session: Any, settings: Any
 ):
-    from thinking.interrupt import Interrupted
+    from thinking.deliberation.interrupt import Interrupted
 
     settings.DEEPTHINK_INTERRUPT_POLL_SECONDS = 0.05
     session = await three_open_questions(make_session)

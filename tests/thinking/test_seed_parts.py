@@ -15,9 +15,11 @@ from django.test import Client
 
 from accounts.tokens import create_token
 from tests.helpers import bearer, post
-from thinking import final_review, parsing, signals, stages, trend
-from thinking.final_review import SubQuestionItem, SynthesisItem, ThoughtItem
+from thinking.deliberation import final_review, signals, stages
+from thinking.deliberation.final_review import SubQuestionItem, SynthesisItem, ThoughtItem
 from thinking.models import Stage, Status, SubQuestion, ThinkingSession, Thought
+from thinking.page import trend
+from thinking.provider import parsing
 
 pytestmark = pytest.mark.django_db
 
@@ -117,7 +119,7 @@ def test_the_final_review_follows_the_cached_session_log():
     """The final answer keeps the cache-friendly layout: the consolidation header and the
     session log it shares with the syntheses come first, the review is the tail, and the
     thoughts the log carries are not repeated in it."""
-    from thinking import prompts
+    from thinking.deliberation import prompts
 
     material = long_session()
     for n, t in enumerate(material["thoughts"]):
@@ -254,7 +256,7 @@ def test_the_api_starts_a_session_without_research_or_web(
     api: Client, settings: Any, django_capture_on_commit_callbacks: Any, monkeypatch: Any
 ):
     settings.ANTHROPIC_API_KEY = "test-key"
-    monkeypatch.setattr("thinking.actions.request_start", lambda pk: None)
+    monkeypatch.setattr("thinking.people.actions.request_start", lambda pk: None)
     response = post(
         api, "/api/sessions", {"question": "Q?", "minutes": 1, "research": False, "web": False}
     )
@@ -436,7 +438,7 @@ def plan_region(session: ThinkingSession) -> str:
     """The plan region as the page and the live stream draw it."""
     from django.template.loader import render_to_string
 
-    from thinking.presenters import plan_context
+    from thinking.page.presenters import plan_context
 
     return render_to_string("thinking/_plan.html", {"session": session, **plan_context(session)})
 
@@ -569,7 +571,7 @@ def test_the_admin_shows_the_stage_history_and_format_errors(admin_client: Clien
 def test_re_ranking_is_due_every_few_cycles_and_when_new_evidence_arrives(
     make_session: Any, settings: Any
 ):
-    from thinking import rerank
+    from thinking.deliberation import rerank
 
     settings.DEEPTHINK_RERANK_EVERY = 3
     session = make_session(cycles=4, cycles_at_last_rerank=3, sources_at_last_rerank=5)
@@ -587,8 +589,8 @@ def test_re_ranking_is_due_every_few_cycles_and_when_new_evidence_arrives(
 
 
 def test_the_re_ranking_prompt_shows_what_it_is_given():
-    from thinking import prompts
-    from thinking.rerank import OpenQuestion, rerank_prompt
+    from thinking.deliberation import prompts
+    from thinking.deliberation.rerank import OpenQuestion, rerank_prompt
 
     asked = [OpenQuestion(7, "Why tides?", 4), OpenQuestion(9, "Why reefs?", 6)]
     full = rerank_prompt(
@@ -632,8 +634,8 @@ def test_the_planning_call_has_its_live_label():
     import time
     import uuid
 
-    from thinking.broadcast import render_live
     from thinking.events import LiveStep, SessionEvent
+    from thinking.page.broadcast import render_live
 
     live = LiveStep("plan", time.time(), "Which queries?")
     html = render_live(SessionEvent(uuid.uuid4(), live=live))["parts"][0]["html"]

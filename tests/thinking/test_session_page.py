@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from thinking import presenters
 from thinking.models import Status, SubQuestion, ThinkingSession, Thought
+from thinking.page import presenters
 from thinking.templatetags.thinking_extras import cited
 
 pytestmark = pytest.mark.django_db
@@ -245,7 +245,7 @@ def test_the_start_page_offers_budget_presets_and_explains_defaults(alice_client
 def test_the_tools_ticked_on_the_form_are_the_sessions(
     alice_client: Any, fake_claude: Any, tools: list[str] | None, stored: list[str]
 ):
-    from thinking.tools import chosen
+    from thinking.deliberation.tools import chosen
 
     data: dict[str, Any] = {"question": "Q?", "minutes": "1"}
     if tools is not None:
@@ -534,7 +534,7 @@ def full_session(make_session: Any, thoughts: int) -> ThinkingSession:
     """A finished session with `thoughts` thoughts (notes among them, cycles with parts, some
     on sub-questions) and, growing with them, sub-questions, sources, syntheses with checked
     citations, and stages."""
-    from thinking import stages
+    from thinking.deliberation import stages
     from thinking.models import CitationCheck, Source, Synthesis
 
     session = make_session(status=Status.THINKING)

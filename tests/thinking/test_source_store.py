@@ -1,5 +1,5 @@
 """What the research store keeps of each search, called as the loop and the tools call it
-(issue 16: mutants of thinking/evidence.py's stores that no session test noticed)."""
+(issue 16: mutants of thinking/deliberation/evidence.py's stores that no session test noticed)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from asgiref.sync import async_to_sync
 
 from research.memory import MemoryResult
 from research.web import WebResult
-from thinking import evidence, export
+from thinking.deliberation import evidence
 from thinking.models import LeaseLost, Source, Status, ThinkingSession
+from thinking.web import export
 
 pytestmark = pytest.mark.django_db
 

@@ -12,9 +12,10 @@ from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import Team
-from thinking import parsing, steps
-from thinking.llm import Reply
+from thinking.deliberation import steps
 from thinking.models import Status, ThinkingSession
+from thinking.provider import parsing
+from thinking.provider.llm import Reply
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,5 @@
 """What each of the worker's stores keeps, called as the loop calls them (issue 16: mutants of
-thinking/steps.py that no session test noticed)."""
+thinking/deliberation/steps.py that no session test noticed)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from django.utils import timezone
 
 from accounts.models import Team
 from research.models import KnowledgeItem
-from thinking import citations, export, parsing, planner, steps
+from thinking.deliberation import citations, planner, steps
 from thinking.events import SessionEvent
-from thinking.llm import Reply, Usage
 from thinking.models import (
     Delivery,
     LeaseLost,
@@ -29,6 +28,9 @@ from thinking.models import (
     Synthesis,
     ThinkingSession,
 )
+from thinking.provider import parsing
+from thinking.provider.llm import Reply, Usage
+from thinking.web import export
 
 pytestmark = pytest.mark.django_db
 

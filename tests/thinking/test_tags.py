@@ -1,4 +1,5 @@
-"""Tests for thinking.tags: the seed's examples, tolerance of real model output, properties."""
+"""Tests for thinking.provider.tags: the seed's examples, tolerance of real model output,
+properties."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from thinking.tags import (
+from thinking.provider.tags import (
     ENHANCED_SPEC,
     KNOWN_TYPES,
     MAX_DEPTH,

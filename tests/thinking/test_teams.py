@@ -18,10 +18,10 @@ from research.knowledge import add_item
 from research.memory import search_memory
 from research.models import KnowledgeItem
 from tests.helpers import add_thought, communicator, login, record_call
-from thinking import limits
-from thinking.broadcast import publish
 from thinking.events import SessionEvent
 from thinking.models import CompletionReason, Status, ThinkingSession
+from thinking.page.broadcast import publish
+from thinking.people import limits
 
 
 @pytest.fixture
@@ -184,7 +184,7 @@ def test_a_budget_set_a_moment_before_a_start_still_caps_it(team: Team, settings
     under the team's lock, must see the budget and cap the new session by it."""
     from django.db import transaction
 
-    from thinking import budget
+    from thinking.people import budget
 
     settings.DEEPTHINK_TEAM_SESSION_SHARE = 0.5
     as_the_form_read_it = Team.objects.get(pk=team.pk)
@@ -197,7 +197,7 @@ def test_a_budget_set_a_moment_before_a_start_still_caps_it(team: Team, settings
 def _reserve(team: Team, **asked: Any) -> Any:
     from django.db import transaction
 
-    from thinking import budget
+    from thinking.people import budget
 
     with transaction.atomic():
         return budget.reserve(team, tokens=asked.get("tokens"), dollars=asked.get("dollars"))
@@ -232,7 +232,7 @@ def test_the_last_token_and_the_last_cents_of_a_team_budget(
 ):
     from decimal import Decimal
 
-    from thinking.budget import BudgetExhausted
+    from thinking.people.budget import BudgetExhausted
 
     settings.DEEPTHINK_TEAM_SESSION_SHARE = 0.5
     Team.objects.filter(pk=team.pk).update(monthly_token_budget=1_000)
@@ -270,7 +270,7 @@ def test_the_last_token_and_the_last_cents_of_a_team_budget(
 
 @pytest.mark.django_db(transaction=True)  # no test-wide transaction around it
 def test_a_reservation_outside_the_starting_transaction_is_a_programming_error(team: Team):
-    from thinking import budget
+    from thinking.people import budget
 
     with pytest.raises(RuntimeError) as error:
         budget.reserve(team, tokens=None, dollars=None)
@@ -283,7 +283,7 @@ def test_a_team_dollar_budget_needs_a_priced_model(
 ):
     """A team session reserves dollars from the team's budget: on a model without a price
     that reservation could never be held, so the start is refused until it is priced."""
-    from thinking.forms import StartSessionForm
+    from thinking.web.forms import StartSessionForm
 
     settings.DEEPTHINK_MODEL = "a-local-model"
     settings.DEEPTHINK_FAST_MODEL = ""
@@ -304,7 +304,7 @@ def test_a_session_that_has_spent_exactly_its_dollar_ceiling_stops(make_session:
     """The ceiling is what a person agreed to spend: reaching it is the end, not a cent more."""
     from decimal import Decimal
 
-    from thinking import budget
+    from thinking.people import budget
 
     # claude-sonnet-4 input is $3 per million tokens.
     at_ceiling = make_session(model_id="claude-sonnet-4", max_cost_usd=Decimal("3.00"))

@@ -9,7 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.urls import reverse
 
-from tests.fakes.anthropic_server import Reply
+from fakes.anthropic_server import Reply
 from tests.helpers import (
     FrozenClock,
     collect,
@@ -19,10 +19,10 @@ from tests.helpers import (
     record_call,
     run,
 )
-from thinking import broadcast
-from thinking.export import session_document
+from thinking.deliberation.worker import Supervisor
 from thinking.models import CompletionReason, ModelCall, Status, ThinkingSession
-from thinking.worker import Supervisor
+from thinking.page import broadcast
+from thinking.web.export import session_document
 
 
 async def _ignore(event: object) -> None:

@@ -11,8 +11,8 @@ from asgiref.sync import sync_to_async
 
 from research.knowledge import add_item
 from tests.helpers import WORKER, claim
-from thinking import tools
-from thinking.evidence import Research
+from thinking.deliberation import tools
+from thinking.deliberation.evidence import Research
 from thinking.models import LeaseLost, Source, SourceKind, ThinkingSession
 
 NO_WEB = Research(owner_ids=[1], scope="user:1", web=None)

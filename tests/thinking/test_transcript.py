@@ -1,5 +1,5 @@
-"""The session log every model call carries (thinking/transcript.py): what happened, in the
-order it happened, as blocks that never change once written, so that the prompt cache reads
+"""The session log every model call carries (thinking/deliberation/transcript.py): what happened, in
+the order it happened, as blocks that never change once written, so that the prompt cache reads
 all but the newest blocks. A long session starts a new epoch every EPOCH_CYCLES cycles: the
 log then carries the latest synthesis from before the epoch and only the epoch's cycles."""
 
@@ -15,7 +15,7 @@ from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from thinking import transcript
+from thinking.deliberation import transcript
 from thinking.models import Source, SubQuestion, Synthesis, Thought
 
 pytestmark = pytest.mark.django_db

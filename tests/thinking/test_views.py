@@ -5,8 +5,8 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from thinking import llm
 from thinking.models import Status, ThinkingSession, Thought
+from thinking.provider import llm
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""Whether a session's group has a page in it (thinking/watchers.py): the answer the publisher
+"""Whether a session's group has a page in it (thinking/page/watchers.py): the answer the publisher
 skips renders on must be true exactly while a page that joined is there to be reached, in
 one process (the in-memory layer, the local-memory cache) and over Redis (both on Redis)."""
 
@@ -13,7 +13,7 @@ import pytest
 from channels.layers import InMemoryChannelLayer
 
 from tests.helpers import services_available
-from thinking.watchers import has_members, join, leave
+from thinking.page.watchers import has_members, join, leave
 
 KINDS = ["memory", pytest.param("redis", marks=pytest.mark.services)]
 

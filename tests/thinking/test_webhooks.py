@@ -33,8 +33,8 @@ from django.utils import timezone
 
 from accounts import webhook_secrets
 from accounts.models import WebhookSecret
-from thinking import notify, webhooks
 from thinking.models import CompletionReason, Delivery, DeliveryStatus, Status, ThinkingSession
+from thinking.people import notify, webhooks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -148,7 +148,7 @@ def test_a_signing_key_is_shown_once_then_only_its_hint(client: Client, alice: A
 
 def test_a_webhook_url_needs_its_owners_key(client: Client, alice: Any, settings: Any,
                                              monkeypatch: pytest.MonkeyPatch):  # fmt: skip
-    monkeypatch.setattr("thinking.actions.llm.is_configured", lambda: True)
+    monkeypatch.setattr("thinking.people.actions.llm.is_configured", lambda: True)
     settings.DEEPTHINK_WEBHOOK_ALLOWED_HOSTS = []
     client.force_login(alice)
 

@@ -12,13 +12,13 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from tests.fakes.anthropic_server import HttpError, RawStream, StreamError, recorded_stream
-from tests.fakes.anthropic_server import Reply as FakeReply
+from fakes.anthropic_server import HttpError, RawStream, StreamError, recorded_stream
+from fakes.anthropic_server import Reply as FakeReply
 from tests.helpers import run
-from thinking import llm as llm_module
-from thinking.llm import LLM, LLMError, Reply
+from thinking.deliberation.tools import WEB_SEARCH
 from thinking.models import ModelCall, Status
-from thinking.tools import WEB_SEARCH
+from thinking.provider import llm as llm_module
+from thinking.provider.llm import LLM, LLMError, Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,8 +11,8 @@ from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from tests.helpers import on_statements, prompt_of
+from thinking.deliberation.worker import CHANNEL, Supervisor, ThinkingWorker, get_supervisor
 from thinking.models import Status, ThinkingSession
-from thinking.worker import CHANNEL, Supervisor, ThinkingWorker, get_supervisor
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -258,7 +258,7 @@ async def test_a_start_whose_claim_ends_after_the_shutdown_began_hands_it_over(
 async def test_the_terminal_thinks_a_session_here_unless_a_worker_has_it(
     fake_claude: Any, make_session: Any
 ):
-    from thinking import actions
+    from thinking.people import actions
 
     here = await new_session(make_session)
     assert await actions.think_here(here, publish=_ignore) is True

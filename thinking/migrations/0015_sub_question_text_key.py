@@ -3,10 +3,12 @@
 # here, from the same function the app uses (a copy could drift from it, and a digest that
 # differs from the app's would let duplicates through).
 
+from __future__ import annotations
+
 from django.conf import settings
 from django.db import migrations, models
 
-from thinking.parsing import question_digest
+from thinking.provider.parsing import question_digest
 
 BATCH = 500
 
@@ -24,21 +26,20 @@ def _digests(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('thinking', '0014_thought_session_cycle'),
+        ("thinking", "0014_thought_session_cycle"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='subquestion',
-            name='text_key',
-            field=models.CharField(blank=True, default='', editable=False, max_length=32),
+            model_name="subquestion",
+            name="text_key",
+            field=models.CharField(blank=True, default="", editable=False, max_length=32),
         ),
         migrations.RunPython(_digests, migrations.RunPython.noop),
         migrations.AddIndex(
-            model_name='subquestion',
-            index=models.Index(fields=['session', 'text_key'], name='subquestion_text_key'),
+            model_name="subquestion",
+            index=models.Index(fields=["session", "text_key"], name="subquestion_text_key"),
         ),
     ]

@@ -16,7 +16,7 @@ BATCH = 1000
 
 
 def price_stored_calls(apps: Any, schema_editor: Any) -> None:
-    from thinking import pricing
+    from thinking.provider import pricing
 
     calls = apps.get_model("thinking", "ModelCall")
     sessions = apps.get_model("thinking", "ThinkingSession")

@@ -11,16 +11,17 @@ from markdown_it.renderer import RendererHTML
 from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
-from thinking import formatting, presenters
-from thinking.citations import (
+from thinking import formatting
+from thinking.deliberation.citations import (
     LABELS,
     MARKS,
     check_map,
     find_citations,
     unsupported_in_answer,
 )
-from thinking.export import reference_summary
 from thinking.models import SubQuestion
+from thinking.page import presenters
+from thinking.web.export import reference_summary
 
 register = template.Library()
 
@@ -67,8 +68,8 @@ def _validate_link(url: str) -> bool:
 
 
 def _link_citations(state: StateCore) -> None:
-    """Turn every citation form ([n], [1, 4], [1][4], [2-3]; thinking/citations.py) in plain
-    text into links to the sources the page has, each as [n]; a number with no source stays
+    """Turn every citation form ([n], [1, 4], [1][4], [2-3]; thinking/deliberation/citations.py) in
+    plain text into links to the sources the page has, each as [n]; a number with no source stays
     plain text. A citation the checker judged carries its verdict's mark."""
     numbers = state.env.get("source_numbers") or ()
     checks = state.env.get("checks") or {}

@@ -16,8 +16,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from thinking import estimates, llm
-from thinking.followups import minutes_problem
+from thinking.people import estimates
+from thinking.people.followups import minutes_problem
+from thinking.provider import llm
 
 from ... import questions, report
 from ...models import EvaluationRun

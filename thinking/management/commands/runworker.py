@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from channels.management.commands import runworker
 
-from thinking.worker import ThinkingWorker
+from thinking.deliberation.worker import ThinkingWorker
 
 
 class Command(runworker.Command):

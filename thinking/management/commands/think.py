@@ -22,12 +22,15 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.http import Http404
 from django.utils import timezone
 
-from thinking import actions, broadcast, estimates, followups, limits, llm, notify, tools
-from thinking.access import get_session_for
+from thinking.deliberation import tools
 from thinking.events import SessionEvent
-from thinking.export import session_document
-from thinking.forms import EstimateForm, StartSessionForm
 from thinking.models import IllegalTransition, Status, ThinkingSession
+from thinking.page import broadcast
+from thinking.people import actions, estimates, followups, limits, notify
+from thinking.provider import llm
+from thinking.web.access import get_session_for
+from thinking.web.export import session_document
+from thinking.web.forms import EstimateForm, StartSessionForm
 
 
 class TerminalPrinter:
@@ -59,7 +62,7 @@ class TerminalPrinter:
             self.write(self.style.SUCCESS(f"\n== {label} (confidence {s.confidence:.2f})"))
             self.write(s.text + "\n")
         if event.plan and not event.sources and session.progress.get("message"):
-            # A stage the loop entered or the model reported (thinking.stages).
+            # A stage the loop entered or the model reported (thinking.deliberation.stages).
             stage = session.progress
             self.write(self.style.HTTP_INFO(f"  · {stage.get('stage')}: {stage['message']}"))
             return

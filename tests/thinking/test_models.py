@@ -303,14 +303,16 @@ def test_a_finished_sessions_outcome_is_never_overwritten(make_session: Any, sta
 
 
 @pytest.mark.django_db
-def test_the_admin_names_a_session_by_the_first_80_characters_of_its_question(
+def test_the_admin_names_a_session_by_the_start_of_its_question(
     client: Any, django_user_model: Any, make_session: Any
 ):
-    question = "Why " + "x" * 75 + "YZ and what follows?"  # the 80th character is "Y"
+    question = "Why " + "x" * 75 + "YZ and what follows?"
     session = make_session(question=question)
+    assert str(session) == question[:80]
     Thought.objects.create(
         session=session, sequence=0, text="t", type="insight", confidence=0.5, time_offset_seconds=0
     )
     client.force_login(django_user_model.objects.create_superuser("root", password="pw"))
     page = client.get("/admin/thinking/thought/").content.decode()
-    assert question[:80] in page and question[:81] not in page
+    # A row list names its session in one short column: the question's first 59 characters.
+    assert f"{question[:59]}…" in page and question[:60] not in page

@@ -109,7 +109,11 @@ async def test_utility_calls_go_to_the_fast_model_without_thinking(
     await run(session)
 
     bodies = [r["body"] for r in fake_claude.requests]
-    utility = [b for b in bodies if "WEB QUERIES:" in json.dumps(b) or "QUESTION:" in json.dumps(b)]
+    # Told apart by their prompts (every call's system prompt names the format's labels).
+    asked = [json.dumps(b["messages"]) for b in bodies]
+    utility = [
+        b for b, m in zip(bodies, asked, strict=True) if "WEB QUERIES:" in m or "QUESTION:" in m
+    ]
     thoughts = [b for b in bodies if _thought_call(b)]
     assert utility and thoughts
     assert all(b["model"] == "claude-haiku-5-5" and "thinking" not in b for b in utility)

@@ -128,7 +128,7 @@ def ended_with_webhook(owner: Any, url: str) -> Delivery:
 
 def test_a_signing_key_is_shown_once_then_only_its_hint(client: Client, alice: Any):
     client.force_login(alice)
-    page = client.get("/settings/tokens/").text
+    page = client.get("/settings/account/").text
     assert "You have no signing key yet" in page
 
     made = client.post("/settings/webhook-key/")
@@ -137,7 +137,7 @@ def test_a_signing_key_is_shown_once_then_only_its_hint(client: Client, alice: A
     assert key.startswith("whsec_") and key in made.text
     assert "shown only this once" in made.text
 
-    later = client.get("/settings/tokens/").text
+    later = client.get("/settings/account/").text
     assert key not in later and f"whsec_…{key[-4:]}" in later
 
     rotated = client.post("/settings/webhook-key/")

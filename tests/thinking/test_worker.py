@@ -309,7 +309,7 @@ async def test_a_worker_builds_its_clients_before_its_first_session_which_uses_t
     try:
         (model,) = supervisor.model_client._clients.values()
         (web,) = supervisor.web_client._clients.values()
-        http = web.http
+        http = web.pool.http
         assert http is not None, "the web client's pool is built before any search"
         assert get_supervisor() is supervisor
 
@@ -320,6 +320,6 @@ async def test_a_worker_builds_its_clients_before_its_first_session_which_uses_t
         assert session.status == Status.COMPLETED
         assert fake_claude.requests and fake_exa.searches
         assert list(supervisor.model_client._clients.values()) == [model]
-        assert list(supervisor.web_client._clients.values()) == [web] and web.http is http
+        assert list(supervisor.web_client._clients.values()) == [web] and web.pool.http is http
     finally:
         await supervisor.shutdown()

@@ -327,7 +327,9 @@ class LLM:
         `OpenAICompatibleLLM` for "openai"); on `client`'s pool when given (borrowed: the
         caller closes it), else on its own."""
         provider, api_key, base_url = provider_settings()
-        kind = OpenAICompatibleLLM if provider == "openai" else LLM
+        # A subclass (a test's, or OpenAICompatibleLLM's own) builds itself; the base picks
+        # the class for the configured wire.
+        kind = OpenAICompatibleLLM if cls is LLM and provider == "openai" else cls
         return kind(
             model=settings.DEEPTHINK_MODEL,
             fast_model=settings.DEEPTHINK_FAST_MODEL,

@@ -130,8 +130,9 @@ def accept(user: Any, invitation_id: int) -> Membership:
     """The invitee joins with the role offered; raises Invitation.DoesNotExist if it is not
     theirs to answer."""
     with transaction.atomic():
-        invitation = _invitations(user).select_for_update().get(pk=invitation_id)
-        _lock(invitation.team)
+        # The team first, then the invitation: the order inviting takes them in.
+        team = _lock(_invitations(user).get(pk=invitation_id).team)
+        invitation = _invitations(user).select_for_update().get(pk=invitation_id, team=team)
         membership, _ = Membership.objects.get_or_create(
             team=invitation.team,
             user=user,

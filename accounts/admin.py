@@ -5,7 +5,14 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from .models import ApiToken, Membership, NotificationPreference, Team, WebhookSecret
+from .models import (
+    ApiToken,
+    Invitation,
+    Membership,
+    NotificationPreference,
+    Team,
+    WebhookSecret,
+)
 
 
 class MembershipInline(admin.TabularInline):
@@ -16,11 +23,18 @@ class MembershipInline(admin.TabularInline):
     fields = ("user", "role", "offered_role", "accepted_at", "invited_by")
 
 
+class InvitationInline(admin.TabularInline):
+    model = Invitation
+    extra = 0
+    raw_id_fields = ("invited_by",)
+    fields = ("username", "role", "invited_by", "created_at", "declined_at")
+
+
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
     list_display = ("name", "monthly_token_budget", "monthly_cost_budget_usd", "created_at")
     search_fields = ("name",)
-    inlines = (MembershipInline,)
+    inlines = (MembershipInline, InvitationInline)
 
 
 @admin.register(ApiToken)

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Lower
 from django.urls import reverse
+from django.utils import timezone
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -89,9 +91,10 @@ class MembershipQuerySet(models.QuerySet["Membership"]):
 
 
 class Membership(models.Model):
-    """A person in a team. Until `accepted_at` is set it is only an invitation, and counts for
-    nothing. `offered_role` is a role offered to them (ownership is never given without the
-    person accepting); it becomes `role` when they accept."""
+    """A person in a team. Until `accepted_at` is set it counts for nothing (invitations are
+    `Invitation` rows; migration 0005 moved the pending memberships there). `offered_role` is
+    a role offered to them (ownership is never given without the person accepting); it
+    becomes `role` when they accept."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(
@@ -125,6 +128,38 @@ class Membership(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.accepted_at is None
+
+
+class Invitation(models.Model):
+    """An owner's invitation, kept by the name they typed, whether or not an account has it.
+
+    Stored either way, so the owner's list of pending invitations reads the same for every
+    name and tells nobody which usernames exist. Whoever has (or later signs up with) that
+    name, compared without case, sees it and may accept (it becomes a Membership and is
+    gone) or decline (they stop seeing it; it stays listed to the owners, as an unanswered
+    one does, until an owner revokes it)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    username = models.CharField(max_length=150, help_text="The name as the owner typed it.")
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.MEMBER)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    declined_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team", "username"]
+        constraints = [
+            models.UniqueConstraint(Lower("username"), "team", name="invitation_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} to {self.team} ({self.role})"
 
 
 def team_ids_of(user: object) -> list[int]:

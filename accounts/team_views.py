@@ -1,7 +1,11 @@
 """Team pages: people see the teams they belong to and the invitations waiting for them;
-owners invite people and change roles. The rules are in `accounts.teams`."""
+owners invite people, see and revoke their pending invitations and change roles. The rules
+are in `accounts.teams`."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from django import forms
 from django.contrib import messages
@@ -13,7 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from . import teams
-from .models import Membership, Role, Team
+from .models import Invitation, Membership, Role, Team
 
 
 class TeamForm(forms.Form):
@@ -51,7 +55,8 @@ def team_list(request: HttpRequest) -> HttpResponse:
         "teams": Team.objects.of(request.user).prefetch_related(
             Prefetch("memberships", queryset=Membership.objects.accepted())
         ),
-        "invitations": teams.pending_for(request.user),
+        "invitations": teams.invitations_for(request.user),
+        "offers": teams.offers_for(request.user),
         "form": form,
     }
     return render(request, "accounts/teams.html", context, status=422 if form.errors else 200)
@@ -74,11 +79,13 @@ def team_detail(request: HttpRequest, pk: int) -> HttpResponse:
             else:
                 messages.success(request, said)
                 return redirect(team)
+    is_owner = team.role_of(request.user) == Role.OWNER
     context = {
         "team": team,
-        # Pending invitations are not listed: they would tell an owner which names exist.
         "memberships": team.memberships.accepted().select_related("user"),
-        "is_owner": team.role_of(request.user) == Role.OWNER,
+        # By the name typed, for every name alike: the list tells nobody which names exist.
+        "invitations": team.invitations.select_related("invited_by") if is_owner else (),
+        "is_owner": is_owner,
         "form": form,
     }
     return render(request, "accounts/team_detail.html", context, status=422 if form.errors else 200)
@@ -91,8 +98,8 @@ def team_remove_member(request: HttpRequest, pk: int, user_id: int) -> HttpRespo
     leaving = user_id == request.user.pk
     if not leaving:
         _owner_only(team, request.user)
-    # Members only: a pending invitation answers as "no such member" does, or the route
-    # would tell an owner, id by id, who has an account and what their username is.
+    # Members only: an invitee is nobody here until they accept, or the route would tell an
+    # owner, id by id, who has an account and what their username is.
     membership = get_object_or_404(team.memberships.accepted(), user_id=user_id)
     try:
         teams.remove(team, membership)
@@ -108,17 +115,49 @@ def team_remove_member(request: HttpRequest, pk: int, user_id: int) -> HttpRespo
 
 @login_required
 @require_POST
-def invitation_answer(request: HttpRequest, membership_id: int, answer: str) -> HttpResponse:
-    """The invitee accepts or declines an invitation or an ownership offer (their own only)."""
+def team_revoke_invitation(request: HttpRequest, pk: int, invitation_id: int) -> HttpResponse:
+    """An owner takes back an invitation; 404 for everyone else, as for a team they are not in."""
+    team = get_object_or_404(Team.objects.owned_by(request.user), pk=pk)
+    try:
+        invitation = teams.revoke(team, invitation_id)
+    except Invitation.DoesNotExist:
+        raise Http404("No such invitation.") from None
+    messages.success(request, f"Revoked the invitation to “{invitation.username}”.")
+    return redirect(team)
+
+
+def _answer(
+    request: HttpRequest,
+    pk: int,
+    answer: str,
+    answers: tuple[Callable[[Any, int], Any], Callable[[Any, int], Any]],
+    missing: type[Exception],
+) -> HttpResponse:
+    accept, decline = answers
     try:
         if answer == "accept":
-            membership = teams.accept(request.user, membership_id)
+            membership = accept(request.user, pk)
             messages.success(request, f"You are now a {membership.role} of {membership.team.name}.")
         elif answer == "decline":
-            membership = teams.decline(request.user, membership_id)
-            messages.success(request, f"Declined: {membership.team.name}.")
+            messages.success(request, f"Declined: {decline(request.user, pk).team.name}.")
         else:
             raise Http404("No such answer.")
-    except Membership.DoesNotExist:
-        raise Http404("No such invitation.") from None
+    except missing:
+        raise Http404("Nothing of yours to answer.") from None
     return redirect("team-list")
+
+
+@login_required
+@require_POST
+def invitation_answer(request: HttpRequest, invitation_id: int, answer: str) -> HttpResponse:
+    """The invitee accepts or declines an invitation to their name (their own only)."""
+    answers = (teams.accept, teams.decline)
+    return _answer(request, invitation_id, answer, answers, Invitation.DoesNotExist)
+
+
+@login_required
+@require_POST
+def offer_answer(request: HttpRequest, membership_id: int, answer: str) -> HttpResponse:
+    """A member accepts or declines the ownership offered to them (their own only)."""
+    answers = (teams.accept_offer, teams.decline_offer)
+    return _answer(request, membership_id, answer, answers, Membership.DoesNotExist)

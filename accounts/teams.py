@@ -1,4 +1,4 @@
-"""Team membership by consent: invite, accept, decline, change roles, leave.
+"""Team membership by consent: invite, accept, decline, revoke, change roles, leave.
 
 The rules live here, not in the views: nobody joins a team, and nobody becomes an owner,
 without accepting; a team always keeps at least one owner. Changes that could remove the
@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from .models import Membership, Role, Team
+from .models import Invitation, Membership, Role, Team
 
 
 class TeamError(Exception):
@@ -44,38 +43,39 @@ def _is_last_owner(team: Team, membership: Membership) -> bool:
     )
 
 
+def _member_named(team: Team, username: str) -> Membership | None:
+    return (
+        team.memberships.accepted()
+        .filter(user__username__iexact=username)
+        .select_related("user")
+        .first()
+    )
+
+
 def invite_or_change(team: Team, by: Any, username: str, role: str) -> str:
     """What an owner's "username + role" form does, in words for the page.
 
-    A new person gets an invitation (with the role offered); a pending invitation gets the new
-    role offered; a member asked to be an owner gets ownership offered; an owner asked to be a
-    member is demoted (never the last owner). Whether an account exists is never said: the
-    answer for an unknown name is the same as for an invitation.
+    A member asked to be an owner gets ownership offered; an owner asked to be a member is
+    demoted (never the last owner). Any other name gets an invitation, stored by the name
+    typed whether or not an account has it (or its offered role changed), so neither the
+    answer nor the team page tells which usernames exist.
     """
-    invited = (
-        f"If “{username}” has an account here, they are invited; "
-        "the team reaches them once they accept."
-    )
-    user = get_user_model().objects.filter(username=username).first()
-    if user is None:
-        return invited
+    offered = Role.OWNER if role == Role.OWNER else Role.MEMBER
     with transaction.atomic():
         team = _lock(team)
-        membership = team.memberships.filter(user=user).first()
+        membership = _member_named(team, username)
         if membership is None:
-            Membership.objects.create(
-                team=team,
-                user=user,
-                role=Role.MEMBER,
-                offered_role=Role.OWNER if role == Role.OWNER else "",
-                invited_by=by,
+            invitation = team.invitations.filter(username__iexact=username).first()
+            if invitation is None:
+                Invitation.objects.create(team=team, username=username, role=offered, invited_by=by)
+            else:
+                invitation.role = offered
+                invitation.save(update_fields=["role"])
+            return (
+                f"Invited “{username}”: if an account has that name, its holder sees the "
+                "invitation; the team reaches them once they accept."
             )
-            return invited
-        if membership.is_pending:
-            membership.offered_role = Role.OWNER if role == Role.OWNER else ""
-            membership.save(update_fields=["offered_role"])
-            return invited
-        name = user.get_username()
+        name = membership.user.get_username()
         if role == Role.OWNER:
             if membership.role == Role.OWNER:
                 return f"{name} is already an owner."
@@ -90,45 +90,85 @@ def invite_or_change(team: Team, by: Any, username: str, role: str) -> str:
         return f"{name} is now a member."
 
 
-def _waiting(user: Any) -> Any:
-    return Membership.objects.filter(user=user).exclude(accepted_at__isnull=False, offered_role="")
+def revoke(team: Team, invitation_id: int) -> Invitation:
+    """An owner takes back an invitation (answered or not); raises Invitation.DoesNotExist."""
+    invitation = team.invitations.get(pk=invitation_id)
+    invitation.delete()
+    return invitation
 
 
-def pending_for(user: Any) -> list[Membership]:
-    """Invitations and ownership offers waiting for this user's answer."""
+def _invitations(user: Any) -> Any:
+    return Invitation.objects.filter(username__iexact=user.get_username(), declined_at__isnull=True)
+
+
+def _offers(user: Any) -> Any:
+    return Membership.objects.accepted().filter(user=user).exclude(offered_role="")
+
+
+def invitations_for(user: Any) -> list[Invitation]:
+    """Invitations to the name this user has, not yet answered."""
     if not getattr(user, "is_authenticated", False):
         return []
-    return list(_waiting(user).select_related("team", "invited_by"))
+    return list(_invitations(user).select_related("team", "invited_by"))
+
+
+def offers_for(user: Any) -> list[Membership]:
+    """Ownership offered to this user in teams they belong to, not yet answered."""
+    if not getattr(user, "is_authenticated", False):
+        return []
+    return list(_offers(user).select_related("team"))
 
 
 def pending_count(user: Any) -> int:
     """How many answers this user owes (the navigation shows it on every page)."""
     if not getattr(user, "is_authenticated", False):
         return 0
-    return _waiting(user).count()
+    return _invitations(user).count() + _offers(user).count()
 
 
-def accept(user: Any, membership_id: int) -> Membership:
+def accept(user: Any, invitation_id: int) -> Membership:
+    """The invitee joins with the role offered; raises Invitation.DoesNotExist if it is not
+    theirs to answer."""
     with transaction.atomic():
-        membership = Membership.objects.select_for_update().get(pk=membership_id, user=user)
-        if membership.accepted_at is None:
-            membership.accepted_at = timezone.now()
-        if membership.offered_role:
-            membership.role = membership.offered_role
-            membership.offered_role = ""
-        membership.save(update_fields=["accepted_at", "role", "offered_role"])
+        # The team first, then the invitation: the order inviting takes them in.
+        team = _lock(_invitations(user).get(pk=invitation_id).team)
+        invitation = _invitations(user).select_for_update().get(pk=invitation_id, team=team)
+        membership, _ = Membership.objects.get_or_create(
+            team=invitation.team,
+            user=user,
+            defaults={"role": invitation.role, "invited_by": invitation.invited_by},
+        )
+        membership.accepted_at = membership.accepted_at or timezone.now()
+        membership.save(update_fields=["accepted_at"])
+        invitation.delete()
     return membership
 
 
-def decline(user: Any, membership_id: int) -> Membership:
-    """Declining an invitation removes it; declining an offer keeps the membership as it was."""
+def decline(user: Any, invitation_id: int) -> Invitation:
+    """The invitee stops seeing it; owners still see it pending (a name with nobody behind it
+    never answers either), until one of them revokes it."""
     with transaction.atomic():
-        membership = Membership.objects.select_for_update().get(pk=membership_id, user=user)
-        if membership.accepted_at is None:
-            membership.delete()
-        else:
-            membership.offered_role = ""
-            membership.save(update_fields=["offered_role"])
+        invitation = _invitations(user).select_for_update().get(pk=invitation_id)
+        invitation.declined_at = timezone.now()
+        invitation.save(update_fields=["declined_at"])
+    return invitation
+
+
+def accept_offer(user: Any, membership_id: int) -> Membership:
+    with transaction.atomic():
+        membership = _offers(user).select_for_update().get(pk=membership_id)
+        membership.role = membership.offered_role
+        membership.offered_role = ""
+        membership.save(update_fields=["role", "offered_role"])
+    return membership
+
+
+def decline_offer(user: Any, membership_id: int) -> Membership:
+    """Declining an offer keeps the membership as it was."""
+    with transaction.atomic():
+        membership = _offers(user).select_for_update().get(pk=membership_id)
+        membership.offered_role = ""
+        membership.save(update_fields=["offered_role"])
     return membership
 
 

@@ -22,8 +22,18 @@ urlpatterns = [
         name="team-remove-member",
     ),
     path(
-        "teams/invitations/<int:membership_id>/<str:answer>/",
+        "teams/<int:pk>/invitations/<int:invitation_id>/revoke/",
+        team_views.team_revoke_invitation,
+        name="team-revoke-invitation",
+    ),
+    path(
+        "teams/invitations/<int:invitation_id>/<str:answer>/",
         team_views.invitation_answer,
         name="team-invitation-answer",
+    ),
+    path(
+        "teams/offers/<int:membership_id>/<str:answer>/",
+        team_views.offer_answer,
+        name="team-offer-answer",
     ),
 ]

@@ -19,7 +19,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
-from accounts.models import Membership, Role, Team
+from accounts.models import Invitation, Membership, Role, Team
 from accounts.tokens import create_token
 from evaluation.models import EvaluationRun
 from research.knowledge import add_item
@@ -62,7 +62,14 @@ def world(alice: Any, bob: Any, django_user_model: Any, make_session: Any) -> di
     # Bob's team invited alice; she has not answered yet.
     bobs = Team.objects.create(name="Bob's team")
     Membership.objects.create(accepted_at=timezone.now(), team=bobs, user=bob, role=Role.OWNER)
-    invitation = Membership.objects.create(team=bobs, user=alice, invited_by=bob)
+    invitation = Invitation.objects.create(team=bobs, username="alice", invited_by=bob)
+    # Bob's other team, where alice is a member offered ownership; and alice's invitation out.
+    others = Team.objects.create(name="Bob's other team")
+    Membership.objects.create(accepted_at=timezone.now(), team=others, user=bob, role=Role.OWNER)
+    offer = Membership.objects.create(
+        accepted_at=timezone.now(), team=others, user=alice, offered_role=Role.OWNER
+    )
+    sent = Invitation.objects.create(team=team, username="nobody-yet", invited_by=alice)
     return {
         "session": session,
         "item": add_item(owner=alice, title="Private note", body="alice only"),
@@ -72,6 +79,8 @@ def world(alice: Any, bob: Any, django_user_model: Any, make_session: Any) -> di
         ),
         "team": team,
         "invitation": invitation,
+        "offer": offer,
+        "sent": sent,
         "users": {"alice": alice, "bob": bob, "staff": staff, "carol": carol},
     }
 
@@ -90,7 +99,10 @@ def url_for(route: str, world: dict[str, Any]) -> str:
         if name == "user_id":
             value = world["users"]["alice"].pk
         elif name == "membership_id":
-            value = world["invitation"].pk
+            value = world["offer"].pk
+        elif name == "invitation_id":
+            sent = not route.startswith("teams/invitations/")
+            value = world["sent" if sent else "invitation"].pk
         elif name == "answer":
             value = "accept"
         elif name == "pk" and not route.startswith("sessions/"):
@@ -153,8 +165,10 @@ def member_may(route: str) -> set[int]:
         return {200, 302, 409, 400, 422} if route.endswith("/steer") else {200, 302, 409}
     if route == "teams/<int:pk>/":
         return {200, 403}  # sees the team; adding people is for owners
-    if route.startswith("teams/invitations/"):
-        return {404}  # answering someone else's invitation
+    if route.startswith(("teams/invitations/", "teams/offers/")):
+        return {404}  # answering someone else's invitation or offer
+    if route.endswith("/revoke/") and route.startswith("teams/"):
+        return {404}  # seeing and revoking invitations is for owners
     if route.startswith("teams/"):
         return {403}  # removing someone else is for owners
     return {404}  # the owner's private note, the owner's token

@@ -30,7 +30,7 @@ def test_teams_are_in_the_navigation_and_an_invitation_shows_on_any_page(
         assert f'href="{reverse("team-list")}#invitations"' in html
     assert "Night owls" in client.get(reverse("team-list")).content.decode()
 
-    teams.accept(alice, team.memberships.get(user=alice).pk)
+    teams.accept(alice, team.invitations.get(username="alice").pk)
     assert "nav-invitations" not in client.get(reverse("home")).content.decode()
 
 

@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from django.urls import reverse
 
 from accounts import teams
-from accounts.models import Membership, Role, Team
+from accounts.models import Invitation, Membership, Role, Team
 from research.knowledge import add_item
 from tests.helpers import WORKER, claim
 from thinking.deliberation import evidence
@@ -50,8 +50,8 @@ async def test_an_invited_persons_private_session_does_not_search_the_team(
     session = await sync_to_async(make_session)(question="Do octopuses sleep?")
     await claim(session)
     assert await memory_titles(session) == []
-    membership = await Membership.objects.aget(team=team, user=alice)
-    await sync_to_async(teams.accept)(alice, membership.pk)
+    invitation = await Invitation.objects.aget(team=team, username="alice")
+    await sync_to_async(teams.accept)(alice, invitation.pk)
     session = await sync_to_async(make_session)(question="Do octopuses sleep, really?")
     await claim(session)
     assert await memory_titles(session) == ["Octopus sleep FAQ"]

@@ -65,3 +65,42 @@ def test_rows_survive_the_move_to_accounts(before_move: Any) -> None:
     assert KnowledgeItem.objects.get(title="Tides").team == moved
     assert ThinkingSession.objects.get(pk=session.pk).team == moved
     assert ApiToken.objects.get(name="CI").user.username == "carol"
+
+
+@pytest.fixture
+def before_invitations(transactional_db: Any) -> Any:
+    target = [("accounts", "0004_webhook_secret")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(target)
+    yield MigrationExecutor(connection).loader.project_state(target).apps
+    call_command("migrate", verbosity=0)
+
+
+def test_pending_memberships_become_invitations_that_still_work(before_invitations: Any) -> None:
+    old = before_invitations
+    users = old.get_model("auth", "User").objects
+    alice, carol = users.create(username="alice"), users.create(username="carol")
+    team = old.get_model("accounts", "Team").objects.create(name="Lab")
+    memberships = old.get_model("accounts", "Membership").objects
+    memberships.create(team=team, user=alice, role="owner", accepted_at="2026-01-01T00:00Z")
+    memberships.create(team=team, user=carol, offered_role="owner", invited_by=alice)
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    from django.contrib.auth import get_user_model
+
+    from accounts import teams
+    from accounts.models import Invitation, Membership, Role
+
+    invitation = Invitation.objects.get()
+    assert (invitation.username, invitation.role, invitation.invited_by_id) == (
+        "carol",
+        Role.OWNER,
+        alice.pk,
+    )
+    assert list(Membership.objects.values_list("user__username", flat=True)) == ["alice"]
+    carol_now = get_user_model().objects.get(username="carol")
+    assert teams.pending_count(carol_now) == 1
+    teams.accept(carol_now, invitation.pk)
+    assert Membership.objects.get(user=carol_now).role == Role.OWNER

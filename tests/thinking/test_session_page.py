@@ -525,9 +525,10 @@ def test_the_header_counts_this_sessions_rows_only(alice_client: Any, make_sessi
 
 # The statements a fresh session page's GET makes (the login's session and user, the
 # session's row, each region's bounded read: the newest thoughts, notes and syntheses, the
-# first sub-questions, the most cited sources, and their counts). The same for 10 thoughts
-# as for 200: a query added per thought, source, sub-question or synthesis fails this.
-PAGE_QUERIES = 29
+# first sub-questions, the most cited sources, and their counts; the navigation's waiting
+# invitations and ownership offers). The same for 10 thoughts as for 200: a query added per
+# thought, source, sub-question or synthesis fails this.
+PAGE_QUERIES = 31
 
 
 def full_session(make_session: Any, thoughts: int) -> ThinkingSession:

@@ -131,6 +131,10 @@ def passages_for_every_item(apps, schema_editor):
             Passage.objects.bulk_create(rows)
             rows = []
     Passage.objects.bulk_create(rows)
+    if schema_editor.connection.vendor == "postgresql":
+        # The new rows' foreign keys are checked at the commit (deferred); PostgreSQL will
+        # not ALTER a table with such checks pending, and the next operation does.
+        schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
 def _execute(schema_editor, statements):

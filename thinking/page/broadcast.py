@@ -29,6 +29,7 @@ from thinking.models import Source, SubQuestion, ThinkingSession, Thought, Thoug
 from thinking.page.presenters import (
     NOTE_PAGE,
     THOUGHT_PAGE,
+    Tally,
     chart_context,
     header_context,
     notes_summary_context,
@@ -37,6 +38,7 @@ from thinking.page.presenters import (
     sources_summary_context,
     steer_context,
     sub_question_slot,
+    tally,
     thought_page,
     thought_rows,
 )
@@ -88,11 +90,11 @@ def _owner_of(session: ThinkingSession) -> Any:
 OWNER_ONLY = re.compile(r"<!--owner-only-->.*?<!--/owner-only-->", re.DOTALL)
 
 
-def render_header(session: ThinkingSession) -> UpdatePart:
+def render_header(session: ThinkingSession, counts: Tally | None = None) -> UpdatePart:
     """The header for each role: the owner's has Cancel, a teammate's does not. Rendered once
     (the header is the costliest partial of a step: counts and a dozen fields), and the
     teammate's is the owner's without the owner-only controls."""
-    context = header_context(session, _owner_of(session))
+    context = header_context(session, _owner_of(session), counts)
     html = _render("_header.html", {**context, "oob": True})
     return {"kind": "header", "html": html, "html_member": OWNER_ONLY.sub("", html)}
 
@@ -171,6 +173,10 @@ def _forget(session_id: uuid.UUID) -> None:
         _sent.pop(session_id, None)
 
 
+# What the plan region (_plan.html, `plan_context`) reads of the session.
+PLAN_FIELDS = ("status", "plan", "progress", "stage_count", "research_enabled", "research_notes")
+
+
 def render_event(event: SessionEvent) -> UpdateMessage:
     """The group message for one event: what changed, never whole lists.
 
@@ -182,21 +188,25 @@ def render_event(event: SessionEvent) -> UpdateMessage:
     if event.live is not None:
         return render_live(event)
     sent = _last_sent(event.session_id)
+    if not (event.header or event.finished or sent is None):
+        # A stage entered: the plan region is all that changed (half of a cycle's events),
+        # drawn from the few fields it shows.
+        session = ThinkingSession.objects.only(*PLAN_FIELDS).get(pk=event.session_id)
+        if not session.is_finished:
+            return {"type": "session.update", "parts": _regions(session, set(), plan=True)}
     session = ThinkingSession.objects.get(pk=event.session_id)
-    if not (event.header or event.finished or sent is None or session.is_finished):
-        # A stage entered: the plan region is all that changed (half of a cycle's events).
-        return {"type": "session.update", "parts": _regions(session, set(), plan=True)}
     thoughts = _event_thoughts(session, event.thoughts)
     visible = [t for t in thoughts if t.type != ThoughtType.SCRATCHPAD]
     # The sub-questions these thoughts were on may just have been explored.
     moves = event.questions or any(t.sub_question_id is not None for t in visible)
     finished = event.finished or session.is_finished
-    numbers = source_numbers(session)
+    counts = tally(session.pk)
+    numbers = source_numbers(session, counts)
     states, parents = sub_questions_now(session.pk) if moves or sent is None else ({}, {})
     if sent is None:
         # New to this process: what pages have now is the base.
         sent = Sent(numbers.top, states)
-    parts: list[UpdatePart] = [render_header(session)]
+    parts: list[UpdatePart] = [render_header(session, counts)]
     # A cycle's parts show once, under its first thought (as on a reload); an event may carry
     # several cycles when the publisher sent steps that waited together as one.
     opens = {row["thought"].pk for row in thought_rows(visible) if row["show_parts"]}

@@ -3,11 +3,14 @@ it, so a reload shows exactly what the stream showed."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Max, Min, Q
+from django.db import connection, models
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from thinking.deliberation import stages
@@ -17,6 +20,7 @@ from thinking.models import (
     SourceKind,
     Status,
     SubQuestion,
+    Synthesis,
     ThinkingSession,
     Thought,
     ThoughtType,
@@ -239,7 +243,7 @@ def _step_states(steps: Iterable[str], current: int) -> list[PlanStep]:
 
 STAGES_SHOWN = 20  # the plan region shows the newest stages only, so it never grows
 
-# Every key a stage line (_stage.html) reads: most entries lack the optional ones.
+# Every key a stage line (thinking_extras.stage_line) reads: most entries lack the optional ones.
 STAGE_KEYS: dict[str, Any] = dict.fromkeys(
     ("stage", "label", "message", "by", "plan_step", "total_steps", "confidence", "metadata")
 )
@@ -306,12 +310,12 @@ class SourceNumbers(AbstractSet[int]):
         return frozenset(numbers)
 
 
-def source_numbers(session: ThinkingSession) -> SourceNumbers:
-    """From the sources' count and their lowest and highest number (one aggregate); the
-    numbers themselves only after a deletion. The numbers are distinct (a constraint), so
-    `count` of them from 1 up to `count` are all of 1..count."""
-    tally = session.sources.aggregate(count=Count("pk"), low=Min("number"), top=Max("number"))
-    count, low, top = tally["count"], tally["low"], tally["top"] or 0
+def source_numbers(session: ThinkingSession, counts: Tally | None = None) -> SourceNumbers:
+    """From the sources' count and their lowest and highest number (`tally`, or the `counts`
+    already read); the numbers themselves only after a deletion. The numbers are distinct (a
+    constraint), so `count` of them from 1 up to `count` are all of 1..count."""
+    counts = counts or tally(session.pk)
+    count, low, top = counts.sources, counts.lowest_source, counts.highest_source
     if count == top and (low is None or low >= 1):
         return SourceNumbers(top)
     present = frozenset(session.sources.values_list("number", flat=True))
@@ -380,11 +384,11 @@ def sub_questions_context(session: ThinkingSession) -> dict[str, Any]:
     """The sub-question card: the first SUB_QUESTION_TOP in the model's order (unexplored
     first, by priority) as a tree, how many there are, and the highest id the page knows."""
     rows = session.sub_questions.all()
-    tally = rows.order_by().aggregate(count=Count("pk"), top=Max("pk"))
+    found = rows.order_by().aggregate(count=Count("pk"), top=Max("pk"))
     return {
         "sub_questions": list(rows[:SUB_QUESTION_TOP]),
-        "sub_question_count": tally["count"],
-        "sub_question_top": tally["top"] or 0,
+        "sub_question_count": found["count"],
+        "sub_question_top": found["top"] or 0,
     }
 
 
@@ -479,21 +483,91 @@ def notes_summary_context(session: ThinkingSession) -> dict[str, Any]:
     return {"note_count": count, "note_shown": min(count, NOTE_PAGE)}
 
 
-def header_counts(session: ThinkingSession) -> dict[str, int]:
+@dataclass(frozen=True)
+class Tally:
+    """What the header and the citation links count of a session, read in one statement."""
+
+    thoughts: int
+    sub_questions: int
+    syntheses: int
+    sources: int
+    lowest_source: int | None
+    highest_source: int
+    verdicts: dict[str, int]
+
+
+def _column(model: type[models.Model], name: str) -> str:
+    """A model field's column, quoted with its table: "table"."column"."""
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field) and field.column
+    quote = connection.ops.quote_name
+    return f"{quote(model._meta.db_table)}.{quote(field.column)}"
+
+
+@functools.cache
+def _tally_sql() -> str:
+    """One SELECT of scalar counts, each on the session's index of its table. A live update
+    needs all of them; as separate ORM queries, building them cost more than running them."""
+    quote = connection.ops.quote_name
+
+    def rows(model: type[models.Model]) -> str:
+        return f"FROM {quote(model._meta.db_table)} WHERE {_column(model, 'session')} = %s"
+
+    checks = (
+        f"FROM {quote(CitationCheck._meta.db_table)} JOIN {quote(Synthesis._meta.db_table)} "
+        f"ON {_column(Synthesis, 'id')} = {_column(CitationCheck, 'synthesis')} "
+        f"WHERE {_column(Synthesis, 'session')} = %s AND {_column(CitationCheck, 'verdict')} = %s"
+    )
+    number = _column(Source, "number")
+    counts = [
+        f"(SELECT COUNT(*) {rows(Thought)})",
+        f"(SELECT COUNT(*) {rows(SubQuestion)})",
+        f"(SELECT COUNT(*) {rows(Synthesis)})",
+        f"(SELECT COUNT(*) {rows(Source)})",
+        f"(SELECT MIN({number}) {rows(Source)})",
+        f"(SELECT MAX({number}) {rows(Source)})",
+        *(f"(SELECT COUNT(*) {checks})" for _ in Verdict.values),
+    ]
+    return "SELECT " + ", ".join(counts)
+
+
+def tally(session_id: object) -> Tally:
+    """The session's counts (`Tally`), in one statement (raw SQL: Django's documented
+    `connection.cursor()`; the statement is built once from the models' tables)."""
+    key = ThinkingSession._meta.pk.get_db_prep_value(session_id, connection)
+    params: list[Any] = [key] * 6
+    for verdict in Verdict.values:
+        params += [key, verdict]
+    with connection.cursor() as cursor:
+        cursor.execute(_tally_sql(), params)
+        row = cursor.fetchone()
+    thoughts, questions, syntheses, sources, low, top, *verdicts = row
+    return Tally(
+        thoughts=thoughts,
+        sub_questions=questions,
+        syntheses=syntheses,
+        sources=sources,
+        lowest_source=low,
+        highest_source=top or 0,
+        verdicts=dict(zip(Verdict.values, verdicts, strict=True)),
+    )
+
+
+def header_counts(session: ThinkingSession, counts: Tally | None = None) -> dict[str, int]:
     """The header's counts: thoughts, sub-questions, syntheses, and citation verdicts by
-    kind, zeros included. Plain counts on the session's indexes: each is cheaper to build
-    than one statement of correlated subqueries."""
-    checks = CitationCheck.objects.filter(synthesis__session_id=session.pk).order_by()
-    verdicts = dict(checks.values_list("verdict").annotate(Count("pk")))
+    kind, zeros included (from `tally`, or the `counts` already read)."""
+    counts = counts or tally(session.pk)
     return {
-        "thoughts": session.thoughts.count(),
-        "sub_questions": session.sub_questions.count(),
-        "syntheses": session.syntheses.count(),
-        **{verdict: verdicts.get(verdict, 0) for verdict in Verdict.values},
+        "thoughts": counts.thoughts,
+        "sub_questions": counts.sub_questions,
+        "syntheses": counts.syntheses,
+        **counts.verdicts,
     }
 
 
-def header_context(session: ThinkingSession, viewer: object) -> dict[str, Any]:
+def header_context(
+    session: ThinkingSession, viewer: object, counts: Tally | None = None
+) -> dict[str, Any]:
     """The header for one viewer: only the owner is offered Cancel.
 
     The clock's figures are worked out once, at one instant, and its data attributes are
@@ -507,7 +581,7 @@ def header_context(session: ThinkingSession, viewer: object) -> dict[str, Any]:
     cost = session.estimated_cost
     return {
         "session": session,
-        "counts": header_counts(session),
+        "counts": header_counts(session, counts),
         "user": viewer,
         "viewer_owns": session.is_owned_by(viewer),
         "clock_ticking": session.status == Status.THINKING

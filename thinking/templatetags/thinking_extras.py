@@ -5,6 +5,7 @@ from typing import Any
 
 import nh3
 from django import template
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 from markdown_it.renderer import RendererHTML
@@ -28,6 +29,39 @@ register = template.Library()
 
 register.filter("duration", formatting.duration)
 register.filter("percent", formatting.percent)
+
+STAGE_TAGS = ("p", "li")
+
+
+@register.simple_tag
+def stage_line(item: dict[str, Any], tag: str) -> SafeString:
+    """One stage (seed 003) as a `tag` element: the loop's own, or the model's progress report
+    with its extras. Python, not an included template: the plan region repeats it for each of
+    the newest stages on every live update."""
+    if tag not in STAGE_TAGS:
+        raise ValueError(f"stage_line: tag must be one of {STAGE_TAGS}, not {tag!r}")
+    parts = [format_html('<span class="badge">{}</span>', item.get("stage") or "")]
+    if item.get("label"):
+        parts.append(format_html('<strong class="stage-label">{}</strong>', item["label"]))
+    parts.append(format_html('<span class="stage-message">{}</span>', item.get("message") or ""))
+    if item.get("plan_step"):
+        total = item.get("total_steps")
+        of = format_html(" of {}", total) if total else ""
+        step = format_html('<span class="stage-step">step {}{}</span>', item["plan_step"], of)
+        parts.append(step)
+    if item.get("confidence"):
+        line = '<span class="stage-confidence">confidence: {}</span>'
+        parts.append(format_html(line, item["confidence"]))
+    metadata = item.get("metadata")
+    if isinstance(metadata, dict) and metadata:
+        pairs = format_html_join("; ", "{}: {}", metadata.items())
+        parts.append(format_html('<span class="stage-meta">{}</span>', pairs))
+    if item.get("by") == "model":
+        parts.append(format_html('<span class="by">{}</span>', "reported by the model"))
+    inner = format_html_join("\n  ", "{}", ((part,) for part in parts))
+    return format_html(
+        '<{} class="progress-line stage-{}">{}</{}>', tag, item.get("stage") or "", inner, tag
+    )
 
 
 @register.filter

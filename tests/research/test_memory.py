@@ -161,6 +161,17 @@ class MemorySearchContract:
         results = search(alice, "zooxanthellae coral reef temperature", limit=5)
         assert results[0].item_id == page.pk
 
+    def test_passages_with_only_common_words_still_fill_the_results(self, alice: Any):
+        page = add_item(owner=alice, title="Field note", body="Zooxanthellae on the coral reef.")
+        notes = {
+            add_item(owner=alice, title=f"Dive {n}", body=f"Coral and reef fish at site {n}.").pk
+            for n in range(20)
+        }
+        results = search(alice, "zooxanthellae coral reef", limit=5)
+        assert results[0].item_id == page.pk
+        assert len(results) == 5
+        assert {r.item_id for r in results[1:]} <= notes
+
     def test_one_long_document_cannot_fill_the_top_five(self, alice: Any):
         long = add_item(
             owner=alice,
@@ -233,6 +244,12 @@ class TestMemorySearchOnPostgreSQL(MemorySearchContract):
                 "WHERE table_name = 'research_passage' AND column_name = 'search'"
             )
             assert cursor.fetchone() == ("ALWAYS",)
+            # Kept in the row (migration 0008), not fetched from TOAST at each read.
+            cursor.execute(
+                "SELECT attstorage FROM pg_attribute "
+                "WHERE attrelid = 'research_passage'::regclass AND attname = 'search'"
+            )
+            assert cursor.fetchone() == ("m",)
             cursor.execute("SET LOCAL enable_seqscan = off")
             cursor.execute(
                 "EXPLAIN SELECT id FROM research_passage "

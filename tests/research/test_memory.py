@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from research.knowledge import add_item
 from research.memory import (
@@ -257,6 +257,19 @@ class TestMemorySearchOnPostgreSQL(MemorySearchContract):
             )
             plan = "\n".join(row[0] for row in cursor.fetchall())
         assert "research_passage_search_gin" in plan
+
+
+@pytest.mark.services
+def test_a_search_leaves_the_callers_transaction_settings_alone(alice: Any):
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: run with DATABASE_URL=... pytest -m services")
+    add_item(owner=alice, title="Kelp", body="Kelp forests grow fast.")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('random_page_cost')")
+        before = cursor.fetchone()
+        assert [r.title for r in search(alice, "kelp forests")] == ["Kelp"]
+        cursor.execute("SELECT current_setting('random_page_cost')")
+        assert cursor.fetchone() == before
 
 
 def test_query_terms_keep_only_words():

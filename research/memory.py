@@ -1,17 +1,18 @@
 """Ranked full-text search over the knowledge base: the only module that queries the
-full-text structures made by migration 0007.
+full-text structures made by migration 0007 (the vector kept in the row by 0008).
 
 Search finds passages (research.models.Passage, each with its item's title and its
 heading), not whole items, so a long document does not outrank the short page that says the
 thing, and the passage shown for a source (to a person, to the model, to a citation check) is
 the one that matched best. The query is read as a bag of words on both databases: words are
-extracted from the text and matched with OR, ranked by relevance (bm25 on SQLite, ts_rank_cd
-normalised by length on PostgreSQL) so that passages matching more of them, rarer ones, and
-in the title or heading, come first. English stop words are left out of the query on both
-(PostgreSQL drops them itself; on SQLite they would match nearly every passage, each to be
-scored). Quotes, operators, column filters and punctuation are never passed through, so text
-typed by a person or written by the model cannot change what the query means, and every value
-reaches the database as a bound parameter.
+extracted from the text and matched with OR, ranked by relevance (bm25 on both: FTS5's on
+SQLite, the same formula over ts_rank_cd's word counts on PostgreSQL) so that passages
+matching more of them, rarer ones, and in the title or heading, come first. English stop
+words are left out of the query on both (PostgreSQL drops them itself; on SQLite they would
+match nearly every passage, each to be scored). Quotes, operators, column filters and
+punctuation are never passed through, so text typed by a person or written by the model
+cannot change what the query means, and every value reaches the database as a bound
+parameter.
 """
 
 from __future__ import annotations

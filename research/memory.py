@@ -1,17 +1,18 @@
 """Ranked full-text search over the knowledge base: the only module that queries the
-full-text structures made by migration 0007.
+full-text structures made by migration 0007 (the vector kept in the row by 0008).
 
 Search finds passages (research.models.Passage, each with its item's title and its
 heading), not whole items, so a long document does not outrank the short page that says the
 thing, and the passage shown for a source (to a person, to the model, to a citation check) is
 the one that matched best. The query is read as a bag of words on both databases: words are
-extracted from the text and matched with OR, ranked by relevance (bm25 on SQLite, ts_rank_cd
-normalised by length on PostgreSQL) so that passages matching more of them, rarer ones, and
-in the title or heading, come first. English stop words are left out of the query on both
-(PostgreSQL drops them itself; on SQLite they would match nearly every passage, each to be
-scored). Quotes, operators, column filters and punctuation are never passed through, so text
-typed by a person or written by the model cannot change what the query means, and every value
-reaches the database as a bound parameter.
+extracted from the text and matched with OR, ranked by relevance (bm25 on both: FTS5's on
+SQLite, the same formula over ts_rank_cd's word counts on PostgreSQL) so that passages
+matching more of them, rarer ones, and in the title or heading, come first. English stop
+words are left out of the query on both (PostgreSQL drops them itself; on SQLite they would
+match nearly every passage, each to be scored). Quotes, operators, column filters and
+punctuation are never passed through, so text typed by a person or written by the model
+cannot change what the query means, and every value reaches the database as a bound
+parameter.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django.db import connection
+from django.db import connection, transaction
 
 from config.hops import db_hop
 
@@ -58,9 +59,14 @@ WINDOW_PER_RESULT = 20
 # PostgreSQL: a word's passages are counted up to this many for its weight (every word at
 # least this common weighs the same, little).
 IDF_COUNT_CAP = 300
-# Max-score pruning (_search_postgresql): the common words left out of the first pass may
-# together weigh up to this many times the rarest word's weight.
+# Max-score pruning (_search_postgresql): the first pass takes the passages with one word
+# of at least this many times the rarest word's weight x (k1 + 1), or two of the others.
 PRUNE_FACTOR = 2.0
+# The planner's cost of reading a page out of order, for a search (PostgreSQL's default, 4,
+# is for disks): the passages' pages are read by every search, so they are in memory, and
+# fetching the few hundred that match through the GIN index costs far less than reading
+# every passage, which the default has it prefer from a tenth of the table up.
+PG_RANDOM_PAGE_COST = "1.1"
 
 # ts_rank_cd weights for D, C, B, A: a title hit (A) counts as ten hits in the text (D), a
 # heading hit (B) as four. ts_rank_cd of one word, over PG_TEXT_WEIGHT, is the word's count
@@ -320,7 +326,8 @@ def _term_weights(cursor: CursorWrapper, terms: list[str]) -> list[float]:
     stopping at IDF_COUNT_CAP."""
     cursor.execute(
         """
-        WITH s AS (
+        -- The statistics' word list (up to ~1,000 words) is read once, not once per word.
+        WITH s AS MATERIALIZED (
             SELECT most_common_elems::text::text[] AS words,
                    most_common_elem_freqs AS shares
             FROM pg_stats
@@ -372,39 +379,73 @@ def _search_postgresql(ask: Ask) -> list[tuple[int, float, str | None]]:
     being its own.
 
     Scoring every passage with a common word is most of a search's time, so it first scores
-    only the passages with one of the rarer words (max-score pruning): a passage with none
-    of them scores at most the common words' weights x (k1 + 1), and when the last result
-    found scores more than that, no passage left out could have been among the results.
-    Otherwise it scores every match."""
-    with connection.cursor() as cursor:
+    only the passages with one of the rarest words or two of the others (max-score
+    pruning): a word adds at most its weight x (k1 + 1) to a score, so a passage left out,
+    with at most one of the others, scores at most the largest of theirs. When the last
+    result found scores more than that, no passage left out could have been among the
+    results. Otherwise it scores every passage with a word that could take it past the last
+    result found (all but the commonest words whose bounds, together, fall short of it)."""
+    # One transaction, so that the planner's page cost is set for these queries only (a
+    # caller's open transaction gets its own back).
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('random_page_cost'), set_config('random_page_cost', %s, true)",
+            [PG_RANDOM_PAGE_COST],
+        )
+        [(page_cost, _)] = cursor.fetchall()
         weights = _term_weights(cursor, ask.terms)
-        common: list[str] = []
-        bound = 0.0
-        for weight, term in sorted(zip(weights, ask.terms, strict=True)):
-            if bound + weight * (BM25_K1 + 1) >= PRUNE_FACTOR * max(weights):
-                break
-            bound += weight * (BM25_K1 + 1)
-            common.append(term)
-        rarer = [term for term in ask.terms if term not in common]
-        rows = _rank_postgresql(cursor, ask, weights, rarer)
-        if common and not (len(rows) == ask.limit and rows[-1][1] > bound):
-            rows = _rank_postgresql(cursor, ask, weights, ask.terms)
+        bounds = [weight * (BM25_K1 + 1) for weight in weights]
+        enough = PRUNE_FACTOR * max(weights)
+        rarest = [term for term, bound in zip(ask.terms, bounds, strict=True) if bound >= enough]
+        other = [term for term, bound in zip(ask.terms, bounds, strict=True) if bound < enough]
+        rows = _rank_postgresql(cursor, ask, weights, rarest, other)
+        last = rows[-1][1] if len(rows) == ask.limit else 0.0
+        if other and last <= max(bound for bound in bounds if bound < enough):
+            rows = _rank_postgresql(cursor, ask, weights, _needed(ask.terms, weights, last))
+        cursor.execute("SELECT set_config('random_page_cost', %s, true)", [page_cost])
     return [
         (row[0], row[1], None if row[2] is None else row[2].replace(PG_LT_STANDIN, "<"))
         for row in rows
     ]
 
 
+def _needed(terms: list[str], weights: list[float], score: float) -> list[str]:
+    """The words a passage must hold one of to score `score` or more: all but the commonest
+    ones whose weights x (k1 + 1), together, fall short of it."""
+    bound = 0.0
+    needed = []
+    for weight, term in sorted(zip(weights, terms, strict=True)):
+        bound += weight * (BM25_K1 + 1)
+        if bound >= score:
+            needed.append(term)
+    return needed
+
+
 def _rank_postgresql(
-    cursor: CursorWrapper, ask: Ask, weights: list[float], matching: list[str]
+    cursor: CursorWrapper,
+    ask: Ask,
+    weights: list[float],
+    any_of: list[str],
+    two_of: Sequence[str] = (),
 ) -> list[tuple[int, float, str | None]]:
-    """The best passages with one of the words `matching`, scored on every word of `terms`
-    (see _search_postgresql)."""
+    """The best passages with one of the words `any_of`, or two of `two_of`, scored on
+    every word of `terms` (see _search_postgresql)."""
+    match = ["websearch_to_tsquery('english'::regconfig, %s)"] if any_of else []
+    match_params = [websearch_query(any_of)] if any_of else []
+    for n, term in enumerate(two_of[:-1]):
+        match.append(
+            "(websearch_to_tsquery('english'::regconfig, %s) "
+            "&& websearch_to_tsquery('english'::regconfig, %s))"
+        )
+        match_params += [term, websearch_query(two_of[n + 1 :])]
     # Each word's count, once per passage (a fenced subquery, so no expression is
-    # evaluated twice), then bm25's sum over the words.
+    # evaluated twice), then bm25's sum over the words. A passage holds few of a long
+    # query's words: `@@` (a lookup in the stored vector) skips ts_rank_cd, which costs
+    # several times as much, for the others.
     counts = ", ".join(
-        f"ts_rank_cd('{PG_WEIGHTS}'::float4[], p.search, "
-        f"plainto_tsquery('english'::regconfig, %s), 0) / {PG_TEXT_WEIGHT} AS c{n}"
+        f"CASE WHEN p.search @@ plainto_tsquery('english'::regconfig, %s) "
+        f"THEN ts_rank_cd('{PG_WEIGHTS}'::float4[], p.search, "
+        f"plainto_tsquery('english'::regconfig, %s), 0) / {PG_TEXT_WEIGHT} ELSE 0 END AS c{n}"
         for n in range(len(ask.terms))
     )
     score = " + ".join(
@@ -421,7 +462,7 @@ def _rank_postgresql(
                        {BM25_K1} * (1 - {BM25_B} + {BM25_B} * length(p.search)
                                     / {PG_AVERAGE_WORDS}) AS norm
                 FROM research_passage AS p
-                WHERE p.search @@ websearch_to_tsquery('english'::regconfig, %s)
+                WHERE p.search @@ ({" || ".join(match)})
                   AND p.item_id IN ({_in_scope(ask.owners, ask.teams)})
                 OFFSET 0
             ) AS r
@@ -446,8 +487,8 @@ def _rank_postgresql(
     params: list[str | int | float | None] = [
         websearch_query(ask.terms),
         *weights,
-        *ask.terms,
-        websearch_query(matching),
+        *(term for term in ask.terms for _ in range(2)),
+        *match_params,
         *ask.owners,
         *ask.teams,
         ask.window,  # None: LIMIT NULL, no limit

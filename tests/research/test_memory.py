@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from research.knowledge import add_item
 from research.memory import (
@@ -161,6 +161,17 @@ class MemorySearchContract:
         results = search(alice, "zooxanthellae coral reef temperature", limit=5)
         assert results[0].item_id == page.pk
 
+    def test_passages_with_only_common_words_still_fill_the_results(self, alice: Any):
+        page = add_item(owner=alice, title="Field note", body="Zooxanthellae on the coral reef.")
+        notes = {
+            add_item(owner=alice, title=f"Dive {n}", body=f"Coral and reef fish at site {n}.").pk
+            for n in range(20)
+        }
+        results = search(alice, "zooxanthellae coral reef", limit=5)
+        assert results[0].item_id == page.pk
+        assert len(results) == 5
+        assert {r.item_id for r in results[1:]} <= notes
+
     def test_one_long_document_cannot_fill_the_top_five(self, alice: Any):
         long = add_item(
             owner=alice,
@@ -233,6 +244,12 @@ class TestMemorySearchOnPostgreSQL(MemorySearchContract):
                 "WHERE table_name = 'research_passage' AND column_name = 'search'"
             )
             assert cursor.fetchone() == ("ALWAYS",)
+            # Kept in the row (migration 0008), not fetched from TOAST at each read.
+            cursor.execute(
+                "SELECT attstorage FROM pg_attribute "
+                "WHERE attrelid = 'research_passage'::regclass AND attname = 'search'"
+            )
+            assert cursor.fetchone() == ("m",)
             cursor.execute("SET LOCAL enable_seqscan = off")
             cursor.execute(
                 "EXPLAIN SELECT id FROM research_passage "
@@ -240,6 +257,19 @@ class TestMemorySearchOnPostgreSQL(MemorySearchContract):
             )
             plan = "\n".join(row[0] for row in cursor.fetchall())
         assert "research_passage_search_gin" in plan
+
+
+@pytest.mark.services
+def test_a_search_leaves_the_callers_transaction_settings_alone(alice: Any):
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: run with DATABASE_URL=... pytest -m services")
+    add_item(owner=alice, title="Kelp", body="Kelp forests grow fast.")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('random_page_cost')")
+        before = cursor.fetchone()
+        assert [r.title for r in search(alice, "kelp forests")] == ["Kelp"]
+        cursor.execute("SELECT current_setting('random_page_cost')")
+        assert cursor.fetchone() == before
 
 
 def test_query_terms_keep_only_words():

@@ -116,3 +116,63 @@ def test_the_start_page_offers_the_providers_set_up_here(client: Client, alice: 
     page = client.get("/").content.decode()
     assert "Set up here: Exa, SearxNG. Empty: Exa." in page
     assert 'name="include_domains"' in page and 'name="language"' in page
+
+
+def test_a_follow_up_keeps_its_parents_search_settings_unless_given_its_own(
+    api: Client, rang: Any, settings: Any
+):
+    """The page's follow-up form asks only for the question: the follow-up searches as its
+    parent did (providers still set up here), and one given settings of its own keeps
+    those."""
+    parent = ThinkingSession.objects.get(
+        pk=start(
+            api,
+            web_search=["searxng", "exa"],
+            include_domains=["nature.com"],
+            exclude_domains=["pinterest.com"],
+            search_recency="year",
+            language="Deutsch",
+        ).json()["id"]
+    )
+    ThinkingSession.objects.filter(pk=parent.pk).update(status="completed")
+    settings.EXA_API_KEY = ""  # Exa is no longer set up here: only SearxNG is kept
+
+    child = ThinkingSession.objects.get(
+        pk=start(api, question="And in cats?", parent=str(parent.pk)).json()["id"]
+    )
+    assert child.parent_id == parent.pk
+    assert child.web_search == ["searxng"]
+    assert child.include_domains == ["nature.com"] and child.exclude_domains == ["pinterest.com"]
+    assert child.search_recency == "year" and child.language == "Deutsch"
+
+    own = ThinkingSession.objects.get(
+        pk=start(api, question="And in dogs?", parent=str(parent.pk), language="English").json()[
+            "id"
+        ]
+    )
+    assert own.language == "English" and own.web_search == [] and own.include_domains == []
+
+
+def test_the_session_page_says_how_it_searches(api: Client, rang: Any, alice: Any):
+    """The plan card names the engines, the domain lists, the window and the language, as
+    chosen; the page escapes them like any text."""
+    session = ThinkingSession.objects.get(
+        pk=start(
+            api,
+            web_search=["searxng"],
+            include_domains=["nature.com"],
+            exclude_domains=["pinterest.com"],
+            search_recency="week",
+            language="Français",
+        ).json()["id"]
+    )
+    page = Client()
+    page.force_login(alice)
+    html = page.get(session.get_absolute_url()).content.decode()
+    line = html[html.index('class="hint research-settings"') :].split("</p>")[0]
+    assert "Web search: SearxNG" in line and "only nature.com" in line
+    assert "not pinterest.com" in line and "the past week" in line
+    assert "answers in Français" in line
+    ThinkingSession.objects.filter(pk=session.pk).update(research_enabled=False, language="")
+    html = page.get(session.get_absolute_url()).content.decode()
+    assert 'class="hint research-settings">Research off</p>' in html

@@ -13,9 +13,11 @@ from django.db import connection, models
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
+from research import providers
 from thinking.deliberation import stages
 from thinking.models import (
     CitationCheck,
+    SearchRecency,
     Source,
     SourceKind,
     Status,
@@ -601,6 +603,30 @@ def header_context(
     }
 
 
+def research_settings(session: ThinkingSession) -> str:
+    """How the session researches, in words, for the plan card (drawn with the page only:
+    the settings never change while it runs): the search engines, the domain lists, the
+    recency window and the language it answers in."""
+    if not session.research_enabled:
+        parts = ["Research off"]
+    elif not session.web_enabled:
+        parts = ["The knowledge base only, no web search"]
+    else:
+        names = session.web_search or providers.default_names()
+        engines = ", ".join(
+            providers.PROVIDERS[name].label for name in names if name in providers.PROVIDERS
+        )
+        parts = [f"Web search: {engines or 'none set up here'}"]
+        if session.include_domains:
+            parts.append("only " + ", ".join(session.include_domains))
+        if session.exclude_domains:
+            parts.append("not " + ", ".join(session.exclude_domains))
+        if session.search_recency:
+            parts.append(SearchRecency(session.search_recency).label.lower())
+    parts.append(f"answers in {session.language}" if session.language else "")
+    return " · ".join(part for part in parts if part)
+
+
 def steer_context(session: ThinkingSession, form: SteerForm | None = None) -> dict[str, Any]:
     return {"session": session, "steer_form": form or SteerForm()}
 
@@ -616,6 +642,7 @@ def session_context(session: ThinkingSession, viewer: object = None) -> dict[str
         **sub_questions_context(session),
         **syntheses_context(session),
         **plan_context(session),
+        "research_settings": research_settings(session),
         **steer_context(session),
         **sources_context(session),
         **chart_context(session),

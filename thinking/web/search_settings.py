@@ -141,12 +141,27 @@ class SearchSettingsForm(forms.Form):
             )
 
     def search_fields(self) -> dict[str, Any]:
-        """The session's fields, as stored."""
+        """The session's fields, as stored. A follow-up given none of its own keeps its
+        parent's (the page's follow-up form asks only for the question), as far as they
+        still apply: providers still set up here, with research and web search on."""
         data = self.cleaned_data
-        return {
+        fields = {
             "web_search": list(dict.fromkeys(data.get("web_search") or ())),
             "include_domains": data.get("include_domains") or [],
             "exclude_domains": data.get("exclude_domains") or [],
             "search_recency": data.get("search_recency") or "",
             "language": data.get("language") or "",
         }
+        parent = data.get("parent")
+        if parent is None or any(fields.values()):
+            return fields
+        fields["language"] = parent.language
+        if data.get("research") != "off" and data.get("web") != "off":
+            ready = set(providers.configured())
+            fields.update(
+                web_search=[name for name in parent.web_search if name in ready],
+                include_domains=list(parent.include_domains),
+                exclude_domains=list(parent.exclude_domains),
+                search_recency=parent.search_recency,
+            )
+        return fields

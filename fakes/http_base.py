@@ -25,6 +25,9 @@ DISCONNECT_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedErr
 class FakeHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # A real API's backlog, not socketserver's 5: a burst of connections from many sessions
+    # at once must wait to be accepted, not be reset while the accept loop catches up.
+    request_queue_size = 1024
     fake: Any
 
     def handle_error(self, request: Any, client_address: Any) -> None:

@@ -81,13 +81,13 @@ async def test_a_workers_shared_web_client_carries_more_searches_at_once_than_ht
 ):
     """A burst of sessions each searching at once all reach the server together, not 100 at
     a time (httpx's default pool) while the rest wait their turn."""
-    fake_exa.delay = 3  # each search held long enough for all of them to be in flight
+    fake_exa.delay = 3  # each search held long enough for (nearly) all of them to be in flight
     shared = SharedWebClient()
     exa = shared.web_search().provider("exa").exa
     count = 120
 
     async def search(index: int) -> Any:
-        await asyncio.sleep(index * 0.01)  # the fake's listen queue is short
+        await asyncio.sleep(index * 0.01)
         return (await exa.search(f"query {index}", num_results=1)).results
 
     try:
@@ -95,4 +95,6 @@ async def test_a_workers_shared_web_client_carries_more_searches_at_once_than_ht
     finally:
         await shared.aclose()
     assert all(found)
-    assert fake_exa.max_in_flight == count
+    # Past httpx's default pool of 100 connections; a loaded machine may start the last few
+    # after the first ones finished, so not necessarily all 120 at once.
+    assert fake_exa.max_in_flight > 100

@@ -377,7 +377,8 @@ async def test_a_slow_receiver_delays_no_one_elses_webhook(
 
     assert await notify.deliver_due() == 2
     assert alice_saw_bobs == [True]
-    assert [r["path"] for r in receiver.received] == ["/alice", "/bob"]
+    # Sent side by side, either may reach the receiver first.
+    assert sorted(r["path"] for r in receiver.received) == ["/alice", "/bob"]
 
 
 async def test_the_worker_sends_each_delivery_in_a_task_of_its_own(

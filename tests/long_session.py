@@ -61,6 +61,14 @@ def _text(rng: random.Random, words: int, cite_top: int = 0) -> str:
     return text
 
 
+def _about(rng: random.Random, questions: list[SubQuestion], sequence: int) -> SubQuestion:
+    """The sub-question a thought is on: the first one (the question the model keeps
+    coming back to) for one thought in ten, those ending in 3; any other for the rest."""
+    if sequence % 10 == 3 or len(questions) == 1:
+        return questions[0]
+    return questions[rng.randrange(1, len(questions))]
+
+
 def build(
     owner: Any,
     *,
@@ -72,7 +80,8 @@ def build(
     seed: int = 67,
 ) -> ThinkingSession:
     """A session of `owner` with that many thoughts (4 a cycle, the cycle's first with its
-    parts and reasoning, about every tenth a scratchpad note), and by default two
+    parts and reasoning, every tenth a scratchpad note, every tenth on the first
+    sub-question, the others on any other), and by default two
     sub-questions and two sources for every five thoughts and a synthesis every 50, as a
     fast model writes them over a long session."""
     rng = random.Random(seed)
@@ -134,7 +143,7 @@ def build(
                     reasoning=_text(rng, 120) if first else "",
                     confidence=rng.random(),
                     time_offset_seconds=sequence * 900 / thoughts,
-                    sub_question=made[rng.randrange(len(made))] if made and not note else None,
+                    sub_question=_about(rng, made, sequence) if made and not note else None,
                 )
             )
         Thought.objects.bulk_create(rows, batch_size=1000)

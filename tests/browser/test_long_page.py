@@ -93,13 +93,25 @@ def test_a_long_finished_session_page_stays_small_with_everything_one_request_aw
     figures["earlier_ms"] = timed_get(page, f"{url}thoughts/?before={before}")[1]
     figures["earlier_deep_ms"] = timed_get(page, f"{url}thoughts/?before={thoughts // 10}")[1]
 
-    # The filter: the thoughts on one sub-question, from the server.
-    chosen = page.locator("#subq-tree .subq-text").first
+    # The filter: the newest page of the thoughts on one sub-question (a tenth of the
+    # session's, those numbered ...3), from the server, and its own "Show earlier".
+    chosen = page.locator(f"#thought-{thoughts - 7} button.on")
     focus = chosen.get_attribute("data-filter-focus")
     chosen.click()
+    focused = page.locator("#focus-list > li.thought")
     expect(page.locator("#focus-list")).to_be_visible()
-    expect(page.locator("#stream-filter [data-role=count]")).to_contain_text("thought")
+    on_it = thoughts // 10
+    expect(page.locator("#stream-filter [data-role=count]")).to_have_text(f"({on_it} thoughts)")
+    expect(focused).to_have_count(min(on_it, 50))
+    if on_it > 50:
+        page.locator("#focus-list li.focus-earlier button").click()
+        expect(focused).to_have_count(100)
+        expect(page.locator("#stream-filter [data-role=count]")).to_have_text(f"({on_it} thoughts)")
+        seqs = focused.evaluate_all("ts => ts.map(t => +t.dataset.seq)")
+        assert seqs == list(range(thoughts - 997, thoughts, 10))
     figures["filter_ms"] = timed_get(page, f"{url}thoughts/?focus={focus}")[1]
+    deep = f"{url}thoughts/?focus={focus}&before={thoughts // 10}"
+    figures["filter_deep_ms"] = timed_get(page, deep)[1]
     page.locator("#stream-filter [data-role=show-all]").click()
 
     # Every source and sub-question, a page at a time, by number and in the order asked.

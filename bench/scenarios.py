@@ -20,6 +20,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from . import long_session
 from .harness import (
     MEMORY_LAYERS,
     PeakRSS,
@@ -633,73 +634,6 @@ ADMIN_PAGE_KB = 200.0  # issue 67: any admin page of a 5,000-thought session
 ADMIN_PAGE_MS = 1000.0
 
 
-def _long_session(owner: Any, thoughts: int) -> Any:
-    """A finished session with `thoughts` thoughts and rows of every kind in proportion, as
-    issue 67's 15-minute session left them (bulk-created: no model needed)."""
-    from . import app
-
-    session = app.ThinkingSession.objects.create(
-        owner=owner,
-        question=f"A long session of {thoughts} thoughts",
-        budget_seconds=900.0,
-        synthesis_interval_seconds=30.0,
-        model_id="claude-bench",
-        status="completed",
-        stage_count=300,
-    )
-    rows = {
-        app.SubQuestion: [
-            app.SubQuestion(session=session, text=f"Sub-question {n}", priority=1 + n % 9)
-            for n in range(thoughts * 2 // 5)
-        ],
-        app.Source: [
-            app.Source(
-                session=session,
-                number=n + 1,
-                kind="web",
-                title=f"Source {n + 1}",
-                url=f"https://example.org/{n}",
-                key=f"https://example.org/{n}",
-                snippet="A snippet that says something relevant. " * 4,
-            )
-            for n in range(thoughts * 2 // 5)
-        ],
-        app.Thought: [
-            app.Thought(
-                session=session,
-                sequence=n,
-                cycle=n // 3,
-                type="insight",
-                confidence=0.6,
-                time_offset_seconds=n / 5,
-                text=f"Thought {n}: reasoning that goes on. " * 6,
-            )
-            for n in range(thoughts)
-        ],
-        app.Synthesis: [
-            app.Synthesis(
-                session=session,
-                sequence=n,
-                text="So far [1]. " * 40,
-                confidence=0.5,
-                time_offset_seconds=n * 30,
-            )
-            for n in range(thoughts // 50)
-        ],
-        app.Stage: [
-            app.Stage(session=session, sequence=n + 1, entry={"stage": "analysis", "message": "x"})
-            for n in range(300)
-        ],
-        app.ModelCall: [
-            app.ModelCall(session=session, purpose="thoughts", model="claude-bench")
-            for _ in range(thoughts // 3)
-        ],
-    }
-    for model, objects in rows.items():
-        model.objects.bulk_create(objects, batch_size=1000)
-    return session
-
-
 async def admin(setup: Setup) -> dict[str, Any]:
     """Issue 67's admin: the size and server time of a session's change page and of each of
     its rows' lists filtered to it, for a 500- and a 5,000-thought session."""
@@ -714,7 +648,9 @@ async def admin(setup: Setup) -> dict[str, Any]:
         client.force_login(owner)
         found: dict[str, Any] = {}
         for thoughts in (500, 5000):
-            session = _long_session(owner, thoughts)
+            session = long_session.build(
+                owner, thoughts=thoughts, stages=300, model_calls=thoughts // 3
+            )
             pages = {"session": f"/admin/thinking/thinkingsession/{session.pk}/change/"}
             for kind in app.ADMIN_ROWS:
                 pages[kind] = f"/admin/thinking/{kind}/?session={session.pk}"

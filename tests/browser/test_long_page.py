@@ -31,7 +31,7 @@ FIGURES = ROOT / "test-output" / "long-page.json"
 def build_session(app: AppServer, thoughts: int, status: str = "completed") -> str:
     """A session of the test login stored in bulk in the server's database; its id."""
     assert app.daphne is not None
-    code = f"from tests.long_session import main; main({USERNAME!r}, {thoughts}, {status!r})"
+    code = f"from bench.long_session import main; main({USERNAME!r}, {thoughts}, {status!r})"
     python = str(Path(sys.executable).parent / "python")
     done = subprocess.run(
         [python, str(ROOT / "manage.py"), "shell", "-v0", "-c", code],

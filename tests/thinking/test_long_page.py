@@ -10,7 +10,7 @@ import pytest
 from django.db.models.functions import Mod
 from django.test import Client
 
-from tests.long_session import build
+from bench.long_session import build
 from thinking.models import CitationCheck, CompletionReason, Source, Status, ThinkingSession
 from thinking.page import presenters
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.browser.app_server import ROOT, USERNAME, AppServer
-from tests.helpers import DESKTOP, PHONE
+from tests.helpers import DESKTOP, PHONE, stored_thoughts
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
@@ -175,6 +175,61 @@ def test_a_live_page_stays_bounded_after_show_earlier(page: Any, app: AppServer)
     expect(page.locator(STREAM)).to_have_count(50)
     expect(page.locator(STREAM).last).to_contain_text("Royal Society")
     expect(page.locator("#thought-later")).to_have_count(0)
+
+
+# app.js keeps at most this many thoughts in the list while someone reads earlier ones
+# (MAX_THOUGHTS, in docs/architecture.md).
+MAX_THOUGHTS = 300
+
+
+def test_a_thinking_session_stays_bounded_after_show_earlier_with_the_newest_one_click_away(
+    page: Any, app: AppServer
+):
+    """The 5,000-thought session resumed on the fake model: it thinks on, live, while the
+    person reads earlier thoughts; the list never holds more than its cap and what arrived
+    waits behind "Show the newest thoughts"."""
+    session_id = build_session(app, 5000, status="paused")
+    page.goto(f"/sessions/{session_id}/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "live")
+    for shown in (100, 150, 200, 250, 300):
+        page.locator("#thought-earlier button").click()
+        expect(page.locator(STREAM)).to_have_count(shown)
+    first = page.locator(STREAM).first.get_attribute("id")
+
+    delay = app.claude.delay
+    app.claude.delay = 0.02  # a fast model: a cycle's thoughts every second or so
+    try:
+        page.get_by_role("button", name="Resume").click()
+        expect(page.locator("#session-header")).to_have_attribute("data-status", "thinking")
+        later = page.locator("#thought-later")
+        # Live thoughts arrive behind "Show the newest thoughts": the list does not grow.
+        expect(later).to_be_visible(timeout=60_000)
+        page.wait_for_function(
+            "document.querySelector('#thought-later').dataset.count >= 20", timeout=120_000
+        )
+        counts = page.eval_on_selector_all(STREAM, "items => items.length")
+        assert counts <= MAX_THOUGHTS, counts
+        assert page.locator(STREAM).first.get_attribute("id") == first, "what is read stays"
+        figures = tab_figures(page)
+        assert figures["dom_nodes"] <= DOM_NODES
+        record("thinking-after-show-earlier", figures)
+
+        # The header is redrawn with every live update: a click, not a wait for it to settle.
+        page.get_by_role("button", name="Pause").dispatch_event("click")
+        expect(page.locator("#session-header")).to_have_attribute("data-status", "paused")
+    finally:
+        app.claude.delay = delay
+    assert page.eval_on_selector_all(STREAM, "items => items.length") <= MAX_THOUGHTS
+
+    # One request brings the newest page: it ends at the newest thought stored.
+    later.locator("button").click()
+    expect(later).to_have_count(0)
+    expect(page.locator(STREAM)).to_have_count(50)
+    stored = stored_thoughts(page, session_id)
+    assert stored[-1] > 4999, "it thought on"
+    expect(page.locator(STREAM).last).to_have_id(f"thought-{stored[-1]}")
+    ids = page.eval_on_selector_all(STREAM, "items => items.map(item => +item.id.slice(8))")
+    assert ids == stored[-50:]
 
 
 def test_a_cancelled_session_offers_neither_more_time_nor_a_follow_up(page: Any, app: AppServer):

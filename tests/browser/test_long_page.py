@@ -25,6 +25,9 @@ expect: Any = pytest.importorskip("playwright.sync_api").expect
 STREAM = "#thought-list > li.thought"
 PAGE_BYTES = 300 * 1024
 DOM_NODES = 6000
+# app.js keeps at most this many thoughts in the list while someone reads earlier ones
+# (MAX_THOUGHTS, in docs/architecture.md).
+MAX_THOUGHTS = 300
 FIGURES = ROOT / "test-output" / "long-page.json"
 
 
@@ -143,15 +146,22 @@ def test_a_long_finished_session_page_stays_small_with_everything_one_request_aw
     page.set_viewport_size(DESKTOP)
 
 
-def test_a_live_page_stays_bounded_after_show_earlier(page: Any, app: AppServer):
-    # Paused: live (its page listens to the session's group) with no model needed; a hint
-    # sent from the page arrives live like a thought.
+def read_back_to_the_cap(page: Any, app: AppServer) -> str:
+    """A paused 5,000-thought session's page, live, read back with "Show earlier" until the
+    list holds its cap; the session's id."""
     session_id = build_session(app, 5000, status="paused")
     page.goto(f"/sessions/{session_id}/")
     expect(page.locator("#connection")).to_have_attribute("data-state", "live")
-    for shown in (100, 150, 200, 250, 300):
+    for shown in range(100, MAX_THOUGHTS + 1, 50):
         page.locator("#thought-earlier button").click()
         expect(page.locator(STREAM)).to_have_count(shown)
+    return session_id
+
+
+def test_a_live_page_stays_bounded_after_show_earlier(page: Any, app: AppServer):
+    # Paused: live (its page listens to the session's group) with no model needed; a hint
+    # sent from the page arrives live like a thought.
+    read_back_to_the_cap(page, app)
     # One more page: the newest, far below what is being read, make way.
     first = page.locator(STREAM).first.get_attribute("id")
     page.locator("#thought-earlier button").click()
@@ -177,23 +187,13 @@ def test_a_live_page_stays_bounded_after_show_earlier(page: Any, app: AppServer)
     expect(page.locator("#thought-later")).to_have_count(0)
 
 
-# app.js keeps at most this many thoughts in the list while someone reads earlier ones
-# (MAX_THOUGHTS, in docs/architecture.md).
-MAX_THOUGHTS = 300
-
-
 def test_a_thinking_session_stays_bounded_after_show_earlier_with_the_newest_one_click_away(
     page: Any, app: AppServer
 ):
     """The 5,000-thought session resumed on the fake model: it thinks on, live, while the
     person reads earlier thoughts; the list never holds more than its cap and what arrived
     waits behind "Show the newest thoughts"."""
-    session_id = build_session(app, 5000, status="paused")
-    page.goto(f"/sessions/{session_id}/")
-    expect(page.locator("#connection")).to_have_attribute("data-state", "live")
-    for shown in (100, 150, 200, 250, 300):
-        page.locator("#thought-earlier button").click()
-        expect(page.locator(STREAM)).to_have_count(shown)
+    session_id = read_back_to_the_cap(page, app)
     first = page.locator(STREAM).first.get_attribute("id")
 
     delay = app.claude.delay

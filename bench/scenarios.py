@@ -688,6 +688,8 @@ async def admin(setup: Setup) -> dict[str, Any]:
     return {"figures": figures, "details": {"pages": pages}}
 
 
+from .tab import tab  # noqa: E402  (it uses `figure`, above)
+
 SCENARIOS: dict[str, Scenario] = {
     "cpu": cpu,
     "concurrency": concurrency,
@@ -697,6 +699,7 @@ SCENARIOS: dict[str, Scenario] = {
     "cache": cache,
     "search": search,
     "admin": admin,
+    "tab": tab,
 }
 # The benchmarks whose figures follow the machine's CPU: bench/compare.py alternates them.
 CPU_BOUND = ("cpu", "concurrency")

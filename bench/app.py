@@ -14,6 +14,7 @@ from config.asgi import application
 from research.knowledge import add_item
 from research.memory import search_memory
 from thinking.models import (
+    CitationCheck,
     ModelCall,
     Source,
     Stage,
@@ -21,6 +22,7 @@ from thinking.models import (
     Synthesis,
     ThinkingSession,
     Thought,
+    Verdict,
 )
 
 try:
@@ -37,6 +39,7 @@ ADMIN_ROWS = ("thought", "subquestion", "synthesis", "source", "stage", "modelca
 __all__ = [
     "ADMIN_ROWS",
     "WS_PATH",
+    "CitationCheck",
     "ModelCall",
     "Source",
     "Stage",
@@ -45,6 +48,7 @@ __all__ = [
     "Synthesis",
     "ThinkingSession",
     "Thought",
+    "Verdict",
     "add_item",
     "application",
     "search_memory",

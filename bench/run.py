@@ -26,7 +26,7 @@ from . import report
 from .fakehost import FakeHost
 from .harness import RESULTS, Setup, code_version, machine, prepare, start_django, teardown
 
-NAMES = ("cpu", "concurrency", "live", "memory", "research", "cache", "search", "admin")
+NAMES = ("cpu", "concurrency", "live", "memory", "research", "cache", "search", "admin", "tab")
 
 
 def chosen(only: str) -> list[str]:

@@ -11,9 +11,8 @@ from html.parser import HTMLParser
 from typing import Any
 
 from tests.helpers import communicator, login
-from thinking.models import Source, Status, SubQuestion, Synthesis, Thought
 
-__all__ = ["Page", "communicator", "drain", "login", "long_session", "receive_until"]
+__all__ = ["Page", "communicator", "drain", "login", "receive_until"]
 
 VOID = {"br", "img", "input", "meta", "link", "circle", "line", "polyline", "hr", "polygon"}
 ROW = re.compile(r"(thought|source|synthesis|subq)-(\d+)")
@@ -156,60 +155,3 @@ async def drain(
     # receive_nothing, unlike a timed-out receive, leaves the consumer running.
     while not await comm.receive_nothing(timeout=quiet):
         page.apply(await comm.receive_from())
-
-
-def long_session(make_session: Any, *, thoughts: int, sources: int, questions: int) -> Any:
-    """A session with many stored rows, as a long run leaves it."""
-    session = make_session(status=Status.THINKING, revision=thoughts)
-    parents: list[SubQuestion] = []
-    for n in range(questions):
-        parent = parents[n // 3] if n >= 3 else None
-        parents.append(
-            SubQuestion.objects.create(
-                session=session,
-                text=f"Sub-question {n} about a detail worth a closer look",
-                priority=1 + n % 9,
-                why="Because it matters for the answer.",
-                parent=parent,
-                explored=n % 2 == 0,
-                answer="What exploring it found." if n % 2 == 0 else "",
-            )
-        )
-    Source.objects.bulk_create(
-        Source(
-            session=session,
-            number=n + 1,
-            kind="web",
-            title=f"Source {n + 1}: a page about the subject",
-            url=f"https://example.org/{n + 1}",
-            snippet="A snippet of the page that says something relevant. " * 4,
-            query="the subject",
-            key=f"https://example.org/{n + 1}",
-        )
-        for n in range(sources)
-    )
-    Thought.objects.bulk_create(
-        Thought(
-            session=session,
-            sequence=n,
-            cycle=n // 3,
-            text=f"Thought {n}: a paragraph of reasoning that cites [1] and goes on a while. " * 3,
-            type="insight" if n % 7 else "scratchpad",
-            confidence=0.6,
-            time_offset_seconds=n,
-            sub_question=parents[n % len(parents)] if parents else None,
-            parts={"analysis": "Looking at it again."} if n % 3 == 0 else {},
-        )
-        for n in range(thoughts)
-    )
-    Synthesis.objects.bulk_create(
-        Synthesis(
-            session=session,
-            sequence=n,
-            text="What we know so far [1] [2]. " * 20,
-            confidence=0.5,
-            time_offset_seconds=n * 10,
-        )
-        for n in range(thoughts // 50)
-    )
-    return session

@@ -803,6 +803,8 @@ class Thought(models.Model):
         indexes = [
             models.Index(fields=["session", "cycle"], name="thought_session_cycle"),
             models.Index(fields=["session", "type", "sequence"], name="thought_session_type"),
+            # The stream filter pages one sub-question's thoughts by sequence (keyset).
+            models.Index(fields=["sub_question", "sequence"], name="thought_subq_sequence"),
         ]
 
     def __str__(self) -> str:

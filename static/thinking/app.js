@@ -279,11 +279,13 @@
 
   // ---- The thought-stream filter: one sub-question's thoughts -------------------------------
 
-  // The page holds only the newest thoughts, so the filter asks the server for every thought
-  // on the sub-question and shows them in their own list; thoughts that arrive later on the
-  // same sub-question are copied into it. Sub-question ids are integers; anything else is ignored.
-  // opener: the control that set the filter, where "Show all thoughts" puts focus back.
-  var filter = { focus: "", label: "", request: 0, opener: null };
+  // The page holds only the newest thoughts, so the filter asks the server for the newest
+  // page of the thoughts on the sub-question and shows them in their own list, older ones
+  // behind its own "Show earlier" row (li.focus-earlier); thoughts that arrive later on the
+  // same sub-question are copied into it. Sub-question ids are integers; anything else is
+  // ignored. opener: the control that set the filter, where "Show all thoughts" puts focus
+  // back; expanded: earlier pages were asked for (live copies then trim nothing).
+  var filter = { focus: "", label: "", request: 0, opener: null, expanded: false, refocus: false };
 
   function focusList() {
     return document.getElementById("focus-list");
@@ -292,6 +294,7 @@
   function setFilter(focus, label) {
     filter.focus = /^\d+$/.test(focus || "") ? focus : "";
     filter.label = filter.focus ? label || "" : "";
+    filter.expanded = false;
     var list = focusList();
     var stream = document.getElementById("thought-list");
     if (list) list.replaceChildren();
@@ -301,8 +304,15 @@
     loadFilter();
   }
 
-  // Every thought on the chosen sub-question, from the server, merged into what the filtered
-  // list holds (thoughts copied in live meanwhile, or loaded before a catch-up).
+  // The filtered list's "Show earlier" row, if any.
+  function focusEarlier(list) {
+    return list.querySelector(":scope > li.focus-earlier");
+  }
+
+  // The newest page of the chosen sub-question's thoughts, from the server, merged into what
+  // the filtered list holds (thoughts copied in live meanwhile, or pages loaded before a
+  // catch-up). Of two "Show earlier" rows the one further back stays: it is where the
+  // thoughts shown start.
   function loadFilter() {
     var list = focusList();
     if (!filter.focus || !list) return;
@@ -319,17 +329,26 @@
       .then(function (html) {
         if (request !== filter.request) return; // another sub-question was chosen meanwhile
         var parsed = new DOMParser().parseFromString("<ol>" + html + "</ol>", "text/html");
-        var items = parsed.querySelectorAll("ol > li");
+        var items = parsed.querySelectorAll("ol > li[data-seq]");
         var have = {};
         list.querySelectorAll("li[data-seq]").forEach(function (li) { have[li.dataset.seq] = 1; });
         var fragment = document.createDocumentFragment();
         items.forEach(function (li) { if (!have[li.dataset.seq]) fragment.appendChild(li); });
         list.prepend(fragment);
         // Thoughts copied in live while this loaded may be older than some it brought.
-        var rows = Array.prototype.slice.call(list.children);
+        var rows = Array.prototype.slice.call(list.querySelectorAll(":scope > li[data-seq]"));
         var sorted = rows.slice().sort(function (a, b) { return a.dataset.seq - b.dataset.seq; });
         if (sorted.some(function (li, i) { return li !== rows[i]; })) {
           sorted.forEach(function (li) { list.appendChild(li); });
+        }
+        var had = focusEarlier(list);
+        var came = parsed.querySelector("ol > li.focus-earlier");
+        if (came && (!had || +came.dataset.before < +had.dataset.before)) {
+          if (had) had.remove();
+          list.prepend(came);
+          htmx.process(came);
+        } else if (had) {
+          list.prepend(had);
         }
         list.removeAttribute("aria-busy");
         syncFilter();
@@ -353,6 +372,28 @@
     copy.dataset.seq = seq;
     copy.querySelectorAll("[id]").forEach(function (el) { el.removeAttribute("id"); });
     list.appendChild(copy);
+    trimFocus(list);
+  }
+
+  // Following the newest on a sub-question, the filtered list keeps its newest KEEP_THOUGHTS
+  // copies, the older ones behind its "Show earlier" row, as the stream does.
+  function trimFocus(list) {
+    var live = document.getElementById("live");
+    if (filter.expanded || !live || list.getAttribute("aria-busy") === "true") return;
+    var items = list.querySelectorAll(":scope > li[data-seq]");
+    var extra = items.length - KEEP_THOUGHTS;
+    if (extra <= 0) return;
+    for (var i = 0; i < extra; i++) items[i].remove();
+    var before = items[extra].dataset.seq;
+    var earlier = focusEarlier(list);
+    var hidden = extra + (earlier ? parseInt(earlier.dataset.count || "0", 10) : 0);
+    if (earlier) earlier.remove();
+    var row = loadRow("", "earlier focus-earlier", hidden,
+      live.dataset.thoughtsUrl + "?focus=" + filter.focus + "&before=" + before, "closest li",
+      "outerHTML", "Show earlier thoughts on this sub-question (" + hidden + " not shown)");
+    row.dataset.before = before;
+    list.prepend(row);
+    htmx.process(row);
   }
 
   function syncFilter() {
@@ -380,6 +421,8 @@
     }
     var list = focusList();
     var count = list ? list.querySelectorAll("li[data-seq]").length : 0;
+    var earlier = list && focusEarlier(list);
+    if (earlier) count += parseInt(earlier.dataset.count || "0", 10) || 0; // one request away
     if (list && list.getAttribute("aria-busy") === "true") {
       bar.querySelector("[data-role=focus-text]").textContent = filter.label;
       bar.querySelector("[data-role=count]").textContent = "(loading…)";
@@ -439,7 +482,10 @@
   // update (a citation check, say) must not take them away again.
   document.addEventListener("click", function (event) {
     if (!event.target.closest) return;
-    if (event.target.closest("#thought-earlier button")) {
+    if (event.target.closest("#focus-list li.focus-earlier button")) {
+      filter.expanded = true; // reading back: live copies no longer push these out
+      filter.refocus = document.activeElement === event.target.closest("button");
+    } else if (event.target.closest("#thought-earlier button")) {
       stream.expanded = true;
       // The button is swapped out with the thoughts it loads: keep the focus's place (a
       // click focuses it too in most browsers; a keyboard needs it).
@@ -600,6 +646,14 @@
   // (Enter again loads more), or to the stream once it starts at the first thought.
   document.addEventListener("htmx:afterSettle", function (event) {
     var info = event.detail && event.detail.pathInfo;
+    if (filter.refocus && info && /[?&]focus=/.test(info.requestPath || "")) {
+      filter.refocus = false;
+      var list = focusList();
+      var row = list && focusEarlier(list);
+      var again = (row && row.querySelector("button")) || list;
+      if (again) again.focus({ preventScroll: true });
+      return;
+    }
     if (!stream.refocus || !info || !/[?&]before=/.test(info.requestPath || "")) return;
     stream.refocus = false;
     var next = document.querySelector("#thought-earlier button") || document.getElementById("thought-list");

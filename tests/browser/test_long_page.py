@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.browser.app_server import ROOT, USERNAME, AppServer
-from tests.helpers import DESKTOP, PHONE
+from tests.helpers import DESKTOP, PHONE, stored_thoughts
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
@@ -25,13 +25,16 @@ expect: Any = pytest.importorskip("playwright.sync_api").expect
 STREAM = "#thought-list > li.thought"
 PAGE_BYTES = 300 * 1024
 DOM_NODES = 6000
+# app.js keeps at most this many thoughts in the list while someone reads earlier ones
+# (MAX_THOUGHTS, in docs/architecture.md).
+MAX_THOUGHTS = 300
 FIGURES = ROOT / "test-output" / "long-page.json"
 
 
 def build_session(app: AppServer, thoughts: int, status: str = "completed") -> str:
     """A session of the test login stored in bulk in the server's database; its id."""
     assert app.daphne is not None
-    code = f"from tests.long_session import main; main({USERNAME!r}, {thoughts}, {status!r})"
+    code = f"from bench.long_session import main; main({USERNAME!r}, {thoughts}, {status!r})"
     python = str(Path(sys.executable).parent / "python")
     done = subprocess.run(
         [python, str(ROOT / "manage.py"), "shell", "-v0", "-c", code],
@@ -93,13 +96,25 @@ def test_a_long_finished_session_page_stays_small_with_everything_one_request_aw
     figures["earlier_ms"] = timed_get(page, f"{url}thoughts/?before={before}")[1]
     figures["earlier_deep_ms"] = timed_get(page, f"{url}thoughts/?before={thoughts // 10}")[1]
 
-    # The filter: the thoughts on one sub-question, from the server.
-    chosen = page.locator("#subq-tree .subq-text").first
+    # The filter: the newest page of the thoughts on one sub-question (a tenth of the
+    # session's, those numbered ...3), from the server, and its own "Show earlier".
+    chosen = page.locator(f"#thought-{thoughts - 7} button.on")
     focus = chosen.get_attribute("data-filter-focus")
     chosen.click()
+    focused = page.locator("#focus-list > li.thought")
     expect(page.locator("#focus-list")).to_be_visible()
-    expect(page.locator("#stream-filter [data-role=count]")).to_contain_text("thought")
+    on_it = thoughts // 10
+    expect(page.locator("#stream-filter [data-role=count]")).to_have_text(f"({on_it} thoughts)")
+    expect(focused).to_have_count(min(on_it, 50))
+    if on_it > 50:
+        page.locator("#focus-list li.focus-earlier button").click()
+        expect(focused).to_have_count(100)
+        expect(page.locator("#stream-filter [data-role=count]")).to_have_text(f"({on_it} thoughts)")
+        seqs = focused.evaluate_all("ts => ts.map(t => +t.dataset.seq)")
+        assert seqs == list(range(thoughts - 997, thoughts, 10))
     figures["filter_ms"] = timed_get(page, f"{url}thoughts/?focus={focus}")[1]
+    deep = f"{url}thoughts/?focus={focus}&before={thoughts // 10}"
+    figures["filter_deep_ms"] = timed_get(page, deep)[1]
     page.locator("#stream-filter [data-role=show-all]").click()
 
     # Every source and sub-question, a page at a time, by number and in the order asked.
@@ -131,15 +146,22 @@ def test_a_long_finished_session_page_stays_small_with_everything_one_request_aw
     page.set_viewport_size(DESKTOP)
 
 
-def test_a_live_page_stays_bounded_after_show_earlier(page: Any, app: AppServer):
-    # Paused: live (its page listens to the session's group) with no model needed; a hint
-    # sent from the page arrives live like a thought.
+def read_back_to_the_cap(page: Any, app: AppServer) -> str:
+    """A paused 5,000-thought session's page, live, read back with "Show earlier" until the
+    list holds its cap; the session's id."""
     session_id = build_session(app, 5000, status="paused")
     page.goto(f"/sessions/{session_id}/")
     expect(page.locator("#connection")).to_have_attribute("data-state", "live")
-    for shown in (100, 150, 200, 250, 300):
+    for shown in range(100, MAX_THOUGHTS + 1, 50):
         page.locator("#thought-earlier button").click()
         expect(page.locator(STREAM)).to_have_count(shown)
+    return session_id
+
+
+def test_a_live_page_stays_bounded_after_show_earlier(page: Any, app: AppServer):
+    # Paused: live (its page listens to the session's group) with no model needed; a hint
+    # sent from the page arrives live like a thought.
+    read_back_to_the_cap(page, app)
     # One more page: the newest, far below what is being read, make way.
     first = page.locator(STREAM).first.get_attribute("id")
     page.locator("#thought-earlier button").click()
@@ -163,6 +185,51 @@ def test_a_live_page_stays_bounded_after_show_earlier(page: Any, app: AppServer)
     expect(page.locator(STREAM)).to_have_count(50)
     expect(page.locator(STREAM).last).to_contain_text("Royal Society")
     expect(page.locator("#thought-later")).to_have_count(0)
+
+
+def test_a_thinking_session_stays_bounded_after_show_earlier_with_the_newest_one_click_away(
+    page: Any, app: AppServer
+):
+    """The 5,000-thought session resumed on the fake model: it thinks on, live, while the
+    person reads earlier thoughts; the list never holds more than its cap and what arrived
+    waits behind "Show the newest thoughts"."""
+    session_id = read_back_to_the_cap(page, app)
+    first = page.locator(STREAM).first.get_attribute("id")
+
+    delay = app.claude.delay
+    app.claude.delay = 0.02  # a fast model: a cycle's thoughts every second or so
+    try:
+        page.get_by_role("button", name="Resume").click()
+        expect(page.locator("#session-header")).to_have_attribute("data-status", "thinking")
+        later = page.locator("#thought-later")
+        # Live thoughts arrive behind "Show the newest thoughts": the list does not grow.
+        expect(later).to_be_visible(timeout=60_000)
+        page.wait_for_function(
+            "document.querySelector('#thought-later').dataset.count >= 20", timeout=120_000
+        )
+        counts = page.eval_on_selector_all(STREAM, "items => items.length")
+        assert counts <= MAX_THOUGHTS, counts
+        assert page.locator(STREAM).first.get_attribute("id") == first, "what is read stays"
+        figures = tab_figures(page)
+        assert figures["dom_nodes"] <= DOM_NODES
+        record("thinking-after-show-earlier", figures)
+
+        # The header is redrawn with every live update: a click, not a wait for it to settle.
+        page.get_by_role("button", name="Pause").dispatch_event("click")
+        expect(page.locator("#session-header")).to_have_attribute("data-status", "paused")
+    finally:
+        app.claude.delay = delay
+    assert page.eval_on_selector_all(STREAM, "items => items.length") <= MAX_THOUGHTS
+
+    # One request brings the newest page: it ends at the newest thought stored.
+    later.locator("button").click()
+    expect(later).to_have_count(0)
+    expect(page.locator(STREAM)).to_have_count(50)
+    stored = stored_thoughts(page, session_id)
+    assert stored[-1] > 4999, "it thought on"
+    expect(page.locator(STREAM).last).to_have_id(f"thought-{stored[-1]}")
+    ids = page.eval_on_selector_all(STREAM, "items => items.map(item => +item.id.slice(8))")
+    assert ids == stored[-50:]
 
 
 def test_a_cancelled_session_offers_neither_more_time_nor_a_follow_up(page: Any, app: AppServer):

@@ -6,7 +6,7 @@ import pytest
 from django.contrib import admin
 from django.urls import reverse
 
-from tests.live_page import long_session
+from bench.long_session import SIGNATURE, build
 from thinking.models import (
     ModelCall,
     Source,
@@ -33,30 +33,6 @@ def staff_client(client: Any, django_user_model: Any) -> Any:
 
 def change_page(session: ThinkingSession) -> str:
     return reverse("admin:thinking_thinkingsession_change", args=[session.pk])
-
-
-def with_stages_and_calls(session: ThinkingSession, *, stages: int, calls: int) -> None:
-    Stage.objects.bulk_create(
-        Stage(
-            session=session,
-            sequence=n + 1,
-            entry={"stage": "analysis", "label": "Analysis", "message": f"Cycle {n}", "at": "1:00"},
-        )
-        for n in range(stages)
-    )
-    ThinkingSession.objects.filter(pk=session.pk).update(stage_count=stages)
-    ModelCall.objects.bulk_create(
-        ModelCall(
-            session=session,
-            purpose="thoughts",
-            model="claude-test",
-            input_tokens=1000 + n,
-            output_tokens=200,
-            cost_usd=0.0123,
-            content=[{"type": "thinking", "thinking": "secret", "signature": "SIGNATURE-XYZ"}],
-        )
-        for n in range(calls)
-    )
 
 
 def test_the_session_page_shows_its_own_fields_and_links_its_rows_as_filtered_lists(
@@ -112,10 +88,11 @@ def test_the_session_page_shows_its_own_fields_and_links_its_rows_as_filtered_li
 
 
 def test_every_admin_page_of_a_5000_thought_session_stays_small(
-    staff_client: Any, make_session: Any, django_assert_max_num_queries: Any
+    staff_client: Any, alice: Any, django_assert_max_num_queries: Any
 ):
-    session = long_session(make_session, thoughts=5000, sources=2000, questions=300)
-    with_stages_and_calls(session, stages=300, calls=1700)
+    session = build(
+        alice, thoughts=5000, sources=2000, sub_questions=300, stages=300, model_calls=1700
+    )
     assert session.thoughts.count() == 5000
 
     pages = {"session": change_page(session)}
@@ -141,21 +118,21 @@ def test_every_admin_page_of_a_5000_thought_session_stays_small(
             response = staff_client.get(url)
         assert response.status_code == 200, name
         assert len(response.content) <= PAGE_LIMIT, (name, len(response.content))
-        assert b"SIGNATURE-XYZ" not in response.content, name  # a call's content stays put
+        assert SIGNATURE.encode() not in response.content, name  # a call's content stays put
     listed = staff_client.get(pages["thought list"]).content.decode()
     assert "5000 thoughts" in listed and listed.count('class="field-text_excerpt"') == 100
 
 
-def test_the_rows_are_registered_with_filters_search_and_no_raw_json(
-    staff_client: Any, make_session: Any
-):
+def test_the_rows_are_registered_with_filters_search_and_no_raw_json(staff_client: Any, alice: Any):
     for model in (Source, Stage, ModelCall, Thought, SubQuestion, Synthesis):
         assert admin.site.is_registered(model), model
         model_admin = admin.site.get_model_admin(model)
         assert model_admin.list_filter, model
         # The session is a raw id (or read only), never a select of every session.
         assert "session" in (*model_admin.raw_id_fields, *model_admin.readonly_fields), model
-    session = make_session()
+    session = build(
+        alice, thoughts=0, sources=0, sub_questions=0, syntheses=0, stages=2, model_calls=1
+    )
     Source.objects.create(
         session=session, number=1, kind="web", title="Tides and the moon",
         url="https://tides.example/moon", key="https://tides.example/moon", query="tides",
@@ -163,7 +140,6 @@ def test_the_rows_are_registered_with_filters_search_and_no_raw_json(
     Source.objects.create(
         session=session, number=2, kind="memory", title="A note on cats", key="passage:1",
     )  # fmt: skip
-    with_stages_and_calls(session, stages=2, calls=1)
     Stage.objects.create(
         session=session, sequence=3,
         entry={"stage": "research", "label": "Research", "message": "Searching: 2 web queries"},
@@ -184,10 +160,10 @@ def test_the_rows_are_registered_with_filters_search_and_no_raw_json(
     assert "{&quot;" not in text and '{"stage"' not in text  # no raw JSON in a list
 
     html = staff_client.get(reverse("admin:thinking_modelcall_changelist")).content.decode()
-    assert "$0.0123" in html and "1000" in html and "SIGNATURE-XYZ" not in html
+    assert "$0.0123" in html and "1000" in html and SIGNATURE not in html
     call = ModelCall.objects.get()
     page = staff_client.get(reverse("admin:thinking_modelcall_change", args=[call.pk]))
-    assert page.status_code == 200 and b"SIGNATURE-XYZ" not in page.content
+    assert page.status_code == 200 and SIGNATURE.encode() not in page.content
     assert b'name="input_tokens"' not in page.content
     assert staff_client.get(reverse("admin:thinking_modelcall_add")).status_code == 403
 

@@ -384,13 +384,10 @@ def test_the_report_carries_the_plan_the_stages_and_the_research_notes(
 
 
 @pytest.fixture
-def five_thousand(make_session: Any) -> ThinkingSession:
-    from tests.live_page import long_session
+def five_thousand(alice: Any) -> ThinkingSession:
+    from bench.long_session import build
 
-    session = long_session(make_session, thoughts=5000, sources=500, questions=50)
-    ThinkingSession.objects.filter(pk=session.pk).update(status=Status.COMPLETED)
-    session.refresh_from_db()
-    return session
+    return build(alice, thoughts=5000, sources=500, sub_questions=50)
 
 
 @pytest.mark.parametrize("fmt", ["json", "md"])

@@ -7,15 +7,19 @@ import re
 from typing import Any
 
 import pytest
+from django.db.models.functions import Mod
 from django.test import Client
 
-from tests.long_session import build
+from bench.long_session import build
 from thinking.models import CitationCheck, CompletionReason, Source, Status, ThinkingSession
 from thinking.page import presenters
 
 pytestmark = pytest.mark.django_db
 
 PAGE_BYTES = 300 * 1024
+# A page of the stream filter: 50 thoughts, whatever the sub-question's length.
+FILTER_BYTES = 128 * 1024  # ~95 KB with every cycle's parts and reasoning
+FILTER_QUERIES = 6  # the login, the session, the page, its count, the sources
 
 
 @pytest.fixture
@@ -176,3 +180,65 @@ def test_a_catch_up_redraws_only_the_sub_questions_the_page_shows(long_session: 
 
     assert redrawn(marks) == sorted(explored[:6:5])
     assert redrawn(PageMarks(question=top)) == explored, "a page that did not say: all"
+
+
+# -- the stream filter, a page at a time ---------------------------------------------------
+
+
+def filtered(client: Client, url: str) -> tuple[list[int], str, int]:
+    """A filtered page's thoughts, its "Show earlier" link (or ""), and its size in bytes."""
+    html = client.get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="thought-' not in html, "copies: the stream keeps the ids"
+    more = re.search(r'class="earlier focus-earlier".*?hx-get="([^"]+)"', html, re.S)
+    return (
+        [int(n) for n in re.findall(r'data-seq="(\d+)"', html)],
+        more[1] if more else "",
+        len(html.encode()),
+    )
+
+
+def test_the_filter_on_a_long_sub_question_pages_back_to_its_first_thought(
+    alice_client: Client, alice: Any, django_assert_max_num_queries: Any
+):
+    session = build(alice, thoughts=5000)
+    chosen, small = session.sub_questions.order_by("pk")[:2]
+    # Half the session on one sub-question: thousands of thoughts behind one filter.
+    session.thoughts.alias(odd=Mod("sequence", 2)).filter(odd=0, sequence__lt=4000).update(
+        sub_question=chosen
+    )
+    on_it = list(
+        session.thoughts.filter(sub_question=chosen)
+        .exclude(type="scratchpad")
+        .order_by("sequence")
+        .values_list("sequence", flat=True)
+    )
+    assert len(on_it) > 1500
+    url = f"{session.get_absolute_url()}thoughts/"
+    with django_assert_max_num_queries(FILTER_QUERIES):
+        newest, more, size = filtered(alice_client, f"{url}?focus={chosen.pk}")
+    assert newest == on_it[-presenters.THOUGHT_PAGE :]
+    assert size <= FILTER_BYTES, size
+    assert (
+        f"({len(on_it) - presenters.THOUGHT_PAGE} not shown)"
+        in alice_client.get(f"{url}?focus={chosen.pk}").content.decode()
+    )
+
+    # "Show earlier", again and again: every page as small, back to the first thought.
+    seen = newest
+    while more:
+        assert more.startswith(f"{url}?focus={chosen.pk}&amp;before=")
+        with django_assert_max_num_queries(FILTER_QUERIES):
+            page, more, size = filtered(alice_client, more.replace("&amp;", "&"))
+        assert 0 < len(page) <= presenters.THOUGHT_PAGE and size <= FILTER_BYTES
+        seen = page + seen
+    assert seen == on_it
+
+    # A sub-question with a few thoughts: one page, no "Show earlier", the same queries.
+    few, more, _ = filtered(alice_client, f"{url}?focus={small.pk}")
+    assert few == list(
+        session.thoughts.filter(sub_question=small)
+        .exclude(type="scratchpad")
+        .order_by("sequence")
+        .values_list("sequence", flat=True)
+    )
+    assert more == ""

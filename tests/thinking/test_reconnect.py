@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.live_page import Page, communicator, drain, login, long_session, receive_until
+from bench.long_session import build
+from tests.live_page import Page, communicator, drain, login, receive_until
 from thinking.deliberation.worker import Supervisor
 from thinking.models import Status, ThinkingSession
 from thinking.page import broadcast
@@ -88,11 +89,9 @@ async def test_an_up_to_date_page_that_reconnects_gets_no_duplicates(make_sessio
     await comm.disconnect()
 
 
-async def test_a_page_opened_late_on_a_long_session_catches_up_in_bounded_parts(
-    make_session: Any, alice: Any
-):
-    session = await sync_to_async(long_session)(
-        make_session, thoughts=600, sources=200, questions=120
+async def test_a_page_opened_late_on_a_long_session_catches_up_in_bounded_parts(alice: Any):
+    session = await sync_to_async(build)(
+        alice, thoughts=600, sources=200, sub_questions=120, status=Status.THINKING, revision=600
     )
     page = Page()  # a page that shows nothing yet
     comm = communicator(session.pk, await login(alice), rev=0, marks=page.marks())
@@ -112,9 +111,9 @@ async def test_a_page_opened_late_on_a_long_session_catches_up_in_bounded_parts(
     assert "thought-earlier" in page.ids, "older thoughts are offered on demand"
 
 
-async def test_a_page_that_missed_a_few_rows_gets_only_those(make_session: Any, alice: Any):
-    session = await sync_to_async(long_session)(
-        make_session, thoughts=300, sources=100, questions=40
+async def test_a_page_that_missed_a_few_rows_gets_only_those(alice: Any):
+    session = await sync_to_async(build)(
+        alice, thoughts=300, sources=100, sub_questions=40, status=Status.THINKING, revision=300
     )
     rows = await stored(session)
     page = Page()

@@ -461,10 +461,28 @@ def thought_page(
     }
 
 
-def focus_thoughts(session: ThinkingSession, focus: int) -> dict[str, Any]:
-    """Every thought on one sub-question, for the stream filter (not only the loaded page)."""
-    rows = list(_visible(session).filter(sub_question_id=focus).order_by("sequence"))
-    return {"thought_rows": thought_rows(rows), "copy": True}
+def focus_thoughts(
+    session: ThinkingSession, focus: int, *, before: int | None = None
+) -> dict[str, Any]:
+    """A page of the thoughts on one sub-question, for the stream filter: the newest
+    THOUGHT_PAGE before `before` (keyset on the sub-question's sequence index), as copies
+    (no ids), and where its own "Show earlier" continues from. The row read past the page
+    is the thought before it, whose cycle says whether the page's first shows its parts."""
+    rows = _visible(session).filter(sub_question_id=focus)
+    page = rows if before is None else rows.filter(sequence__lt=before)
+    newest = list(page.order_by("-sequence")[: THOUGHT_PAGE + 1])
+    previous = newest.pop() if len(newest) > THOUGHT_PAGE else None
+    chosen = newest[::-1]
+    first = chosen[0].sequence if chosen else before
+    earlier = rows.filter(sequence__lt=first).count() if previous is not None else 0
+    return {
+        "thought_rows": thought_rows(chosen, previous),
+        "copy": True,
+        "focus": focus,
+        "earlier_count": earlier,
+        "earlier_before": first,
+        "thought_page_size": min(THOUGHT_PAGE, earlier),
+    }
 
 
 def notes_context(session: ThinkingSession) -> dict[str, Any]:

@@ -54,14 +54,15 @@ def _numbers(request: HttpRequest, *names: str) -> dict[str, int | None]:
 @require_GET
 def session_thoughts(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """`?before=N`: the page of thoughts before sequence N (with the next "Show earlier"
-    row), the newest page without it; `?focus=ID`: the thoughts on that sub-question."""
+    row), the newest page without it; `?focus=ID` (and `before`): the same on the thoughts
+    about that sub-question, for the stream filter."""
     session = get_session_for(request.user, pk)
     try:
         given = _numbers(request, "before", "focus")
     except BadNumber:
         return HttpResponseBadRequest(BAD_NUMBER)
     if given["focus"] is not None:
-        context = focus_thoughts(session, given["focus"])
+        context = focus_thoughts(session, given["focus"], before=given["before"])
     else:  # the page before a sequence, or the newest page
         context = thought_page(session, before=given["before"])
     context.update(session=session, source_numbers=source_numbers(session))

@@ -381,6 +381,51 @@ async def test_a_slow_receiver_delays_no_one_elses_webhook(
     assert sorted(r["path"] for r in receiver.received) == ["/alice", "/bob"]
 
 
+async def test_a_delivery_is_recorded_though_the_database_is_busy_for_a_moment(
+    alice: Any, receiver: Receiver, caplog: pytest.LogCaptureFixture
+):
+    """The outcome's UPDATE meets another connection's transaction on the deliveries for a
+    moment: it is tried again, so a webhook delivered is recorded as delivered, not left for
+    its claim to run out and be sent a second time."""
+    await database_sync_to_async(webhook_secrets.rotate)(alice)
+    requested, locked, answered = threading.Event(), threading.Event(), threading.Event()
+
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        requested.set()  # claimed and sent: now the other transaction takes the table
+        locked.wait(timeout=10)
+        Receiver.no_content(handler)
+        answered.set()
+
+    receiver.respond = respond
+    row = await database_sync_to_async(ended_with_webhook)(alice, receiver.url())
+
+    def busy() -> None:
+        from django.db import connection, transaction
+
+        try:
+            requested.wait(timeout=10)
+            with transaction.atomic():
+                Delivery.objects.filter(pk=row.pk).update(last_error="")  # holds it
+                locked.set()
+                answered.wait(timeout=10)
+                time.sleep(0.4)  # past the sender's first try to record
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=busy)
+    holder.start()
+    try:
+        delivered = await notify.deliver_due()
+    finally:
+        requested.set()
+        locked.set()
+        holder.join()
+    stored = await Delivery.objects.aget(pk=row.pk)
+    assert delivered == 1 and len(receiver.received) == 1
+    assert stored.status == DeliveryStatus.DELIVERED and stored.attempts == 1
+    assert "Could not record" not in caplog.text
+
+
 async def test_the_worker_sends_each_delivery_in_a_task_of_its_own(
     alice: Any, bob: Any, receiver: Receiver, settings: Any, background_tasks: Any
 ):

@@ -193,6 +193,11 @@ def _record(row: Delivery, outcome: webhooks.Outcome) -> None:
     Delivery.objects.filter(pk=row.pk).update(**changes)
 
 
+# Recording an outcome is tried this many times, a moment apart, before the claim is left to
+# run out (and the delivery to be sent again).
+RECORD_TRIES = 4
+RECORD_PAUSE_SECONDS = 0.25
+
 # Off the thread the sessions' database calls share, so sending never queues behind them.
 _db = functools.partial(database_sync_to_async, thread_sensitive=False)
 
@@ -211,11 +216,19 @@ async def deliver(claimed: Claimed) -> bool:
     except Exception as error:
         logger.exception("Delivery %s failed unexpectedly", row.pk)
         outcome = webhooks.Outcome(False, f"{type(error).__name__}: {error}"[:500])
-    try:
-        await _db(_record)(row, outcome)
-    except Exception:
-        # Not recorded: the claim runs out and the delivery is tried again.
-        logger.exception("Could not record delivery %s", row.pk)
+    for attempt in range(1, RECORD_TRIES + 1):
+        try:
+            await _db(_record)(row, outcome)  # one UPDATE of values worked out here: idempotent
+            break
+        except Exception:
+            if attempt == RECORD_TRIES:
+                # Not recorded: the claim runs out and the delivery is tried again (sent twice
+                # if it was delivered: the receiver sees the same webhook id).
+                logger.exception("Could not record delivery %s", row.pk)
+            else:
+                # A database busy for a moment (a lock, a dropped connection): a webhook sent
+                # is not to be sent again for that.
+                await asyncio.sleep(RECORD_PAUSE_SECONDS * attempt)
     return outcome.delivered
 
 

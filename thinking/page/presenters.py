@@ -245,15 +245,6 @@ def _step_states(steps: Iterable[str], current: int) -> list[PlanStep]:
 
 STAGES_SHOWN = 20  # the plan region shows the newest stages only, so it never grows
 
-# Every key a stage line (thinking_extras.stage_line) reads: most entries lack the optional ones.
-STAGE_KEYS: dict[str, Any] = dict.fromkeys(
-    ("stage", "label", "message", "by", "plan_step", "total_steps", "confidence", "metadata")
-)
-
-
-def _stage_line(entry: Any) -> dict[str, Any]:
-    return {**STAGE_KEYS, **(entry if isinstance(entry, dict) else {})}
-
 
 def plan_context(session: ThinkingSession) -> dict[str, Any]:
     """The plan region: the checklist, the latest stage, and the newest stages before it.
@@ -269,9 +260,9 @@ def plan_context(session: ThinkingSession) -> dict[str, Any]:
     return {
         "plan_steps": _step_states(steps, _current_step(session, steps)),
         "heuristic": plan.get("source") == "heuristic",
-        "progress": _stage_line(progress) if progress.get("message") else None,
+        "progress": progress if progress.get("message") else None,
         "stage_count": count,
-        "stage_history": [_stage_line(entry) for _, entry in newest],
+        "stage_history": [entry for _, entry in newest],
         "stages_shown": STAGES_SHOWN,
         "stages_kept": stages.MAX_STAGES,
     }
@@ -435,54 +426,38 @@ def _visible(session: ThinkingSession) -> Any:
     return session.thoughts.exclude(type=ThoughtType.SCRATCHPAD).select_related("sub_question")
 
 
-def thought_page(
-    session: ThinkingSession, *, before: int | None = None, after: int | None = None
-) -> dict[str, Any]:
-    """A page of the thought stream: the newest THOUGHT_PAGE before `before` (or all after
-    `after`, oldest first), and where "Show earlier" continues from."""
-    rows = _visible(session)
-    if after is not None:
-        chosen = list(rows.filter(sequence__gt=after).order_by("sequence"))
-    else:
-        if before is not None:
-            rows = rows.filter(sequence__lt=before)
-        chosen = list(reversed(rows.order_by("-sequence")[:THOUGHT_PAGE]))
-    first = chosen[0].sequence if chosen else before
-    previous = None
-    earlier = 0
-    if first is not None:
-        earlier = _visible(session).filter(sequence__lt=first).count()
-        previous = _visible(session).filter(sequence__lt=first).order_by("-sequence").first()
-    return {
-        "thought_rows": thought_rows(chosen, previous),
-        "earlier_count": earlier,
-        "earlier_before": first,
-        "thought_page_size": min(THOUGHT_PAGE, earlier),
-    }
-
-
-def focus_thoughts(
-    session: ThinkingSession, focus: int, *, before: int | None = None
-) -> dict[str, Any]:
-    """A page of the thoughts on one sub-question, for the stream filter: the newest
-    THOUGHT_PAGE before `before` (keyset on the sub-question's sequence index), as copies
-    (no ids), and where its own "Show earlier" continues from. The row read past the page
-    is the thought before it, whose cycle says whether the page's first shows its parts."""
-    rows = _visible(session).filter(sub_question_id=focus)
+def _newest_page(rows: Any, before: int | None) -> dict[str, Any]:
+    """The newest THOUGHT_PAGE of `rows` before `before` (keyset on the sequence), and where
+    "Show earlier" continues from. One row more is read: the thought before the page, whose
+    cycle says whether the page's first thought shows its parts."""
     page = rows if before is None else rows.filter(sequence__lt=before)
     newest = list(page.order_by("-sequence")[: THOUGHT_PAGE + 1])
     previous = newest.pop() if len(newest) > THOUGHT_PAGE else None
     chosen = newest[::-1]
     first = chosen[0].sequence if chosen else before
-    earlier = rows.filter(sequence__lt=first).count() if previous is not None else 0
+    # Counted at any length (0 when the page starts the stream), so a page costs the same.
+    earlier = rows.filter(sequence__lt=first).count() if first is not None else 0
     return {
         "thought_rows": thought_rows(chosen, previous),
-        "copy": True,
-        "focus": focus,
         "earlier_count": earlier,
         "earlier_before": first,
         "thought_page_size": min(THOUGHT_PAGE, earlier),
     }
+
+
+def thought_page(session: ThinkingSession, *, before: int | None = None) -> dict[str, Any]:
+    """A page of the thought stream: the newest THOUGHT_PAGE before `before`, and where
+    "Show earlier" continues from."""
+    return _newest_page(_visible(session), before)
+
+
+def focus_thoughts(
+    session: ThinkingSession, focus: int, *, before: int | None = None
+) -> dict[str, Any]:
+    """A page of the thoughts on one sub-question, for the stream filter (keyset on the
+    sub-question's sequence index), as copies (no ids), with its own "Show earlier"."""
+    rows = _visible(session).filter(sub_question_id=focus)
+    return {**_newest_page(rows, before), "copy": True, "focus": focus}
 
 
 def notes_context(session: ThinkingSession) -> dict[str, Any]:

@@ -34,12 +34,14 @@ STAGE_TAGS = ("p", "li")
 
 
 @register.simple_tag
-def stage_line(item: dict[str, Any], tag: str) -> SafeString:
+def stage_line(item: object, tag: str) -> SafeString:
     """One stage (seed 003) as a `tag` element: the loop's own, or the model's progress report
-    with its extras. Python, not an included template: the plan region repeats it for each of
-    the newest stages on every live update."""
+    with its extras (any key may be missing; an entry that is not a mapping shows empty).
+    Python, not an included template: the plan region repeats it for each of the newest
+    stages on every live update."""
     if tag not in STAGE_TAGS:
         raise ValueError(f"stage_line: tag must be one of {STAGE_TAGS}, not {tag!r}")
+    item = item if isinstance(item, dict) else {}
     parts = [format_html('<span class="badge">{}</span>', item.get("stage") or "")]
     if item.get("label"):
         parts.append(format_html('<strong class="stage-label">{}</strong>', item["label"]))

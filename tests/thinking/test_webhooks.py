@@ -443,8 +443,12 @@ async def test_the_worker_sends_each_delivery_in_a_task_of_its_own(
 
     receiver.respond = respond
     alices = await database_sync_to_async(ended_with_webhook)(alice, receiver.url("/alice"))
-    notify.start_delivery()
+    # Bob's becomes due a moment after Alice's is sent: stored now, so that no write of the
+    # test's meets the sweep's (SQLite's in-memory test database refuses, not waits).
     bobs = await database_sync_to_async(ended_with_webhook)(bob, receiver.url("/bob"))
+    later = timezone.now() + timedelta(seconds=1)
+    await Delivery.objects.filter(pk=bobs.pk).aupdate(next_at=later)
+    notify.start_delivery()
     for _ in range(200):
         notify.start_delivery()  # the worker's sweep, again and again
         if (await Delivery.objects.aget(pk=bobs.pk)).status == DeliveryStatus.DELIVERED:

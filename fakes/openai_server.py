@@ -186,6 +186,8 @@ class _Handler(FakeHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
             return
+        if fake.end_delay:  # the body's last chunk comes a moment after [DONE]
+            time.sleep(fake.end_delay)
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
@@ -219,6 +221,9 @@ class FakeOpenAI(FakeServer):
         # Answers a request's body (as sent) once the queue is empty.
         self.responder: Callable[[dict], Response] = self.scripted_mind
         self.serial = 0
+        # Seconds between a stream's [DONE] and the chunked body's end, as a busy server's
+        # packets may come: a client that stops reading at [DONE] loses its connection.
+        self.end_delay = 0.0
         self._queue: deque[Response] = deque()
 
     @property

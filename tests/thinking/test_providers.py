@@ -331,6 +331,7 @@ def test_the_operators_list_wins_over_the_servers(fake_claude: Any, settings: An
 
 async def test_a_workers_sessions_share_one_openai_client(fake_openai: MakeOpenAI):
     fake = fake_openai()
+    fake.end_delay = 0.2  # the body ends a moment after [DONE]: the pool keeps it all the same
     shared = llm.SharedModelClient()
     first, second = shared.llm(), shared.llm()
     try:

@@ -221,13 +221,17 @@ async def chunks(response: Any) -> AsyncIterator[dict[str, Any]]:
     """The JSON chunks of a streamed reply (the SDK's raw response, read by its public
     `iter_lines`): one `data:` line each, up to `[DONE]`. Plain dicts, not a typed object per
     chunk, which took three times the CPU of the Anthropic wire's reading (each delta is a
-    chunk of its own). An error chunk raises BrokenStream."""
+    chunk of its own). An error chunk raises BrokenStream. The body is read to its end after
+    `[DONE]`, as the SDK's own stream does: a response closed before the server's last
+    bytes arrive takes its connection with it instead of handing it back to the pool."""
+    done = False
     async for line in response.iter_lines():
-        if not line.startswith("data:"):
+        if done or not line.startswith("data:"):
             continue  # comments (": keep-alive"), event names, blank separators
         data = line[5:].strip()
         if data == "[DONE]":
-            return
+            done = True
+            continue
         chunk = json.loads(data)
         if isinstance(chunk, dict) and chunk.get("error"):
             error = chunk["error"]

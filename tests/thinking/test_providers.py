@@ -343,3 +343,22 @@ async def test_a_workers_sessions_share_one_openai_client(fake_openai: MakeOpenA
         assert reply.text == "Two." and fake.connections_opened == 1
     finally:
         await shared.aclose()
+
+
+async def test_a_body_held_open_after_done_costs_its_connection_not_the_reply(
+    fake_openai: MakeOpenAI, monkeypatch: pytest.MonkeyPatch
+):
+    fake = fake_openai()
+    fake.end_delay = 3.0  # the server sends [DONE], then keeps the body open
+    monkeypatch.setattr(openai_chat, "DRAIN_SECONDS", 0.2)
+    shared = llm.SharedModelClient()
+    model = shared.llm()
+    try:
+        fake.enqueue(Reply(text="One."), Reply(text="Two."))
+        first = await model.stream([{"role": "user", "content": "Hi"}], system="s")
+        second = await model.stream([{"role": "user", "content": "Hi"}], system="s")
+        # Both replies whole; the first connection was dropped, not waited on for 3 s.
+        assert (first.text, second.text) == ("One.", "Two.")
+        assert fake.connections_opened == 2
+    finally:
+        await shared.aclose()

@@ -16,6 +16,8 @@ kept in the text, unless another follows it (then the first was the model's own)
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Iterable
@@ -217,21 +219,24 @@ class _Call:
         }
 
 
+# After `[DONE]`, how long the rest of the body may take to end before its connection is
+# dropped instead of handed back to the pool.
+DRAIN_SECONDS = 5.0
+
+
 async def chunks(response: Any) -> AsyncIterator[dict[str, Any]]:
     """The JSON chunks of a streamed reply (the SDK's raw response, read by its public
     `iter_lines`): one `data:` line each, up to `[DONE]`. Plain dicts, not a typed object per
     chunk, which took three times the CPU of the Anthropic wire's reading (each delta is a
-    chunk of its own). An error chunk raises BrokenStream. The body is read to its end after
-    `[DONE]`, as the SDK's own stream does: a response closed before the server's last
-    bytes arrive takes its connection with it instead of handing it back to the pool."""
-    done = False
-    async for line in response.iter_lines():
-        if done or not line.startswith("data:"):
+    chunk of its own). An error chunk raises BrokenStream."""
+    lines = response.iter_lines()
+    async for line in lines:
+        if not line.startswith("data:"):
             continue  # comments (": keep-alive"), event names, blank separators
         data = line[5:].strip()
         if data == "[DONE]":
-            done = True
-            continue
+            await _drain(lines)
+            return
         chunk = json.loads(data)
         if isinstance(chunk, dict) and chunk.get("error"):
             error = chunk["error"]
@@ -239,6 +244,17 @@ async def chunks(response: Any) -> AsyncIterator[dict[str, Any]]:
             raise BrokenStream(str(words or "an error chunk"))
         if isinstance(chunk, dict):
             yield chunk
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read the body to its end, as the SDK's own stream does after `[DONE]`: a response
+    closed before the server's last bytes arrive takes its connection with it instead of
+    handing it back to the pool. A server that holds the body open gets DRAIN_SECONDS; the
+    reply is complete either way."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in lines:
+                pass
 
 
 async def stream(

@@ -106,6 +106,9 @@ def prepare(*, quick: bool, fakes: FakeHost) -> Setup:
     env.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
     env["STATIC_ROOT"] = tempfile.mkdtemp(prefix="deepthink-bench-static-")
     env["DEEPTHINK_INPROCESS_WORKER"] = "0"
+    # Every page is opened as one user (50 on one session in `live`, one on each of 100 in
+    # `concurrency`): the product's cap on a user's live pages (20) would close the rest.
+    env["DEEPTHINK_WS_MAX_PER_USER"] = "1000"
     env["ANTHROPIC_BASE_URL"] = fakes.claude_url
     env["ANTHROPIC_API_KEY"] = "bench-key"
     env["EXA_BASE_URL"] = fakes.exa_url
@@ -402,10 +405,13 @@ class Page:
     async def read(self) -> None:
         while True:
             # A long timeout: on a timeout the communicator cancels the consumer itself.
-            text = await self.communicator.receive_from(timeout=3600)
+            message = await self.communicator.receive_output(timeout=3600)
+            if message["type"] == "websocket.close":
+                # A page the server closed would count as one that never saw anything.
+                raise RuntimeError(f"the server closed a page ({message.get('code')})")
             self.received += 1
             if self.keep:
-                self.messages.append((time.time(), text))
+                self.messages.append((time.time(), message.get("text", "")))
 
 
 @contextlib.asynccontextmanager
@@ -445,6 +451,8 @@ async def open_pages(
                 pages.append(page)
         yield pages
     finally:
+        # A page's reader that already stopped stopped on an error: the figures are not whole.
+        stopped = [p.task for p in pages if p.task is not None and p.task.done()]
         for page in pages:
             if page.task is not None:
                 page.task.cancel()
@@ -452,6 +460,9 @@ async def open_pages(
         for page in pages:
             with contextlib.suppress(Exception):
                 await page.communicator.disconnect(timeout=5)
+        errors = [t.exception() for t in stopped if not t.cancelled() and t.exception()]
+        if errors:
+            raise RuntimeError(f"{len(errors)} of {len(pages)} pages stopped: {errors[0]}")
 
 
 # --- the worker ----------------------------------------------------------------------------

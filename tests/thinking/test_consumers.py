@@ -703,9 +703,14 @@ def test_a_page_behind_reads_its_own_changes_in_two_statements(make_session: Any
     assert len(first.captured_queries) == 2 and len(queries.captured_queries) == 2
 
 
-async def test_one_step_costs_no_database_reads_per_open_page(make_session: Any, alice: Any):
+async def test_one_step_costs_no_database_reads_per_open_page(
+    make_session: Any, alice: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+):
     """The step's new sources and sub-questions are rendered once for the group: pages that
-    are up to date only keep what they lack, so 50 pages cost what one does."""
+    are up to date only keep what they lack, so 50 pages cost what one does: no query and no
+    hop to a thread (channels' per-message connection check was one hop a page, queued on
+    the thread the worker's database work waits for)."""
+    from asgiref.sync import SyncToAsync
     from channels.layers import get_channel_layer
     from django.db import connections
     from django.test.utils import CaptureQueriesContext
@@ -714,6 +719,7 @@ async def test_one_step_costs_no_database_reads_per_open_page(make_session: Any,
     from thinking.models import SubQuestion
     from thinking.page.broadcast import group_name, publish, render_event
 
+    settings.DEEPTHINK_WS_RECHECK_SECONDS = 3600  # no page is due its access recheck
     session = await sync_to_async(make_session)(status=Status.THINKING)
     question = await SubQuestion.objects.acreate(session=session, text="Why?", priority=5)
     await sync_to_async(store_step)(session, range(1, 3))
@@ -729,16 +735,25 @@ async def test_one_step_costs_no_database_reads_per_open_page(make_session: Any,
     # The consumers' database work runs on this thread (SQLite: asgiref's one thread).
     capture = await sync_to_async(lambda: CaptureQueriesContext(connections["default"]))()
     await sync_to_async(capture.__enter__)()
-    await get_channel_layer().group_send(group_name(session.pk), message)
-    for comm, page in pages:
-        await drain(comm, page)
+    hops, hop = [], SyncToAsync.__call__
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(self.func)
+        return await hop(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(SyncToAsync, "__call__", counted)
+        await get_channel_layer().group_send(group_name(session.pk), message)
+        for comm, page in pages:
+            await drain(comm, page)
+    for comm, _ in pages:
         await comm.disconnect()
     await sync_to_async(capture.__exit__)(None, None, None)
 
     for _, page in pages:
         assert page.errors == [] and page.sources == [1, 2, 3, 4]
         assert len(page.questions) == 2 and page.thoughts == [thought]
-    assert [q["sql"] for q in capture.captured_queries] == []
+    assert [q["sql"] for q in capture.captured_queries] == [] and hops == []
 
 
 async def test_two_cycles_sent_as_one_message_show_their_parts_as_a_reload_does(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -101,14 +102,17 @@ def test_only_the_author_deletes_a_shared_item(client: Any, alice: Any, carol: A
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("recheck", [0, 1])
 async def test_a_page_open_when_membership_ends_stops_receiving(
-    make_session: Any, team: Team, carol: Any, settings: Any
+    make_session: Any, team: Team, carol: Any, settings: Any, recheck: int
 ):
-    settings.DEEPTHINK_WS_RECHECK_SECONDS = 0
+    # Pages recheck at staggered points, each no later than the interval after it opened.
+    settings.DEEPTHINK_WS_RECHECK_SECONDS = recheck
     session = await sync_to_async(make_session)(team=team, status=Status.THINKING)
     comm = communicator(session.pk, await login(carol), rev=0)
     assert (await comm.connect())[0]
     await Membership.objects.filter(user=carol).adelete()
+    await asyncio.sleep(recheck)
 
     await add_thought(session, 0, "for the team only")
     await publish(SessionEvent(session.pk, thoughts=(0,)))

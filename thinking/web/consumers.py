@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
@@ -145,7 +146,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.session_id = session.pk
         self.owner = session.is_owned_by(user)
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
-        self.checked_at = time.monotonic()
+        # Pages opened together (a team following one link) would recheck together, a burst
+        # of database hops in front of an update: each page's first recheck comes at its own
+        # point in the second half of the interval, so never later than the interval.
+        recheck = settings.DEEPTHINK_WS_RECHECK_SECONDS
+        self.checked_at = time.monotonic() - random.uniform(0, recheck / 2)
         # Join first, then read: an update committed in between arrives as a live message
         # and is dropped below by sequence, so nothing is missed and nothing doubles. The
         # join counts this page as watching (a session nobody watches is not rendered).
@@ -228,6 +233,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
         size = len(text_data.encode()) if text_data else len(bytes_data or b"")
         if size > settings.DEEPTHINK_WS_MAX_FRAME_BYTES:
             await self.close(code=CLOSE_TOO_BIG)
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels closes stale database connections before every handler, as a hop onto
+        the one thread-sensitive thread: with 50 pages open, one update queued 50 hops there,
+        ahead of the worker's own. An update needs no connection of this thread: the reads
+        it may make are `db_hop`s, which close stale connections on their own thread."""
+        if message["type"] == "session.update":
+            await self.session_update(cast("UpdateMessage", message))
+        else:
+            await super().dispatch(message)
 
     async def session_update(self, message: UpdateMessage) -> None:
         if time.monotonic() - self.checked_at >= settings.DEEPTHINK_WS_RECHECK_SECONDS:

@@ -188,6 +188,10 @@ class _Handler(FakeHandler):
             return
         if fake.end_delay:  # the body's last chunk comes a moment after [DONE]
             time.sleep(fake.end_delay)
+        if fake.drop_after_done:  # a proxy that hangs up instead of ending the body
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
@@ -224,6 +228,7 @@ class FakeOpenAI(FakeServer):
         # Seconds between a stream's [DONE] and the chunked body's end, as a busy server's
         # packets may come: a client that stops reading at [DONE] loses its connection.
         self.end_delay = 0.0
+        self.drop_after_done = False  # hang up after [DONE] without the body's end
         self._queue: deque[Response] = deque()
 
     @property

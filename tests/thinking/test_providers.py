@@ -345,6 +345,20 @@ async def test_a_workers_sessions_share_one_openai_client(fake_openai: MakeOpenA
         await shared.aclose()
 
 
+async def test_a_connection_dropped_after_done_still_gives_the_whole_reply(
+    fake_openai: MakeOpenAI,
+):
+    fake = fake_openai()
+    fake.drop_after_done = True  # [DONE], then the connection ends without the body's end
+    model = LLM.from_settings()
+    try:
+        fake.enqueue(Reply(text="Whole."), Reply(text="Again."))
+        reply = await model.stream([{"role": "user", "content": "Hi"}], system="s")
+        assert reply.text == "Whole." and len(fake.requests) == 1  # not asked again
+    finally:
+        await model.close()
+
+
 async def test_a_body_held_open_after_done_costs_its_connection_not_the_reply(
     fake_openai: MakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ):

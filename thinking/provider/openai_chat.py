@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import httpx2
 import openai
 
 from thinking.provider.streaming import StreamedMessage, TextCallback
@@ -249,9 +250,10 @@ async def chunks(response: Any) -> AsyncIterator[dict[str, Any]]:
 async def _drain(lines: AsyncIterator[str]) -> None:
     """Read the body to its end, as the SDK's own stream does after `[DONE]`: a response
     closed before the server's last bytes arrive takes its connection with it instead of
-    handing it back to the pool. A server that holds the body open gets DRAIN_SECONDS; the
-    reply is complete either way."""
-    with contextlib.suppress(TimeoutError):
+    handing it back to the pool. A server that holds the body open gets DRAIN_SECONDS, and
+    one that drops the connection instead of ending the body loses only its connection: the
+    reply is whole either way."""
+    with contextlib.suppress(TimeoutError, httpx2.TransportError):
         async with asyncio.timeout(DRAIN_SECONDS):
             async for _ in lines:
                 pass

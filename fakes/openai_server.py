@@ -182,13 +182,10 @@ class _Handler(FakeHandler):
             chunk = f"data: {data}\n\n".encode()
             self.wfile.write(f"{len(chunk):X}\r\n".encode() + chunk + b"\r\n")
         self.wfile.flush()
-        if isinstance(response, StreamCut):  # the connection drops mid-reply
-            self.connection.shutdown(socket.SHUT_RDWR)
-            self.close_connection = True
-            return
-        if fake.end_delay:  # the body's last chunk comes a moment after [DONE]
+        cut = isinstance(response, StreamCut)  # (its chunks stop mid-reply, before [DONE])
+        if fake.end_delay and not cut:  # the body's last chunk comes a moment after [DONE]
             time.sleep(fake.end_delay)
-        if fake.drop_after_done:  # a proxy that hangs up instead of ending the body
+        if cut or fake.drop_after_done:  # the connection drops instead of the body ending
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
             return

@@ -53,6 +53,21 @@ def on_statements(monkeypatch: Any, hook: Callable[[str], None]) -> None:
     monkeypatch.setattr(CursorWrapper, "_execute", seen)
 
 
+def count_hops(monkeypatch: Any) -> list[Callable[..., Any]]:
+    """The function of every sync_to_async hop (channels' and ours) from now on, in order."""
+    from asgiref.sync import SyncToAsync
+
+    hops: list[Callable[..., Any]] = []
+    hop = SyncToAsync.__call__
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(self.func)
+        return await hop(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncToAsync, "__call__", counted)
+    return hops
+
+
 def cache_reads(monkeypatch: Any) -> list[str]:
     """The statements that read the web-search cache from now on."""
     reads: list[str] = []

@@ -11,7 +11,7 @@ from django.test import AsyncClient
 from django.urls import reverse
 
 from bench.long_session import build
-from tests.helpers import add_thought, collect, services_available
+from tests.helpers import add_thought, collect, count_hops, services_available
 from tests.live_page import Page, communicator, drain, login
 from thinking.events import LiveStep, SessionEvent
 from thinking.models import Status, ThinkingSession, Thought
@@ -710,7 +710,6 @@ async def test_one_step_costs_no_database_reads_per_open_page(
     are up to date only keep what they lack, so 50 pages cost what one does: no query and no
     hop to a thread (channels' per-message connection check was one hop a page, queued on
     the thread the worker's database work waits for)."""
-    from asgiref.sync import SyncToAsync
     from channels.layers import get_channel_layer
     from django.db import connections
     from django.test.utils import CaptureQueriesContext
@@ -735,14 +734,8 @@ async def test_one_step_costs_no_database_reads_per_open_page(
     # The consumers' database work runs on this thread (SQLite: asgiref's one thread).
     capture = await sync_to_async(lambda: CaptureQueriesContext(connections["default"]))()
     await sync_to_async(capture.__enter__)()
-    hops, hop = [], SyncToAsync.__call__
-
-    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        hops.append(self.func)
-        return await hop(self, *args, **kwargs)
-
     with monkeypatch.context() as patched:
-        patched.setattr(SyncToAsync, "__call__", counted)
+        hops = count_hops(patched)
         await get_channel_layer().group_send(group_name(session.pk), message)
         for comm, page in pages:
             await drain(comm, page)

@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from asgiref.sync import SyncToAsync, async_to_sync
+from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import WORKER, without_tools
+from tests.helpers import WORKER, count_hops, without_tools
 from thinking.deliberation import evidence, loop
 from thinking.deliberation.run import Meter, Run
 from thinking.deliberation.steps import Focus
@@ -40,13 +40,6 @@ def measured(
     step: Callable[[Run], Awaitable[Any]], monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, int]:
     """Run `step` with a fresh run of the settings' model; its queries and hops."""
-    hops = 0
-    hop = SyncToAsync.__call__
-
-    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal hops
-        hops += 1
-        return await hop(self, *args, **kwargs)
 
     async def go() -> None:
         llm = LLM.from_settings()
@@ -67,9 +60,9 @@ def measured(
             await llm.close()
 
     with monkeypatch.context() as patched, CaptureQueriesContext(connection) as queries:
-        patched.setattr(SyncToAsync, "__call__", counted)
+        hops = count_hops(patched)
         async_to_sync(go)()
-    return {"queries": len(queries.captured_queries), "hops": hops}
+    return {"queries": len(queries.captured_queries), "hops": len(hops)}
 
 
 def grown(make_session: Any, *, cycles: int) -> ThinkingSession:

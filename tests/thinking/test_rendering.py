@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from thinking.templatetags.thinking_extras import cited
+from thinking.templatetags.thinking_extras import cited, stage_line
 
 
 def render(text: str | None, sources: object = ()) -> str:
@@ -69,3 +69,41 @@ def test_web_links_are_kept_safely():
 def test_empty_and_huge_inputs_are_fine():
     assert str(render(None)).strip() == ""
     assert render("word " * 50_000).count("word") == 50_000
+
+
+HOSTILE = "<img src=x onerror=alert(1)>\"'&"
+
+
+def test_a_stage_line_escapes_every_value_it_shows():
+    """A stage entry is the model's own report (or a row edited in the admin): every value,
+    the stage in the class attribute included, shows as text."""
+    item = {
+        "stage": HOSTILE,
+        "label": HOSTILE,
+        "message": HOSTILE,
+        "plan_step": HOSTILE,
+        "total_steps": HOSTILE,
+        "confidence": HOSTILE,
+        "metadata": {HOSTILE: HOSTILE},
+        "by": "model",
+    }
+    html = stage_line(item, "li")
+    escaped = "&lt;img src=x onerror=alert(1)&gt;&quot;&#x27;&amp;"
+    assert "<img" not in html and '"\'' not in html
+    assert html.count(escaped) == 9  # the class and the badge, and the seven others
+    assert html.startswith(f'<li class="progress-line stage-{escaped}">')
+    assert html.endswith("reported by the model</span></li>")
+
+
+def test_a_stage_line_shows_a_plain_entry_and_refuses_other_tags():
+    html = stage_line({"stage": "analysis", "message": "Thinking about: x"}, "p")
+    assert html == (
+        '<p class="progress-line stage-analysis"><span class="badge">analysis</span>\n'
+        '  <span class="stage-message">Thinking about: x</span></p>'
+    )
+    assert stage_line("not a mapping", "li") == (
+        '<li class="progress-line stage-"><span class="badge"></span>\n'
+        '  <span class="stage-message"></span></li>'
+    )
+    with pytest.raises(ValueError):
+        stage_line({}, "script")

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
+import html
 from collections.abc import Container, Sequence
 from typing import Any
 
 import nh3
 from django import template
-from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 from markdown_it.renderer import RendererHTML
@@ -38,32 +38,38 @@ def stage_line(item: object, tag: str) -> SafeString:
     """One stage (seed 003) as a `tag` element: the loop's own, or the model's progress report
     with its extras (any key may be missing; an entry that is not a mapping shows empty).
     Python, not an included template: the plan region repeats it for each of the newest
-    stages on every live update."""
+    stages on every live update, so each value is escaped once (`_escaped`, as `escape` does)
+    and the line marked safe once, rather than through a `format_html` per piece."""
     if tag not in STAGE_TAGS:
         raise ValueError(f"stage_line: tag must be one of {STAGE_TAGS}, not {tag!r}")
     item = item if isinstance(item, dict) else {}
-    parts = [format_html('<span class="badge">{}</span>', item.get("stage") or "")]
+    stage = _escaped(item.get("stage") or "")
+    parts = [f'<span class="badge">{stage}</span>']
     if item.get("label"):
-        parts.append(format_html('<strong class="stage-label">{}</strong>', item["label"]))
-    parts.append(format_html('<span class="stage-message">{}</span>', item.get("message") or ""))
+        parts.append(f'<strong class="stage-label">{_escaped(item["label"])}</strong>')
+    parts.append(f'<span class="stage-message">{_escaped(item.get("message") or "")}</span>')
     if item.get("plan_step"):
         total = item.get("total_steps")
-        of = format_html(" of {}", total) if total else ""
-        step = format_html('<span class="stage-step">step {}{}</span>', item["plan_step"], of)
-        parts.append(step)
+        of = f" of {_escaped(total)}" if total else ""
+        parts.append(f'<span class="stage-step">step {_escaped(item["plan_step"])}{of}</span>')
     if item.get("confidence"):
-        line = '<span class="stage-confidence">confidence: {}</span>'
-        parts.append(format_html(line, item["confidence"]))
+        parts.append(
+            f'<span class="stage-confidence">confidence: {_escaped(item["confidence"])}</span>'
+        )
     metadata = item.get("metadata")
     if isinstance(metadata, dict) and metadata:
-        pairs = format_html_join("; ", "{}: {}", metadata.items())
-        parts.append(format_html('<span class="stage-meta">{}</span>', pairs))
+        pairs = "; ".join(f"{_escaped(key)}: {_escaped(value)}" for key, value in metadata.items())
+        parts.append(f'<span class="stage-meta">{pairs}</span>')
     if item.get("by") == "model":
-        parts.append(format_html('<span class="by">{}</span>', "reported by the model"))
-    inner = format_html_join("\n  ", "{}", ((part,) for part in parts))
-    return format_html(
-        '<{} class="progress-line stage-{}">{}</{}>', tag, item.get("stage") or "", inner, tag
-    )
+        parts.append('<span class="by">reported by the model</span>')
+    inner = "\n  ".join(parts)
+    # Every stored value in the line was escaped above.
+    return mark_safe(f'<{tag} class="progress-line stage-{stage}">{inner}</{tag}>')  # noqa: S308
+
+
+def _escaped(value: object) -> str:
+    """A stored value as HTML text: escaped as Django's `escape` does (`html.escape`)."""
+    return html.escape(str(value))
 
 
 @register.filter
